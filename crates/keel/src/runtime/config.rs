@@ -1,0 +1,23 @@
+//! `Config`: the settled form of a [`Builder`](super::Builder), read by the
+//! scheduler. Public names live on the builder; the scheduler depends only
+//! on this.
+
+use std::time::Duration;
+
+/// One class: its name and its shares.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ClassConfig {
+    pub(crate) name: String,
+    pub(crate) shares: u32,
+}
+
+/// Everything the scheduler needs to know, validated.
+#[derive(Debug, Clone)]
+pub(crate) struct Config {
+    pub(crate) workers: usize,
+    pub(crate) classes: Vec<ClassConfig>,
+    /// How long an idle worker busy-waits before it parks.
+    pub(crate) spin: Duration,
+    pub(crate) thread_name: String,
+    pub(crate) stack_size: Option<usize>,
+}

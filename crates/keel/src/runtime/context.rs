@@ -1,0 +1,101 @@
+//! The thread-local context: which runtime this thread belongs to, which
+//! class the task being polled has, and (on workers) the local queues.
+//!
+//! Set by a worker thread for its whole life, and by `block_on` for its
+//! duration. Read by `spawn` (which runtime, which class) and by the
+//! schedule function (push to this worker's queue, or to the injector).
+
+use std::cell::{Cell, RefCell};
+use std::rc::Rc;
+
+use crate::sched::{Class, Local, Shared};
+use crate::Handle;
+
+struct Context {
+    handle: RefCell<Option<Handle>>,
+    /// Class of the task being polled on this thread, if any.
+    class: Cell<Option<Class>>,
+    /// The local queues, on a worker thread.
+    local: RefCell<Option<Rc<Local>>>,
+}
+
+thread_local! {
+    static CONTEXT: Context = const {
+        Context {
+            handle: RefCell::new(None),
+            class: Cell::new(None),
+            local: RefCell::new(None),
+        }
+    };
+}
+
+/// Restores the previous context when dropped.
+pub(crate) struct EnterGuard {
+    previous: Option<Handle>,
+}
+
+impl Drop for EnterGuard {
+    fn drop(&mut self) {
+        let previous = self.previous.take();
+        let _ = CONTEXT.try_with(|c| *c.handle.borrow_mut() = previous);
+    }
+}
+
+/// Makes `handle` the current runtime of this thread until the guard drops.
+pub(crate) fn enter(handle: Handle) -> EnterGuard {
+    let previous = CONTEXT.with(|c| c.handle.borrow_mut().replace(handle));
+    EnterGuard { previous }
+}
+
+/// The runtime this thread is in, if any.
+pub(crate) fn current() -> Option<Handle> {
+    CONTEXT
+        .try_with(|c| c.handle.borrow().clone())
+        .ok()
+        .flatten()
+}
+
+/// Whether this thread is a worker (of any runtime).
+pub(crate) fn is_worker() -> bool {
+    CONTEXT
+        .try_with(|c| c.local.borrow().is_some())
+        .unwrap_or(false)
+}
+
+/// The class of the task being polled on this thread, if it belongs to
+/// `shared`'s runtime.
+pub(crate) fn current_class(shared: &Shared) -> Option<Class> {
+    CONTEXT
+        .try_with(|c| {
+            let class = c.class.get()?;
+            let handle = c.handle.borrow();
+            let same = handle.as_ref().is_some_and(|h| h.is(shared));
+            same.then_some(class)
+        })
+        .ok()
+        .flatten()
+}
+
+/// Records the class of the task about to be polled (or `None` after).
+pub(crate) fn set_class(class: Option<Class>) {
+    let _ = CONTEXT.try_with(|c| c.class.set(class));
+}
+
+/// Installs a worker's local queues on this thread.
+pub(crate) fn set_local(local: Option<Rc<Local>>) {
+    let _ = CONTEXT.try_with(|c| *c.local.borrow_mut() = local);
+}
+
+/// Runs `f` with this thread's local queues, if it is a worker.
+pub(crate) fn with_local<R>(f: impl FnOnce(Option<&Local>) -> R) -> R {
+    let mut f = Some(f);
+    let result = CONTEXT.try_with(|c| match c.local.try_borrow() {
+        Ok(local) => (f.take().expect("called once"))(local.as_deref()),
+        Err(_) => (f.take().expect("called once"))(None),
+    });
+    match result {
+        Ok(result) => result,
+        // The thread-local is being torn down: behave as a foreign thread.
+        Err(_) => (f.take().expect("called once"))(None),
+    }
+}

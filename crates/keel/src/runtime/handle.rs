@@ -1,0 +1,122 @@
+//! `Handle`: a cheap, cloneable reference to a runtime, for spawning and
+//! reading stats from anywhere.
+
+use std::fmt;
+use std::future::Future;
+use std::sync::Arc;
+
+use super::context;
+use crate::sched::{Class, Shared};
+use crate::stats::{self, Stats};
+use crate::JoinHandle;
+
+/// A reference to a running runtime. Clone it freely and send it to other
+/// threads; it does not keep the workers alive: once the [`Runtime`] is
+/// dropped, tasks spawned through a handle are cancelled at once.
+///
+/// [`Runtime`]: crate::Runtime
+#[derive(Clone)]
+pub struct Handle {
+    pub(crate) shared: Arc<Shared>,
+}
+
+impl Handle {
+    /// The runtime of the calling thread: a worker, or a thread inside
+    /// [`Runtime::block_on`](crate::Runtime::block_on).
+    ///
+    /// # Panics
+    ///
+    /// If the thread is not inside a keel runtime; see [`Handle::try_current`].
+    #[track_caller]
+    pub fn current() -> Handle {
+        match Handle::try_current() {
+            Some(handle) => handle,
+            None => panic!(
+                "not inside a keel runtime: call this from a task or from \
+                 Runtime::block_on, or spawn through a Handle"
+            ),
+        }
+    }
+
+    /// The runtime of the calling thread, if any.
+    pub fn try_current() -> Option<Handle> {
+        context::current()
+    }
+
+    /// Spawns a task in the class of the calling task when called from a
+    /// task of this runtime, and in [`Class::NORMAL`] otherwise.
+    pub fn spawn<F>(&self, future: F) -> JoinHandle<F::Output>
+    where
+        F: Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        let class = context::current_class(&self.shared).unwrap_or(Class::NORMAL);
+        self.shared.spawn(class, future)
+    }
+
+    /// Spawns a task in `class`.
+    ///
+    /// # Panics
+    ///
+    /// If `class` does not exist in this runtime (it came from another
+    /// runtime with more classes).
+    #[track_caller]
+    pub fn spawn_in<F>(&self, class: Class, future: F) -> JoinHandle<F::Output>
+    where
+        F: Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        let classes = self.shared.config.classes.len();
+        assert!(
+            class.index() < classes,
+            "class {} does not exist in this runtime, which has {classes} classes",
+            class.index()
+        );
+        self.shared.spawn(class, future)
+    }
+
+    /// The class called `name`, if this runtime defines it.
+    pub fn class(&self, name: &str) -> Option<Class> {
+        self.shared
+            .config
+            .classes
+            .iter()
+            .position(|c| c.name == name)
+            .map(|index| Class(index as u8))
+    }
+
+    /// The name of `class`, if it exists in this runtime.
+    pub fn class_name(&self, class: Class) -> Option<&str> {
+        let config = self.shared.config.classes.get(class.index())?;
+        Some(&config.name)
+    }
+
+    /// Number of worker threads.
+    pub fn workers(&self) -> usize {
+        self.shared.config.workers
+    }
+
+    /// Number of tasks spawned and not yet finished.
+    pub fn live_tasks(&self) -> usize {
+        self.shared.registry.len()
+    }
+
+    /// A snapshot of the runtime's accounting: per worker, where its wall
+    /// time went; per class, CPU time, polls and queue delay.
+    pub fn stats(&self) -> Stats {
+        stats::snapshot(&self.shared)
+    }
+
+    /// Whether this handle refers to `shared`'s runtime.
+    pub(crate) fn is(&self, shared: &Shared) -> bool {
+        std::ptr::eq(Arc::as_ptr(&self.shared), shared)
+    }
+}
+
+impl fmt::Debug for Handle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Handle")
+            .field("workers", &self.shared.config.workers)
+            .finish_non_exhaustive()
+    }
+}

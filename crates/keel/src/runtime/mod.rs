@@ -1,0 +1,192 @@
+//! The runtime: building it, entering it, and shutting it down.
+//!
+//! # Shutdown
+//!
+//! Dropping a [`Runtime`] shuts it down gracefully, in this order:
+//!
+//! 1. The task registry is closed: spawning from now on yields a
+//!    `JoinHandle` that resolves to a cancelled [`JoinError`].
+//! 2. Workers are told to stop and unparked; each finishes the poll it is
+//!    in (a task that never yields delays shutdown until it does) and
+//!    exits. Their threads are joined.
+//! 3. Every task still alive is woken, which moves it onto a queue, and
+//!    every queue is drained, dropping each task's future on the thread
+//!    that drops the runtime. This repeats until no task is left, so
+//!    nothing leaks and every `JoinHandle` resolves.
+//!
+//! [`JoinError`]: crate::JoinError
+
+mod builder;
+pub(crate) mod config;
+pub(crate) mod context;
+mod handle;
+
+pub use builder::{
+    Builder, SpinPolicy, DEFAULT_BULK_SHARES, DEFAULT_NORMAL_SHARES, DEFAULT_URGENT_SHARES,
+    SPIN_LONG, SPIN_MEDIUM, SPIN_SHORT,
+};
+pub use handle::Handle;
+
+use std::future::Future;
+use std::io;
+use std::pin::pin;
+use std::sync::Arc;
+use std::task::{Context, Poll, Wake, Waker};
+use std::thread;
+
+use crate::sched::{park::Parker, Class, Shared};
+use crate::stats::Stats;
+use crate::JoinHandle;
+use config::Config;
+
+/// A keel runtime: worker threads that run tasks by class and shares.
+///
+/// ```
+/// let rt = keel::Runtime::new().unwrap();
+/// let sum = rt.block_on(async {
+///     let tasks: Vec<_> = (0..10u64).map(|i| keel::spawn(async move { i * i })).collect();
+///     let mut sum = 0;
+///     for task in tasks {
+///         sum += task.await.unwrap();
+///     }
+///     sum
+/// });
+/// assert_eq!(sum, 285);
+/// ```
+pub struct Runtime {
+    handle: Handle,
+    threads: Vec<thread::JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for Runtime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Runtime")
+            .field("handle", &self.handle)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Runtime {
+    /// A builder with every default; see [`Builder`].
+    pub fn builder() -> Builder {
+        Builder::new()
+    }
+
+    /// A runtime with every default.
+    ///
+    /// # Errors
+    ///
+    /// If a worker thread cannot be spawned.
+    pub fn new() -> io::Result<Runtime> {
+        Builder::new().build()
+    }
+
+    fn start(config: Config) -> io::Result<Runtime> {
+        let (shared, locals) = Shared::new(config);
+        let handle = Handle { shared };
+        let mut runtime = Runtime {
+            handle,
+            threads: Vec::with_capacity(locals.len()),
+        };
+        for (index, local) in locals.into_iter().enumerate() {
+            let shared = runtime.handle.shared.clone();
+            let config = &shared.config;
+            let mut builder =
+                thread::Builder::new().name(format!("{}-{index}", config.thread_name));
+            if let Some(size) = config.stack_size {
+                builder = builder.stack_size(size);
+            }
+            // On failure, `runtime` drops here and stops the workers already started.
+            let thread = builder.spawn(move || crate::sched::run_worker(shared, index, local))?;
+            runtime.threads.push(thread);
+        }
+        Ok(runtime)
+    }
+
+    /// The runtime's handle.
+    pub fn handle(&self) -> &Handle {
+        &self.handle
+    }
+
+    /// Spawns a task in [`Class::NORMAL`]; see [`Handle::spawn`].
+    pub fn spawn<F>(&self, future: F) -> JoinHandle<F::Output>
+    where
+        F: Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        self.handle.spawn(future)
+    }
+
+    /// Spawns a task in `class`; see [`Handle::spawn_in`].
+    #[track_caller]
+    pub fn spawn_in<F>(&self, class: Class, future: F) -> JoinHandle<F::Output>
+    where
+        F: Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        self.handle.spawn_in(class, future)
+    }
+
+    /// A snapshot of the runtime's accounting; see [`Handle::stats`].
+    pub fn stats(&self) -> Stats {
+        self.handle.stats()
+    }
+
+    /// Runs `future` to completion on the calling thread, which is not a
+    /// worker: the future is polled here, and tasks it spawns run on the
+    /// workers. Inside, [`spawn`](crate::spawn) and [`Handle::current`]
+    /// refer to this runtime.
+    ///
+    /// # Panics
+    ///
+    /// When called on a worker thread: blocking a worker would stall every
+    /// task queued behind it. Await the future instead.
+    #[track_caller]
+    pub fn block_on<F: Future>(&self, future: F) -> F::Output {
+        assert!(
+            !context::is_worker(),
+            "Runtime::block_on called on a keel worker thread; await the future instead"
+        );
+        let _enter = context::enter(self.handle.clone());
+        let parker = Arc::new(ThreadParker(Parker::new()));
+        let waker = Waker::from(parker.clone());
+        let mut cx = Context::from_waker(&waker);
+        let mut future = pin!(future);
+        loop {
+            if let Poll::Ready(output) = future.as_mut().poll(&mut cx) {
+                return output;
+            }
+            parker.0.park();
+        }
+    }
+}
+
+impl Drop for Runtime {
+    fn drop(&mut self) {
+        let shared = &self.handle.shared;
+        shared.registry.close();
+        shared.stop_workers();
+        let current = thread::current().id();
+        for thread in self.threads.drain(..) {
+            // A task that drops its own runtime cannot join its own worker.
+            if thread.thread().id() != current {
+                let _ = thread.join();
+            }
+        }
+        let _enter = context::enter(self.handle.clone());
+        shared.drop_all_tasks();
+    }
+}
+
+/// Wakes a `block_on` thread.
+struct ThreadParker(Parker);
+
+impl Wake for ThreadParker {
+    fn wake(self: Arc<Self>) {
+        self.0.unpark();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.0.unpark();
+    }
+}

@@ -1,0 +1,320 @@
+//! The scheduler: queues, the worker loop, class selection, parking.
+//!
+//! # Queues
+//!
+//! Every worker owns one FIFO deque per class ([`Local`]); every class has
+//! one injector shared by all. A task woken on a worker of its runtime goes
+//! to that worker's deque of the task's class (it is likely hot in that
+//! core's cache); a task woken anywhere else goes to its class's injector.
+//! Idle workers steal half of a sibling's deque. Queues are
+//! `crossbeam-deque`'s; keel adds only the per-class split.
+//!
+//! # Notification
+//!
+//! Whoever makes a task runnable then calls [`Shared::notify_one`], which
+//! unparks at most one sleeping worker, and none while another worker is
+//! searching (see [`idle`]).
+//!
+//! # The LIFO slot
+//!
+//! A task woken by a task running on a worker goes into that worker's
+//! *LIFO slot*, not its deque: it is the likely receiver of a message that
+//! is hot in this core's cache, and it runs as soon as the current poll
+//! ends (if its class is the one picked). The slot is not stealable and
+//! filling it notifies nobody: waking a sibling just to steal one task
+//! would cost a futex wake and a cross-core hand-off per message. A task
+//! already in the slot is displaced to the back of its class's deque, and
+//! then a sibling is notified, since there is surplus work to share. At
+//! most [`worker::LIFO_STREAK`] slot tasks run in a row before the slot is
+//! flushed to the deque, so two tasks messaging each other cannot starve
+//! the rest. A task that yields goes to the back of its deque instead,
+//! without a notification. A newly spawned task goes to the back of its
+//! deque too, so tasks spawned in a row start in that order; a sibling is
+//! notified if the deque already held work.
+//!
+//! # The worker loop
+//!
+//! [`worker`] documents the stages of one iteration; the class picked is the
+//! one with the least virtual time among classes with work ([`class`]).
+
+pub(crate) mod class;
+pub(crate) mod idle;
+#[cfg(all(test, loom))]
+mod loom_tests;
+pub(crate) mod park;
+mod worker;
+
+pub use class::{Class, MAX_CLASSES};
+pub(crate) use worker::run_worker;
+
+use std::cell::Cell;
+use std::future::Future;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::Arc;
+
+use async_task::{ScheduleInfo, WithInfo};
+use crossbeam_deque::{Injector, Steal, Stealer, Worker as Deque};
+
+use crate::loom::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};
+use crate::runtime::config::Config;
+use crate::runtime::context;
+use crate::stats::account::WorkerMetrics;
+use crate::stats::clock::Clock;
+use crate::task::registry::Registry;
+use crate::task::{Guarded, JoinHandle, Runnable, TaskId, TaskMeta};
+use class::ClassClocks;
+use idle::Idle;
+use park::Parker;
+
+/// A worker's own queues, one per class. Lives in the worker thread's
+/// context so the schedule function can reach it; only that thread pushes
+/// and pops, others steal through [`Shared::stealers`].
+pub(crate) struct Local {
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) queues: Deques,
+    /// The task most recently woken by this worker's own tasks, run next if
+    /// its class is picked (see the module docs). Not stealable.
+    pub(crate) lifo: Cell<Option<Runnable>>,
+    /// Set when a task yields onto this worker's deque: the next pick
+    /// looks at the injector first, so a task that yields in a loop cannot
+    /// keep tasks woken from outside waiting (a yield promises that waiting
+    /// tasks of the class run first). Only the owner thread touches it.
+    pub(crate) yielded: Cell<bool>,
+}
+
+/// Why a task is being made runnable; decides where it goes on a worker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Placement {
+    /// Woken by an event: the LIFO slot.
+    Wake,
+    /// Woke itself while running: the back of its deque.
+    Yield,
+    /// Newly spawned: the back of its deque, so spawn order is run order.
+    Spawn,
+}
+
+/// One worker's deques, one per class, before its thread takes them.
+pub(crate) type Deques = Box<[Deque<Runnable>]>;
+
+/// Everything the workers of one runtime share.
+pub(crate) struct Shared {
+    pub(crate) config: Config,
+    pub(crate) clock: Clock,
+    pub(crate) clocks: ClassClocks,
+    /// One per class; anyone pushes, workers steal.
+    injectors: Box<[Injector<Runnable>]>,
+    /// `stealers[worker][class]`: the stealing end of each local deque.
+    stealers: Box<[Box<[Stealer<Runnable>]>]>,
+    pub(crate) idle: Idle,
+    /// One per worker; see [`park`].
+    parkers: Box<[Parker]>,
+    pub(crate) registry: Arc<Registry>,
+    /// One per worker; see [`crate::stats::account`].
+    pub(crate) metrics: Box<[Arc<WorkerMetrics>]>,
+    /// Set once, when the runtime is dropped.
+    stopping: AtomicBool,
+    next_id: AtomicU64,
+}
+
+impl Shared {
+    /// The shared state and, per worker, its class deques.
+    pub(crate) fn new(config: Config) -> (Arc<Shared>, Vec<Deques>) {
+        let classes = config.classes.len();
+        let locals: Vec<Deques> = (0..config.workers)
+            .map(|_| (0..classes).map(|_| Deque::new_fifo()).collect())
+            .collect();
+        let shared = Shared {
+            clock: Clock::new(),
+            clocks: ClassClocks::new(config.classes.iter().map(|c| c.shares)),
+            injectors: (0..classes).map(|_| Injector::new()).collect(),
+            stealers: locals
+                .iter()
+                .map(|queues| queues.iter().map(Deque::stealer).collect())
+                .collect(),
+            idle: Idle::new(config.workers),
+            parkers: (0..config.workers).map(|_| Parker::new()).collect(),
+            registry: Arc::new(Registry::new()),
+            metrics: (0..config.workers)
+                .map(|_| Arc::new(WorkerMetrics::new(classes)))
+                .collect(),
+            stopping: AtomicBool::new(false),
+            next_id: AtomicU64::new(1),
+            config,
+        };
+        (Arc::new(shared), locals)
+    }
+
+    /// Spawns `future` as a task of `class`.
+    pub(crate) fn spawn<F>(self: &Arc<Self>, class: Class, future: F) -> JoinHandle<F::Output>
+    where
+        F: Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let meta = TaskMeta::new(TaskId(id), class, self.clock.now());
+        let shared = self.clone();
+        let schedule = WithInfo(move |runnable: Runnable, info: ScheduleInfo| {
+            let placement = if info.woken_while_running {
+                Placement::Yield
+            } else {
+                Placement::Wake
+            };
+            shared.schedule(runnable, placement);
+        });
+        let make = |entry| {
+            let (runnable, task) = async_task::Builder::new()
+                .metadata(meta)
+                .spawn(move |_| Guarded::new(future, entry), schedule);
+            (runnable.waker(), (runnable, task))
+        };
+        match self.registry.insert(id, make) {
+            Ok((runnable, task)) => {
+                let handle = JoinHandle::new(task, runnable.waker());
+                self.schedule(runnable, Placement::Spawn);
+                handle
+            }
+            Err((runnable, task)) => {
+                // The runtime is shutting down: cancel at once.
+                let handle = JoinHandle::new(task, runnable.waker());
+                drop(runnable);
+                handle
+            }
+        }
+    }
+
+    /// Makes `runnable` runnable (see the module docs).
+    fn schedule(self: &Arc<Self>, runnable: Runnable, placement: Placement) {
+        let meta = runnable.metadata();
+        meta.scheduled_at.store(self.clock.now(), Ordering::Relaxed);
+        let class = meta.class.index();
+        let mut runnable = Some(runnable);
+        let surplus = context::with_local(|local| {
+            // Once stopping, everything goes to the injectors, where the
+            // shutdown drain looks, even when it runs on a worker.
+            let local = local.filter(|l| Arc::ptr_eq(&l.shared, self) && !self.is_stopping())?;
+            let runnable = runnable.take().expect("not yet placed");
+            let queue = &local.queues[class];
+            match placement {
+                Placement::Wake => {
+                    let displaced = local.lifo.replace(Some(runnable))?;
+                    local.queues[displaced.metadata().class.index()].push(displaced);
+                    Some(true)
+                }
+                Placement::Yield => {
+                    queue.push(runnable);
+                    local.yielded.set(true);
+                    Some(false)
+                }
+                Placement::Spawn => {
+                    let had_work = !queue.is_empty();
+                    queue.push(runnable);
+                    Some(had_work)
+                }
+            }
+        });
+        match (runnable, surplus) {
+            (Some(runnable), _) => {
+                self.injectors[class].push(runnable);
+                self.notify_one();
+            }
+            (None, Some(true)) => self.notify_one(),
+            (None, _) => {}
+        }
+    }
+
+    /// Unparks one sleeping worker if no worker is searching.
+    pub(crate) fn notify_one(&self) {
+        // Orders the push that precedes this call before the read of the
+        // idle state (the notifier's half of the protocol in `idle`).
+        fence(Ordering::SeqCst);
+        if let Some(worker) = self.idle.worker_to_notify() {
+            self.parkers[worker].unpark();
+        }
+    }
+
+    /// Whether any queue holds a task.
+    pub(crate) fn has_visible_work(&self) -> bool {
+        // Orders the worker's preceding state change before these reads
+        // (the worker's half of the protocol in `idle`).
+        fence(Ordering::SeqCst);
+        self.injectors.iter().any(|q| !q.is_empty())
+            || self.stealers.iter().flatten().any(|q| !q.is_empty())
+    }
+
+    /// Takes one task from `class`'s injector into `into`, with a batch.
+    fn steal_injector(&self, class: usize, into: &Deque<Runnable>) -> Option<Runnable> {
+        let injector = &self.injectors[class];
+        steal_until_settled(
+            || injector.is_empty(),
+            || injector.steal_batch_and_pop(into),
+        )
+    }
+
+    /// Takes half of `victim`'s `class` deque into `into`.
+    fn steal_from(&self, victim: usize, class: usize, into: &Deque<Runnable>) -> Option<Runnable> {
+        let stealer = &self.stealers[victim][class];
+        steal_until_settled(|| stealer.is_empty(), || stealer.steal_batch_and_pop(into))
+    }
+
+    pub(crate) fn is_stopping(&self) -> bool {
+        self.stopping.load(Ordering::Acquire)
+    }
+
+    /// Tells every worker to exit after its current poll.
+    pub(crate) fn stop_workers(&self) {
+        self.stopping.store(true, Ordering::SeqCst);
+        for parker in self.parkers.iter() {
+            parker.unpark();
+        }
+    }
+
+    /// Drops every remaining task (shutdown step 3 in `runtime`). Called
+    /// after the workers have exited.
+    pub(crate) fn drop_all_tasks(&self) {
+        // A task can only survive a round if it is being polled by a thread
+        // that was not joined (a runtime dropped from its own task); give up
+        // on those after a few rounds rather than spin forever.
+        let mut idle_rounds = 0;
+        while self.registry.len() > 0 && idle_rounds < 3 {
+            for waker in self.registry.wakers() {
+                waker.wake();
+            }
+            let mut dropped = 0;
+            while let Some(runnable) = self.pop_any() {
+                // A future whose destructor panics must not stop the others.
+                let _ = catch_unwind(AssertUnwindSafe(|| drop(runnable)));
+                dropped += 1;
+            }
+            idle_rounds = if dropped == 0 { idle_rounds + 1 } else { 0 };
+        }
+    }
+
+    fn pop_any(&self) -> Option<Runnable> {
+        let injectors = self.injectors.iter().map(|q| q.steal());
+        let locals = self.stealers.iter().flatten().map(|q| q.steal());
+        for steal in injectors.chain(locals) {
+            if let Steal::Success(runnable) = steal {
+                return Some(runnable);
+            }
+        }
+        None
+    }
+}
+
+/// Runs `steal` until it succeeds or the queue is empty: `Retry` only means
+/// another thief raced us, not that the queue has nothing.
+fn steal_until_settled(
+    is_empty: impl Fn() -> bool,
+    steal: impl Fn() -> Steal<Runnable>,
+) -> Option<Runnable> {
+    loop {
+        if is_empty() {
+            return None;
+        }
+        match steal() {
+            Steal::Success(runnable) => return Some(runnable),
+            Steal::Empty => return None,
+            Steal::Retry => continue,
+        }
+    }
+}

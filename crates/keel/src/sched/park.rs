@@ -1,0 +1,103 @@
+//! `Parker`: how one thread sleeps until another says there is work.
+//!
+//! A parker holds at most one *token*. [`Parker::unpark`] deposits it;
+//! [`Parker::park`] consumes it, blocking until it is there. Because the
+//! token survives until consumed, an unpark that races ahead of the park it
+//! is meant for is never lost: the park returns at once. A second unpark
+//! before the park is absorbed into the same token, so a parker wakes at
+//! most once per park however many notifiers raced.
+//!
+//! # Protocol
+//!
+//! `state` is one of `EMPTY`, `PARKED` or `NOTIFIED`:
+//!
+//! 1. `park`: swap `NOTIFIED → EMPTY` and return if a token was waiting.
+//!    Otherwise take the lock, move `EMPTY → PARKED` and wait on the
+//!    condition variable until `state` reads `NOTIFIED`, then reset it to
+//!    `EMPTY`. Spurious condvar wake-ups loop back to the wait.
+//! 2. `unpark`: swap the state to `NOTIFIED`. If it was `PARKED`, take the
+//!    lock (so the sleeper is certainly inside `wait`, not between its check
+//!    and its wait) and signal the condition variable.
+//!
+//! The lock is only taken when a thread really sleeps, so an unpark of a
+//! running worker costs one atomic swap.
+
+use crate::loom::lock;
+use crate::loom::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+use crate::loom::sync::{Condvar, Mutex};
+
+const EMPTY: usize = 0;
+const PARKED: usize = 1;
+const NOTIFIED: usize = 2;
+
+/// A one-token park/unpark primitive (see the module docs).
+#[derive(Debug)]
+pub(crate) struct Parker {
+    /// `EMPTY`, `PARKED` or `NOTIFIED`. Any thread may write.
+    state: AtomicUsize,
+    /// Held by a sleeper between its state change and its wait.
+    lock: Mutex<()>,
+    condvar: Condvar,
+}
+
+impl Parker {
+    pub(crate) fn new() -> Parker {
+        Parker {
+            state: AtomicUsize::new(EMPTY),
+            lock: Mutex::new(()),
+            condvar: Condvar::new(),
+        }
+    }
+
+    /// Blocks the calling thread until a token is available, then consumes it.
+    pub(crate) fn park(&self) {
+        if self
+            .state
+            .compare_exchange(NOTIFIED, EMPTY, SeqCst, SeqCst)
+            .is_ok()
+        {
+            return;
+        }
+        let mut guard = lock(&self.lock);
+        match self.state.compare_exchange(EMPTY, PARKED, SeqCst, SeqCst) {
+            Ok(_) => {}
+            Err(NOTIFIED) => {
+                // The token arrived between the fast path and the lock.
+                // (A swap, not a store: every access to `state` is a
+                // read-modify-write, so all of them form one chain.)
+                self.state.swap(EMPTY, SeqCst);
+                return;
+            }
+            Err(other) => unreachable!("parker in state {other} while its owner parks"),
+        }
+        loop {
+            guard = self
+                .condvar
+                .wait(guard)
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
+            if self
+                .state
+                .compare_exchange(NOTIFIED, EMPTY, SeqCst, SeqCst)
+                .is_ok()
+            {
+                return;
+            }
+            // Spurious wake-up: the state is still PARKED.
+        }
+    }
+
+    /// Deposits the token, waking the owner if it is parked.
+    pub(crate) fn unpark(&self) {
+        match self.state.swap(NOTIFIED, SeqCst) {
+            EMPTY | NOTIFIED => {}
+            PARKED => {
+                // Taking the lock orders this signal after the sleeper's
+                // `wait` began, so the signal cannot fall between its state
+                // change and its wait.
+                drop(lock(&self.lock));
+                self.condvar.notify_one();
+            }
+            other => unreachable!("parker in unknown state {other}"),
+        }
+    }
+}

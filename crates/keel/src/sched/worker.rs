@@ -1,0 +1,343 @@
+//! The worker loop.
+//!
+//! Each worker thread runs [`Worker::run`]. One iteration, in order:
+//!
+//! 1. **Stop?** If the runtime is stopping, publish the accounts and exit.
+//! 2. **Pick.** Order the classes by virtual time (the shared clock plus
+//!    this worker's unflushed charge) and take the first class that has a
+//!    task anywhere: this worker's LIFO slot, its deque, the class injector
+//!    (tried first every [`INJECTOR_INTERVAL`] picks and after a task
+//!    yielded, so tasks woken from outside are not starved by a busy local
+//!    deque), or a sibling's deque (steal half).
+//!    Classes found empty on the way are pulled up to the picked class's
+//!    virtual time if they lag (see [`class`](super::class)).
+//! 3. **Run.** Poll the task once (or drop it if it was aborted), with
+//!    panics contained. Charge the elapsed time to its class: locally, and
+//!    to the shared clock, scaled to CPU time, when the charge window of
+//!    [`CHARGE_WINDOW_NS`] ends. Account the poll and the task's queue
+//!    delay. Go to 1.
+//! 4. **Search, spin.** Nothing was found: become a searcher (notifiers
+//!    then leave the next wake to us). Spin for the policy's duration,
+//!    watching every queue; if work appears, go to 1.
+//! 5. **Park.** Flush charges and publish the accounts, register as parked,
+//!    re-check the queues if we were the last searcher (see
+//!    [`idle`](super::idle)), then sleep until notified. Go to 1.
+//!
+//! Every transition switches the accounting state at a timestamp the step
+//! takes anyway, so accounting costs two clock reads per poll.
+
+use std::cell::Cell;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::rc::Rc;
+use std::sync::Arc;
+
+use super::class::CHARGE_WINDOW_NS;
+use super::{Deques, Local, Shared, MAX_CLASSES};
+use crate::loom::sync::atomic::Ordering;
+use crate::runtime::context;
+use crate::stats::account::{Account, State};
+use crate::stats::clock::thread_cpu_ns;
+use crate::task::Runnable;
+use crate::Handle;
+
+/// Every this many picks, a worker looks at the class injector before its
+/// own deque. A prime, so it does not fall in step with periodic workloads.
+const INJECTOR_INTERVAL: u32 = 61;
+
+/// Spin-loop hints between two looks at the queues while spinning: about a
+/// microsecond, short next to any spin policy, long enough that the looks
+/// do not flood the queues' cache lines.
+const SPINS_PER_CHECK: u32 = 128;
+
+/// Most LIFO-slot tasks a worker runs in a row before it moves the slot's
+/// task to the back of its deque (see the LIFO slot in `sched`). Small: the
+/// slot exists for the hand-off of one message, not to run a chain.
+pub(crate) const LIFO_STREAK: u32 = 3;
+
+/// The body of worker thread `index`.
+pub(crate) fn run_worker(shared: Arc<Shared>, index: usize, queues: Deques) {
+    let local = Rc::new(Local {
+        shared: shared.clone(),
+        queues,
+        lifo: Cell::new(None),
+        yielded: Cell::new(false),
+    });
+    let _enter = context::enter(Handle {
+        shared: shared.clone(),
+    });
+    context::set_local(Some(local.clone()));
+    let now = shared.clock.now();
+    let classes = shared.config.classes.len();
+    let account = Account::start(shared.metrics[index].clone(), classes, now);
+    let mut worker = Worker {
+        shared,
+        local,
+        index,
+        account,
+        pending: [0; MAX_CLASSES],
+        window_wall: now,
+        window_cpu: thread_cpu_ns(),
+        searching: false,
+        ticks: 0,
+        lifo_streak: 0,
+        rng: 0x9E37_79B9_7F4A_7C15 ^ (index as u64 + 1),
+    };
+    worker.run();
+    // Leave the slot's task where shutdown will find it.
+    if let Some(runnable) = worker.local.lifo.take() {
+        worker.local.queues[runnable.metadata().class.index()].push(runnable);
+    }
+    context::set_local(None);
+}
+
+struct Worker {
+    shared: Arc<Shared>,
+    local: Rc<Local>,
+    index: usize,
+    account: Account,
+    /// Wall nanoseconds each class polled in the current charge window.
+    pending: [u64; MAX_CLASSES],
+    /// When the current charge window began, on the runtime clock.
+    window_wall: u64,
+    /// The thread CPU clock when the current charge window began.
+    window_cpu: u64,
+    /// Whether this worker is counted as searching in `Idle`.
+    searching: bool,
+    ticks: u32,
+    /// LIFO-slot tasks run in a row.
+    lifo_streak: u32,
+    rng: u64,
+}
+
+impl Worker {
+    fn run(&mut self) {
+        while !self.shared.is_stopping() {
+            if let Some(runnable) = self.pick() {
+                self.leave_searching();
+                self.run_task(runnable);
+                continue;
+            }
+            self.enter_searching();
+            if self.spin() {
+                continue;
+            }
+            self.park();
+        }
+        let now = self.shared.clock.now();
+        self.flush_charges(now);
+        self.account.switch(State::Search, now);
+        self.account.publish(now, true);
+    }
+
+    /// Step 2: the next task, from the class with the least virtual time
+    /// that has one.
+    fn pick(&mut self) -> Option<Runnable> {
+        let classes = self.shared.clocks.len();
+        let mut vtime = [u64::MAX; MAX_CLASSES];
+        for (class, slot) in vtime.iter_mut().enumerate().take(classes) {
+            let clocks = &self.shared.clocks;
+            *slot = clocks.vtime(class) + clocks.cost(class, self.pending[class]);
+        }
+        self.ticks = self.ticks.wrapping_add(1);
+        let injector_first = self.ticks % INJECTOR_INTERVAL == 0 || self.local.yielded.take();
+        if self.lifo_streak >= LIFO_STREAK {
+            self.lifo_streak = 0;
+            if let Some(runnable) = self.local.lifo.take() {
+                self.local.queues[runnable.metadata().class.index()].push(runnable);
+            }
+        }
+        let start = self.next_random() as usize;
+        let mut tried = 0u32;
+        for _ in 0..classes {
+            let class = (0..classes)
+                .filter(|c| tried & (1 << c) == 0)
+                .min_by_key(|&c| vtime[c])
+                .expect("an untried class remains");
+            tried |= 1 << class;
+            if let Some((runnable, from_lifo)) = self.find(class, injector_first, start) {
+                self.lifo_streak = if from_lifo { self.lifo_streak + 1 } else { 0 };
+                let empty = (0..classes).filter(|&c| c != class && tried & (1 << c) != 0);
+                for idle in empty {
+                    self.shared.clocks.pull_up(idle, vtime[class]);
+                }
+                return Some(runnable);
+            }
+        }
+        None
+    }
+
+    /// A task of `class` from anywhere this worker may take one, and
+    /// whether it came from the LIFO slot. `start` picks the first sibling
+    /// to steal from.
+    fn find(&self, class: usize, injector_first: bool, start: usize) -> Option<(Runnable, bool)> {
+        let shared = &*self.shared;
+        let deque = &self.local.queues[class];
+        if injector_first {
+            if let Some(runnable) = shared.steal_injector(class, deque) {
+                return Some((runnable, false));
+            }
+        }
+        if let Some(runnable) = self.local.lifo.take() {
+            if runnable.metadata().class.index() == class {
+                return Some((runnable, true));
+            }
+            self.local.lifo.set(Some(runnable));
+        }
+        if let Some(runnable) = deque.pop() {
+            return Some((runnable, false));
+        }
+        if let Some(runnable) = shared.steal_injector(class, deque) {
+            return Some((runnable, false));
+        }
+        let workers = shared.config.workers;
+        (0..workers)
+            .map(|i| start.wrapping_add(i) % workers)
+            .filter(|&victim| victim != self.index)
+            .find_map(|victim| shared.steal_from(victim, class, deque))
+            .map(|runnable| (runnable, false))
+    }
+
+    /// Step 3: polls `runnable` once and accounts for it.
+    fn run_task(&mut self, runnable: Runnable) {
+        let meta = runnable.metadata();
+        let class = meta.class;
+        let scheduled_at = meta.scheduled_at.load(Ordering::Relaxed);
+        let aborted = meta.is_aborted();
+
+        let start = self.shared.clock.now();
+        self.account.switch(State::Task(class.index()), start);
+        self.account
+            .poll(class.index(), start.saturating_sub(scheduled_at));
+        self.account.maybe_publish(start);
+
+        context::set_class(Some(class));
+        // Panics inside the future are caught by `Guarded`; what reaches
+        // here is a panic in a destructor, which must not end the worker.
+        let _ = catch_unwind(AssertUnwindSafe(|| {
+            if aborted {
+                drop(runnable);
+            } else {
+                runnable.run();
+            }
+        }));
+        context::set_class(None);
+
+        let end = self.shared.clock.now();
+        self.charge(class.index(), end.saturating_sub(start), end);
+        self.account.switch(State::Search, end);
+        self.account.maybe_publish(end);
+    }
+
+    /// Charges `ns` of polling to `class`, ending the charge window if it
+    /// is long enough.
+    fn charge(&mut self, class: usize, ns: u64, now: u64) {
+        self.pending[class] += ns;
+        if now.saturating_sub(self.window_wall) >= CHARGE_WINDOW_NS {
+            self.flush_charges(now);
+        }
+    }
+
+    /// Ends the charge window at `now`: charges every class its wall time
+    /// scaled by the window's CPU/wall ratio (see `class`).
+    fn flush_charges(&mut self, now: u64) {
+        let cpu = thread_cpu_ns();
+        let wall = now.saturating_sub(self.window_wall);
+        let used = cpu.saturating_sub(self.window_cpu);
+        for (class, pending) in self.pending.iter_mut().enumerate() {
+            if *pending == 0 {
+                continue;
+            }
+            let charged = if used < wall {
+                (u128::from(*pending) * u128::from(used) / u128::from(wall)) as u64
+            } else {
+                *pending
+            };
+            self.shared.clocks.charge(class, charged);
+            self.account.cpu(class, charged);
+            *pending = 0;
+        }
+        self.window_wall = now;
+        self.window_cpu = cpu;
+    }
+
+    fn enter_searching(&mut self) {
+        if !self.searching {
+            self.searching = true;
+            self.shared.idle.transition_to_searching();
+        }
+    }
+
+    fn leave_searching(&mut self) {
+        if self.searching {
+            self.searching = false;
+            if self.shared.idle.transition_from_searching() && self.shared.has_visible_work() {
+                self.shared.notify_one();
+            }
+        }
+    }
+
+    /// Step 4: busy-waits for work under the spin policy. Returns `true` if
+    /// work (or a stop request) appeared.
+    fn spin(&mut self) -> bool {
+        let limit = u64::try_from(self.shared.config.spin.as_nanos()).unwrap_or(u64::MAX);
+        if limit == 0 {
+            return false;
+        }
+        let clock = self.shared.clock;
+        let start = clock.now();
+        self.account.switch(State::Spin, start);
+        let found = loop {
+            for _ in 0..SPINS_PER_CHECK {
+                std::hint::spin_loop();
+            }
+            if self.shared.has_visible_work() || self.shared.is_stopping() {
+                break true;
+            }
+            if clock.now().saturating_sub(start) >= limit {
+                break false;
+            }
+        };
+        self.account.switch(State::Search, clock.now());
+        found
+    }
+
+    /// Step 5: sleeps until notified (see the module docs of `idle`).
+    fn park(&mut self) {
+        let now = self.shared.clock.now();
+        self.flush_charges(now);
+        let shared = &*self.shared;
+        self.account.switch(State::Parked, now);
+        self.account.publish(now, true);
+
+        let last_searcher = shared.idle.transition_to_parked(self.index, self.searching);
+        if last_searcher && shared.has_visible_work() {
+            shared.idle.unpark_self(self.index);
+        } else {
+            loop {
+                shared.parkers[self.index].park();
+                // A stale token from an earlier notification can end a park
+                // while we are still registered: sleep again.
+                if shared.is_stopping() || !shared.idle.is_parked(self.index) {
+                    break;
+                }
+            }
+        }
+        // Whoever took us out of the sleepers counted us as searching.
+        self.searching = true;
+        let now = shared.clock.now();
+        self.account.switch(State::Search, now);
+        // A charge window never spans a park.
+        self.window_wall = now;
+        self.window_cpu = thread_cpu_ns();
+    }
+
+    /// xorshift64: cheap, good enough to spread steal victims.
+    fn next_random(&mut self) -> u64 {
+        let mut x = self.rng;
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        self.rng = x;
+        x
+    }
+}

@@ -1,0 +1,260 @@
+//! Per-worker microstate accounting: where every nanosecond of a worker's
+//! wall time went.
+//!
+//! A worker is always in exactly one [`State`]. On every change it adds the
+//! time since the previous change to that state's counter, so the counters
+//! of a worker add up to its wall time by construction. The counters live
+//! in the worker's own [`Account`] (no locks on the hot path) and are
+//! *published* into the shared [`Published`] cell every [`PUBLISH_NS`] and
+//! before the worker parks.
+//!
+//! Between publications, every state change also stores the new state and
+//! the instant it began in one relaxed atomic ([`WorkerMetrics::current`]).
+//! A reader adds the running slice itself: from the publication to the
+//! current state's start it charges the published state, from there to now
+//! the current one. A worker parked for a minute, spinning, or stuck in a
+//! ten-second poll is thus reported in the right state without its
+//! cooperation, and the only error is the attribution of at most one
+//! publication interval.
+//!
+//! Queue delays (wake → first poll) are recorded into local histograms,
+//! merged into the shared ones every [`HISTOGRAM_PUBLISH_NS`] and before
+//! parking, because merging costs more than copying counters.
+
+use std::sync::Arc;
+
+use hdrhistogram::Histogram;
+
+use crate::loom::lock;
+use crate::loom::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use crate::loom::sync::Mutex;
+use crate::sched::MAX_CLASSES;
+
+/// How often a busy worker publishes its state counters (1 ms: a snapshot
+/// is at most that stale, at the cost of one uncontended lock per ms).
+pub(crate) const PUBLISH_NS: u64 = 1_000_000;
+
+/// How often a busy worker merges its queue-delay histograms (10 ms).
+pub(crate) const HISTOGRAM_PUBLISH_NS: u64 = 10_000_000;
+
+/// Longest queue delay recorded exactly (60 s); longer ones are clamped.
+const DELAY_MAX_NS: u64 = 60_000_000_000;
+
+/// Significant figures of the queue-delay histograms: 1% resolution.
+const DELAY_SIGFIG: u8 = 2;
+
+/// What a worker is doing. Each has a slot in the counters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum State {
+    /// Polling a task of this class (the index).
+    Task(usize),
+    /// Looking through queues for a task, and the scheduler's own overhead.
+    Search,
+    /// Busy-waiting for work under the spin policy.
+    Spin,
+    /// Asleep until notified.
+    Parked,
+}
+
+const SEARCH_SLOT: usize = MAX_CLASSES;
+const SPIN_SLOT: usize = MAX_CLASSES + 1;
+const PARKED_SLOT: usize = MAX_CLASSES + 2;
+/// Number of counters: one per class, then search, spin, parked.
+pub(crate) const SLOTS: usize = MAX_CLASSES + 3;
+
+/// Bits of [`WorkerMetrics::current`] that hold the start instant; the
+/// state's slot sits above them. 2^56 ns is over two years of uptime.
+const SINCE_BITS: u32 = 56;
+const SINCE_MASK: u64 = (1 << SINCE_BITS) - 1;
+
+impl State {
+    fn slot(self) -> usize {
+        match self {
+            State::Task(class) => class,
+            State::Search => SEARCH_SLOT,
+            State::Spin => SPIN_SLOT,
+            State::Parked => PARKED_SLOT,
+        }
+    }
+}
+
+pub(crate) fn new_delay_histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, DELAY_MAX_NS, DELAY_SIGFIG)
+        .expect("constant histogram bounds are valid")
+}
+
+/// What a worker has published; read by snapshots. Only the owning worker
+/// writes, under the lock.
+#[derive(Debug, Clone)]
+pub(crate) struct Published {
+    /// Nanoseconds since the runtime epoch when the worker started.
+    pub(crate) started: u64,
+    /// Nanoseconds per state slot, accounted up to `since`.
+    pub(crate) times: [u64; SLOTS],
+    /// Polls per class.
+    pub(crate) polls: [u64; MAX_CLASSES],
+    /// CPU nanoseconds per class (poll wall time scaled by the charge
+    /// window's CPU/wall ratio).
+    pub(crate) cpu: [u64; MAX_CLASSES],
+    /// Queue delay (ns) per class.
+    pub(crate) delays: Vec<Histogram<u64>>,
+    /// The state the worker was in at `since`.
+    pub(crate) state: State,
+    /// When `state` began: the end of what `times` covers.
+    pub(crate) since: u64,
+}
+
+impl Published {
+    /// Nanoseconds per slot up to `now`, given the worker's `current`
+    /// state word (see the module docs).
+    pub(crate) fn times_at(&self, current: u64, now: u64) -> [u64; SLOTS] {
+        let mut times = self.times;
+        let slot = (current >> SINCE_BITS) as usize;
+        let since = current & SINCE_MASK;
+        if since >= self.since && slot < SLOTS {
+            times[self.state.slot()] += since - self.since;
+            times[slot] += now.saturating_sub(since);
+        } else {
+            // Published after the word was read: the publication is newer.
+            times[self.state.slot()] += now.saturating_sub(self.since);
+        }
+        times
+    }
+
+    pub(crate) fn search_ns(times: &[u64; SLOTS]) -> u64 {
+        times[SEARCH_SLOT]
+    }
+
+    pub(crate) fn spin_ns(times: &[u64; SLOTS]) -> u64 {
+        times[SPIN_SLOT]
+    }
+
+    pub(crate) fn parked_ns(times: &[u64; SLOTS]) -> u64 {
+        times[PARKED_SLOT]
+    }
+}
+
+/// The shared side of one worker's accounting.
+#[derive(Debug)]
+pub(crate) struct WorkerMetrics {
+    published: Mutex<Published>,
+    /// The worker's state slot (top bits) and when it began (low
+    /// [`SINCE_BITS`]). Only the worker writes.
+    current: AtomicU64,
+}
+
+impl WorkerMetrics {
+    pub(crate) fn new(classes: usize) -> WorkerMetrics {
+        WorkerMetrics {
+            published: Mutex::new(Published {
+                started: 0,
+                times: [0; SLOTS],
+                polls: [0; MAX_CLASSES],
+                cpu: [0; MAX_CLASSES],
+                delays: (0..classes).map(|_| new_delay_histogram()).collect(),
+                state: State::Search,
+                since: 0,
+            }),
+            current: AtomicU64::new(encode(State::Search, 0)),
+        }
+    }
+
+    /// What the worker last published, and its current state word.
+    pub(crate) fn read(&self) -> (Published, u64) {
+        let published = lock(&self.published).clone();
+        (published, self.current.load(Relaxed))
+    }
+}
+
+fn encode(state: State, since: u64) -> u64 {
+    ((state.slot() as u64) << SINCE_BITS) | (since & SINCE_MASK)
+}
+
+/// The worker-local side: plain counters, published now and then.
+#[derive(Debug)]
+pub(crate) struct Account {
+    shared: Arc<WorkerMetrics>,
+    times: [u64; SLOTS],
+    polls: [u64; MAX_CLASSES],
+    cpu: [u64; MAX_CLASSES],
+    delays: Vec<Histogram<u64>>,
+    state: State,
+    since: u64,
+    last_publish: u64,
+    last_histogram_publish: u64,
+}
+
+impl Account {
+    /// Starts accounting at `now`, in the search state.
+    pub(crate) fn start(shared: Arc<WorkerMetrics>, classes: usize, now: u64) -> Account {
+        {
+            let mut published = lock(&shared.published);
+            published.started = now;
+            published.since = now;
+            published.state = State::Search;
+        }
+        shared.current.store(encode(State::Search, now), Relaxed);
+        Account {
+            shared,
+            times: [0; SLOTS],
+            polls: [0; MAX_CLASSES],
+            cpu: [0; MAX_CLASSES],
+            delays: (0..classes).map(|_| new_delay_histogram()).collect(),
+            state: State::Search,
+            since: now,
+            last_publish: now,
+            last_histogram_publish: now,
+        }
+    }
+
+    /// Enters `state` at `now`, charging the time since the last change to
+    /// the state being left.
+    pub(crate) fn switch(&mut self, state: State, now: u64) {
+        self.times[self.state.slot()] += now.saturating_sub(self.since);
+        self.state = state;
+        self.since = now;
+        self.shared.current.store(encode(state, now), Relaxed);
+    }
+
+    /// Counts one poll of `class` that waited `delay_ns` in its queue.
+    pub(crate) fn poll(&mut self, class: usize, delay_ns: u64) {
+        self.polls[class] += 1;
+        self.delays[class].saturating_record(delay_ns.clamp(1, DELAY_MAX_NS));
+    }
+
+    /// Adds `ns` of CPU time to `class`.
+    pub(crate) fn cpu(&mut self, class: usize, ns: u64) {
+        self.cpu[class] += ns;
+    }
+
+    /// Publishes if the last publication is older than [`PUBLISH_NS`].
+    pub(crate) fn maybe_publish(&mut self, now: u64) {
+        if now.saturating_sub(self.last_publish) >= PUBLISH_NS {
+            let histograms =
+                now.saturating_sub(self.last_histogram_publish) >= HISTOGRAM_PUBLISH_NS;
+            self.publish(now, histograms);
+        }
+    }
+
+    /// Publishes everything now (before parking, and at exit).
+    pub(crate) fn publish(&mut self, now: u64, histograms: bool) {
+        let mut published = lock(&self.shared.published);
+        published.times = self.times;
+        published.polls = self.polls;
+        published.cpu = self.cpu;
+        published.state = self.state;
+        published.since = self.since;
+        if histograms {
+            for (shared, local) in published.delays.iter_mut().zip(&mut self.delays) {
+                if !local.is_empty() {
+                    shared
+                        .add(&*local)
+                        .expect("histograms share bounds, so adding cannot fail");
+                    local.reset();
+                }
+            }
+            self.last_histogram_publish = now;
+        }
+        self.last_publish = now;
+    }
+}

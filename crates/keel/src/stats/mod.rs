@@ -1,0 +1,74 @@
+//! Accounting: where workers spend their time, what each class received,
+//! and how long tasks wait to run.
+//!
+//! Workers account for themselves (the `account` module); [`Handle::stats`] gathers
+//! what they published into a [`Stats`] snapshot.
+//!
+//! [`Handle::stats`]: crate::Handle::stats
+
+pub(crate) mod account;
+pub(crate) mod clock;
+mod snapshot;
+
+pub use snapshot::{ClassStats, QueueDelay, Stats, WorkerStats};
+
+use std::time::Duration;
+
+use crate::sched::Shared;
+use account::{new_delay_histogram, Published};
+
+/// Builds a snapshot from every worker's publication.
+pub(crate) fn snapshot(shared: &Shared) -> Stats {
+    let classes = shared.config.classes.len();
+    let read: Vec<(Published, u64)> = shared.metrics.iter().map(|m| m.read()).collect();
+    // Taken after the reads, so no published instant lies in the future.
+    let now = shared.clock.now();
+
+    let workers = read
+        .iter()
+        .enumerate()
+        .map(|(index, (p, current))| {
+            let times = p.times_at(*current, now);
+            WorkerStats {
+                index,
+                started: Duration::from_nanos(p.started),
+                task: times[..classes]
+                    .iter()
+                    .map(|&ns| Duration::from_nanos(ns))
+                    .collect(),
+                search: Duration::from_nanos(Published::search_ns(&times)),
+                spin: Duration::from_nanos(Published::spin_ns(&times)),
+                parked: Duration::from_nanos(Published::parked_ns(&times)),
+                polls: p.polls[..classes].to_vec(),
+            }
+        })
+        .collect::<Vec<_>>();
+
+    let classes = shared
+        .config
+        .classes
+        .iter()
+        .enumerate()
+        .map(|(index, class)| {
+            let mut histogram = new_delay_histogram();
+            for (p, _) in &read {
+                histogram
+                    .add(&p.delays[index])
+                    .expect("histograms share bounds, so adding cannot fail");
+            }
+            ClassStats {
+                name: class.name.clone(),
+                shares: class.shares,
+                cpu: Duration::from_nanos(read.iter().map(|(p, _)| p.cpu[index]).sum()),
+                polls: workers.iter().map(|w| w.polls[index]).sum(),
+                queue_delay: QueueDelay { histogram },
+            }
+        })
+        .collect();
+
+    Stats {
+        elapsed: Duration::from_nanos(now),
+        workers,
+        classes,
+    }
+}

@@ -1,0 +1,153 @@
+//! The value types that [`Handle::stats`](crate::Handle::stats) returns.
+
+use std::time::Duration;
+
+use hdrhistogram::Histogram;
+
+/// A snapshot of a runtime's accounting since it started.
+///
+/// Counters are cumulative; subtract two snapshots to see an interval (see
+/// [`WorkerStats::since`] and [`ClassStats::cpu`]). Each busy worker
+/// publishes its counters every millisecond and its queue-delay histograms
+/// every 10 ms, and a parking worker publishes everything before it
+/// sleeps, so a snapshot is at most that stale.
+#[derive(Debug, Clone)]
+pub struct Stats {
+    /// Time since the runtime was built.
+    pub elapsed: Duration,
+    /// One entry per worker, by index.
+    pub workers: Vec<WorkerStats>,
+    /// One entry per class, by [`Class::index`](crate::Class::index).
+    pub classes: Vec<ClassStats>,
+}
+
+/// Where one worker's wall time went. The states add up to
+/// [`WorkerStats::wall`], the time since the worker started.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WorkerStats {
+    /// The worker's index.
+    pub index: usize,
+    /// When the worker thread began its loop, since the runtime was built.
+    pub started: Duration,
+    /// Time spent polling tasks, per class (indexed like [`Stats::classes`]).
+    pub task: Vec<Duration>,
+    /// Time spent looking for work in queues, and the scheduler's overhead
+    /// between polls.
+    pub search: Duration,
+    /// Time spent busy-waiting for work under the spin policy.
+    pub spin: Duration,
+    /// Time spent asleep.
+    pub parked: Duration,
+    /// Polls, per class.
+    pub polls: Vec<u64>,
+}
+
+impl WorkerStats {
+    /// Time spent polling tasks, all classes together.
+    pub fn busy(&self) -> Duration {
+        self.task.iter().sum()
+    }
+
+    /// The sum of all states: the wall time the worker has accounted.
+    pub fn wall(&self) -> Duration {
+        self.busy() + self.search + self.spin + self.parked
+    }
+
+    /// Busy time over wall time, in `0.0..=1.0`.
+    pub fn utilization(&self) -> f64 {
+        ratio(self.busy(), self.wall())
+    }
+
+    /// What happened between `earlier` and `self` (two snapshots of the
+    /// same worker).
+    pub fn since(&self, earlier: &WorkerStats) -> WorkerStats {
+        WorkerStats {
+            index: self.index,
+            started: self.started,
+            task: self
+                .task
+                .iter()
+                .zip(&earlier.task)
+                .map(|(now, then)| now.saturating_sub(*then))
+                .collect(),
+            search: self.search.saturating_sub(earlier.search),
+            spin: self.spin.saturating_sub(earlier.spin),
+            parked: self.parked.saturating_sub(earlier.parked),
+            polls: self
+                .polls
+                .iter()
+                .zip(&earlier.polls)
+                .map(|(now, then)| now.saturating_sub(*then))
+                .collect(),
+        }
+    }
+}
+
+/// One class's configuration and what it received.
+#[derive(Debug, Clone)]
+pub struct ClassStats {
+    /// The class's name.
+    pub name: String,
+    /// The class's configured shares.
+    pub shares: u32,
+    /// CPU time its tasks received, all workers together: the wall time of
+    /// their polls less any time the OS preempted the worker meanwhile.
+    /// Lags the workers' task time by up to 100 µs per busy worker.
+    pub cpu: Duration,
+    /// Polls of its tasks, all workers together.
+    pub polls: u64,
+    /// How long its tasks waited between being woken and being polled.
+    pub queue_delay: QueueDelay,
+}
+
+/// A distribution of queue delays (wake → first poll), with 1% resolution.
+#[derive(Debug, Clone)]
+pub struct QueueDelay {
+    pub(crate) histogram: Histogram<u64>,
+}
+
+impl QueueDelay {
+    /// Number of recorded delays.
+    pub fn count(&self) -> u64 {
+        self.histogram.len()
+    }
+
+    /// The delay at quantile `q` (in `0.0..=1.0`); zero when empty.
+    pub fn quantile(&self, q: f64) -> Duration {
+        if self.histogram.is_empty() {
+            return Duration::ZERO;
+        }
+        Duration::from_nanos(self.histogram.value_at_quantile(q.clamp(0.0, 1.0)))
+    }
+
+    /// The median delay.
+    pub fn p50(&self) -> Duration {
+        self.quantile(0.50)
+    }
+
+    /// The 99th percentile delay.
+    pub fn p99(&self) -> Duration {
+        self.quantile(0.99)
+    }
+
+    /// The longest delay.
+    pub fn max(&self) -> Duration {
+        if self.histogram.is_empty() {
+            return Duration::ZERO;
+        }
+        Duration::from_nanos(self.histogram.max())
+    }
+
+    /// The mean delay.
+    pub fn mean(&self) -> Duration {
+        Duration::from_nanos(self.histogram.mean() as u64)
+    }
+}
+
+fn ratio(part: Duration, whole: Duration) -> f64 {
+    if whole.is_zero() {
+        0.0
+    } else {
+        part.as_secs_f64() / whole.as_secs_f64()
+    }
+}

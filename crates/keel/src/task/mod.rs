@@ -1,0 +1,135 @@
+//! Tasks: what the scheduler runs, and the handles users hold.
+//!
+//! A keel task is an [`async_task`] task whose metadata is a [`TaskMeta`]:
+//! its id, its class, the time it was last scheduled (for the queue-delay
+//! histogram) and its abort flag. `async_task` owns the allocation, the
+//! reference counts and the waker protocol; keel adds only what is its own:
+//!
+//! - the future is wrapped in [`Guarded`], which catches panics (they reach
+//!   the [`JoinHandle`] as a panicked [`JoinError`], never the worker) and
+//!   removes the task from the runtime's [`registry::Registry`] when the
+//!   future is dropped;
+//! - aborting sets the flag and wakes the task; a worker that picks up an
+//!   aborted task drops its `Runnable` instead of polling it, which drops
+//!   the future and resolves the `JoinHandle` to a cancelled [`JoinError`].
+//!
+//! Dropping a [`JoinHandle`] detaches the task: it runs to completion and
+//! its output is dropped. This is what users of other Rust runtimes expect.
+
+mod join;
+pub(crate) mod registry;
+mod yield_now;
+
+pub use join::{JoinError, JoinHandle};
+pub use yield_now::{yield_now, YieldNow};
+
+use std::any::Any;
+use std::future::Future;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use crate::loom::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use crate::sched::Class;
+
+/// The scheduler's unit of work: the right to poll one task once.
+pub(crate) type Runnable = async_task::Runnable<TaskMeta>;
+
+/// A task's identity, unique within its runtime and never reused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TaskId(pub(crate) u64);
+
+impl TaskId {
+    /// The id as a number (ids count up from 1 in spawn order).
+    pub fn as_u64(self) -> u64 {
+        self.0
+    }
+}
+
+impl std::fmt::Display for TaskId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+/// What keel stores beside every task. Read by any thread holding the
+/// `Runnable` or the `JoinHandle`.
+#[derive(Debug)]
+pub(crate) struct TaskMeta {
+    pub(crate) id: TaskId,
+    pub(crate) class: Class,
+    /// Nanoseconds since the runtime's epoch at the last schedule. Written
+    /// by whoever schedules the task, read by the worker that polls it.
+    pub(crate) scheduled_at: AtomicU64,
+    /// Set once by `JoinHandle::abort`; read by workers before polling.
+    pub(crate) aborted: AtomicBool,
+}
+
+impl TaskMeta {
+    pub(crate) fn new(id: TaskId, class: Class, now: u64) -> TaskMeta {
+        TaskMeta {
+            id,
+            class,
+            scheduled_at: AtomicU64::new(now),
+            aborted: AtomicBool::new(false),
+        }
+    }
+
+    pub(crate) fn is_aborted(&self) -> bool {
+        self.aborted.load(Ordering::Acquire)
+    }
+}
+
+/// A panic payload carried from a task to its `JoinHandle`.
+pub(crate) type Panic = Box<dyn Any + Send + 'static>;
+
+/// The future a keel task really runs: the user's future, with its panics
+/// caught and its registry entry released when it is dropped.
+///
+/// `async_task` drops a task's future inside its own code (after the last
+/// poll, when a task is aborted or cancelled), where a panic unwinding
+/// would abort the process. So `Guarded` drops the user's future itself,
+/// under `catch_unwind`, and a panicking destructor costs only its own
+/// task: the panic is discarded and the task counts as finished.
+pub(crate) struct Guarded<F> {
+    /// `Some` until dropped. Structurally pinned: never moved while `Some`.
+    future: Option<F>,
+    _entry: registry::Entry,
+}
+
+impl<F> Guarded<F> {
+    pub(crate) fn new(future: F, entry: registry::Entry) -> Guarded<F> {
+        Guarded {
+            future: Some(future),
+            _entry: entry,
+        }
+    }
+}
+
+impl<F> Drop for Guarded<F> {
+    fn drop(&mut self) {
+        // Assigning `None` drops the future in place, without moving it,
+        // as pinning requires.
+        let _ = catch_unwind(AssertUnwindSafe(|| self.future = None));
+    }
+}
+
+impl<F: Future> Future for Guarded<F> {
+    type Output = Result<F::Output, JoinError>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        // SAFETY: `future` is structurally pinned: it is never moved out of
+        // `self` (the only place that replaces it is `Drop`, which drops it
+        // in place), and `Guarded` is not `Unpin` unless `F` is.
+        let future = unsafe { self.map_unchecked_mut(|this| &mut this.future) };
+        let Some(future) = future.as_pin_mut() else {
+            // Only reachable if polled after its own `Drop`, which cannot be.
+            return Poll::Pending;
+        };
+        match catch_unwind(AssertUnwindSafe(|| future.poll(cx))) {
+            Ok(Poll::Pending) => Poll::Pending,
+            Ok(Poll::Ready(output)) => Poll::Ready(Ok(output)),
+            Err(panic) => Poll::Ready(Err(JoinError::panicked(panic))),
+        }
+    }
+}

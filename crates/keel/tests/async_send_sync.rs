@@ -1,0 +1,50 @@
+//! Compile-time checks that keel's public types can cross threads: the
+//! runtime, its handle, join handles and errors, stats and the builder's
+//! types are all `Send + Sync` (and `JoinHandle` is `Unpin`, so it can be
+//! polled without pinning). A regression fails to compile; the single test
+//! only makes the file count as a test target.
+
+use keel::stats::{ClassStats, QueueDelay, Stats, WorkerStats};
+use keel::{Builder, Class, Handle, JoinError, JoinHandle, Runtime, SpinPolicy, TaskId, YieldNow};
+
+fn is_send<T: Send>() {}
+fn is_sync<T: Sync>() {}
+fn is_send_sync<T: Send + Sync>() {
+    is_send::<T>();
+    is_sync::<T>();
+}
+fn is_unpin<T: Unpin>() {}
+
+/// Every check, as a function so that the test can call it.
+fn assert_public_types_are_send_and_sync() {
+    is_send_sync::<Runtime>();
+    is_send_sync::<Handle>();
+    is_send_sync::<JoinHandle<i32>>();
+    is_send_sync::<JoinHandle<()>>();
+    is_send_sync::<JoinError>();
+    is_send_sync::<Stats>();
+    is_send_sync::<WorkerStats>();
+    is_send_sync::<ClassStats>();
+    is_send_sync::<QueueDelay>();
+    is_send_sync::<Class>();
+    is_send_sync::<TaskId>();
+    is_send_sync::<Builder>();
+    is_send_sync::<SpinPolicy>();
+    is_send_sync::<YieldNow>();
+    is_unpin::<JoinHandle<i32>>();
+    // A JoinHandle can be awaited from another thread's future.
+    is_send::<JoinHandle<String>>();
+}
+
+/// `JoinError` is a thread-safe error: it boxes into `Box<dyn Error + Send
+/// + Sync>` and converts into `io::Error`, so `?` works in threaded code.
+fn join_error_converts_into_threadsafe_errors() {
+    let _boxed: fn(JoinError) -> Box<dyn std::error::Error + Send + Sync> = |e| Box::new(e);
+    let _io: fn(JoinError) -> std::io::Error = std::io::Error::from;
+}
+
+#[test]
+fn public_types_are_send_and_sync() {
+    assert_public_types_are_send_and_sync();
+    join_error_converts_into_threadsafe_errors();
+}

@@ -1,0 +1,147 @@
+//! Every worker accounts all of its wall time, in the right state.
+
+#[macro_use]
+mod support;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use keel::{Class, Runtime, SpinPolicy};
+use support::busy_for;
+
+/// Allowed gap between a worker's states and the wall time, as a fraction.
+const TOLERANCE: f64 = 0.01;
+
+rt_test! {
+    fn states_add_up_to_wall_time(rt) {
+        // Busy, then idle (parked or spinning), then yield-heavy.
+        rt.block_on(async {
+            let tasks: Vec<_> = (0..4)
+                .map(|_| keel::spawn(async { busy_for(Duration::from_millis(100)) }))
+                .collect();
+            for task in tasks {
+                task.await.unwrap();
+            }
+        });
+        std::thread::sleep(Duration::from_millis(150));
+        rt.block_on(async {
+            let tasks: Vec<_> = (0..8)
+                .map(|_| {
+                    keel::spawn(async {
+                        for _ in 0..2_000 {
+                            keel::yield_now().await;
+                        }
+                    })
+                })
+                .collect();
+            for task in tasks {
+                task.await.unwrap();
+            }
+        });
+        std::thread::sleep(Duration::from_millis(100));
+        let stats = rt.stats();
+        for worker in &stats.workers {
+            let states = worker.wall().as_secs_f64();
+            let wall = (stats.elapsed - worker.started).as_secs_f64();
+            eprintln!("worker {}: states {states:.4}s, wall {wall:.4}s: {worker:?}", worker.index);
+            assert!(
+                (states - wall).abs() <= wall * TOLERANCE,
+                "worker {}: states add up to {states:.4}s, its wall time is {wall:.4}s",
+                worker.index
+            );
+        }
+    }
+}
+
+#[test]
+fn runtime_clock_agrees_with_an_outside_clock() {
+    let started = Instant::now();
+    let rt = Runtime::builder().workers(2).build().unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let stats = rt.stats();
+    let outside = started.elapsed();
+    assert!(stats.elapsed <= outside);
+    assert!(stats.elapsed.as_secs_f64() >= outside.as_secs_f64() * (1.0 - TOLERANCE));
+    for worker in &stats.workers {
+        let states = worker.wall().as_secs_f64();
+        let wall = outside.as_secs_f64() - worker.started.as_secs_f64();
+        assert!(
+            (states - wall).abs() <= wall * TOLERANCE,
+            "worker {}: {states:.4}s accounted in {wall:.4}s since it started",
+            worker.index
+        );
+    }
+}
+
+#[test]
+fn an_idle_worker_that_only_spins_reports_spin_not_task() {
+    let rt = Runtime::builder()
+        .workers(1)
+        .spin(SpinPolicy::Custom(Duration::from_secs(5)))
+        .build()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let worker = &rt.stats().workers[0];
+    eprintln!("{worker:?}");
+    assert_eq!(worker.busy(), Duration::ZERO, "no task ran");
+    assert_eq!(worker.parked, Duration::ZERO, "the worker never parked");
+    assert!(
+        worker.spin.as_secs_f64() >= worker.wall().as_secs_f64() * 0.9,
+        "a spinning worker reports {:?} of spin in {:?}",
+        worker.spin,
+        worker.wall()
+    );
+}
+
+#[test]
+fn a_worker_inside_a_long_poll_reports_task_time_of_its_class() {
+    let rt = Runtime::builder()
+        .workers(1)
+        .spin(SpinPolicy::None)
+        .build()
+        .unwrap();
+    let release = Arc::new(AtomicBool::new(false));
+    let task = {
+        let release = release.clone();
+        rt.spawn_in(Class::BULK, async move {
+            // One poll that blocks its worker until released.
+            while !release.load(Ordering::Relaxed) {
+                std::hint::spin_loop();
+            }
+        })
+    };
+    std::thread::sleep(Duration::from_millis(50));
+    let before = rt.stats().workers[0].clone();
+    std::thread::sleep(Duration::from_millis(300));
+    let during = rt.stats().workers[0].since(&before);
+    release.store(true, Ordering::Relaxed);
+    rt.block_on(task).unwrap();
+    eprintln!("during the poll: {during:?}");
+    let bulk = during.task[Class::BULK.index()];
+    assert!(
+        bulk.as_secs_f64() >= during.wall().as_secs_f64() * 0.95,
+        "bulk task time {bulk:?} over {:?} of a poll in progress",
+        during.wall()
+    );
+    assert_eq!(during.polls[Class::BULK.index()], 0, "still the same poll");
+}
+
+#[test]
+fn an_idle_worker_without_spin_reports_parked() {
+    let rt = Runtime::builder()
+        .workers(2)
+        .spin(SpinPolicy::None)
+        .build()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    for worker in rt.stats().workers {
+        assert!(
+            worker.parked.as_secs_f64() >= worker.wall().as_secs_f64() * 0.9,
+            "an idle worker reports {:?} parked in {:?}",
+            worker.parked,
+            worker.wall()
+        );
+        assert_eq!(worker.spin, Duration::ZERO);
+    }
+}

@@ -1,0 +1,113 @@
+//! An urgent task waits at most about one poll, however full the bulk
+//! queue is.
+//!
+//! Two workers are saturated by sixteen bulk tasks polling 100 µs at a
+//! time. A plain thread wakes an urgent task every millisecond; the urgent
+//! class has the least virtual time, so whichever worker finishes its bulk
+//! poll first takes the urgent task. Its queue delay (wake → first poll),
+//! as keel reports it and as the test measures it independently, must stay
+//! below three poll lengths at p99. One test in this file, so nothing else
+//! competes for the cores.
+
+#[macro_use]
+mod support;
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use keel::{Class, Runtime};
+use support::{busy_for, Signal};
+
+const POLL: Duration = Duration::from_micros(100);
+const WAKES: usize = 1000;
+
+#[test]
+fn urgent_queue_delay_stays_below_three_bulk_polls() {
+    let rt = Runtime::builder().workers(2).build().unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    for _ in 0..16 {
+        let stop = stop.clone();
+        rt.spawn_in(Class::BULK, async move {
+            while !stop.load(Ordering::Relaxed) {
+                busy_for(POLL);
+                keel::yield_now().await;
+            }
+        });
+    }
+
+    let epoch = Instant::now();
+    let signal = Arc::new(Signal::default());
+    let woken_at = Arc::new(AtomicU64::new(0));
+    let delays = Arc::new(Mutex::new(Vec::with_capacity(WAKES)));
+    let done = Arc::new(Signal::default());
+    let urgent = {
+        let (signal, woken_at, delays, done) = (
+            signal.clone(),
+            woken_at.clone(),
+            delays.clone(),
+            done.clone(),
+        );
+        rt.spawn_in(Class::URGENT, async move {
+            for _ in 0..WAKES {
+                signal.wait().await;
+                let now = epoch.elapsed().as_nanos() as u64;
+                let delay = now - woken_at.load(Ordering::SeqCst);
+                delays.lock().unwrap().push(delay);
+                done.notify();
+            }
+        })
+    };
+
+    // The waker: a plain thread, so its own wake-ups are not what is measured.
+    let before = rt.stats();
+    support::within(Duration::from_secs(60), move || {
+        for _ in 0..WAKES {
+            std::thread::sleep(Duration::from_millis(1));
+            woken_at.store(epoch.elapsed().as_nanos() as u64, Ordering::SeqCst);
+            signal.notify();
+            // Wait for the urgent task to run before the next wake.
+            while !done.set_and_clear() {
+                std::thread::yield_now();
+            }
+        }
+    });
+    rt.block_on(urgent).unwrap();
+    // Histograms are published every 10 ms by busy workers.
+    std::thread::sleep(Duration::from_millis(50));
+    let after = rt.stats();
+    stop.store(true, Ordering::Relaxed);
+
+    let mut measured = delays.lock().unwrap().clone();
+    measured.sort_unstable();
+    let measured_p99 = Duration::from_nanos(measured[measured.len() * 99 / 100]);
+    let reported = &after.classes[Class::URGENT.index()].queue_delay;
+    let urgent_polls = after.classes[0].polls - before.classes[0].polls;
+    eprintln!(
+        "urgent queue delay: measured p50 {:?} p99 {:?}; keel p50 {:?} p99 {:?} over {} polls; bulk poll {:?}",
+        Duration::from_nanos(measured[measured.len() / 2]),
+        measured_p99,
+        reported.p50(),
+        reported.p99(),
+        reported.count(),
+        POLL
+    );
+    assert!(
+        urgent_polls >= WAKES as u64,
+        "the urgent task ran {urgent_polls} times"
+    );
+    assert!(
+        reported.count() >= WAKES as u64,
+        "keel recorded {} urgent delays",
+        reported.count()
+    );
+    assert!(
+        measured_p99 < POLL * 3,
+        "measured urgent p99 {measured_p99:?} is not below 3 bulk polls"
+    );
+    assert!(
+        reported.p99() < POLL * 3,
+        "keel's urgent p99 {:?} is not below 3 bulk polls",
+        reported.p99()
+    );
+}

@@ -1,0 +1,123 @@
+//! Classes share the CPU by their shares, measured in CPU time, whatever
+//! the number of tasks and the length of their polls.
+//!
+//! Three always-busy classes with the default shares (urgent 16, normal 33,
+//! bulk 50) on two workers: urgent with a few 100 µs polls, normal with a
+//! thousand 10 µs polls, bulk with two tasks of 1 ms polls. Every poll
+//! measures its own thread CPU time, so the split checked is not keel's
+//! bookkeeping but what the tasks really received. This file holds one
+//! test so that nothing else competes for the two cores while it runs.
+
+#[macro_use]
+mod support;
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use keel::{Class, Runtime, SpinPolicy};
+use support::{busy_for, thread_cpu_ns};
+
+/// Allowed distance from the configured split, in percentage points.
+const TOLERANCE_PP: f64 = 3.0;
+
+fn spawn_busy(
+    rt: &Runtime,
+    class: Class,
+    tasks: usize,
+    poll: Duration,
+    stop: &Arc<AtomicBool>,
+    cpu: &Arc<AtomicU64>,
+) {
+    for _ in 0..tasks {
+        let (stop, cpu) = (stop.clone(), cpu.clone());
+        rt.spawn_in(class, async move {
+            while !stop.load(Ordering::Relaxed) {
+                let start = thread_cpu_ns();
+                busy_for(poll);
+                cpu.fetch_add(thread_cpu_ns() - start, Ordering::Relaxed);
+                keel::yield_now().await;
+            }
+        });
+    }
+}
+
+fn split(cpu: &[u64]) -> Vec<f64> {
+    let total: u64 = cpu.iter().sum();
+    cpu.iter()
+        .map(|&c| 100.0 * c as f64 / total as f64)
+        .collect()
+}
+
+#[test]
+fn cpu_split_follows_shares_regardless_of_task_count_and_poll_length() {
+    let rt = Runtime::builder()
+        .workers(2)
+        .spin(SpinPolicy::Short)
+        .build()
+        .unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let cpu: Vec<Arc<AtomicU64>> = (0..3).map(|_| Arc::new(AtomicU64::new(0))).collect();
+    spawn_busy(
+        &rt,
+        Class::URGENT,
+        4,
+        Duration::from_micros(100),
+        &stop,
+        &cpu[0],
+    );
+    spawn_busy(
+        &rt,
+        Class::NORMAL,
+        1000,
+        Duration::from_micros(10),
+        &stop,
+        &cpu[1],
+    );
+    spawn_busy(
+        &rt,
+        Class::BULK,
+        2,
+        Duration::from_millis(1),
+        &stop,
+        &cpu[2],
+    );
+
+    let read = |cpu: &[Arc<AtomicU64>]| -> Vec<u64> {
+        cpu.iter().map(|c| c.load(Ordering::Relaxed)).collect()
+    };
+    std::thread::sleep(Duration::from_millis(300));
+    let (before, stats_before) = (read(&cpu), rt.stats());
+    std::thread::sleep(Duration::from_secs(2));
+    let (after, stats_after) = (read(&cpu), rt.stats());
+    stop.store(true, Ordering::Relaxed);
+
+    let measured: Vec<u64> = after.iter().zip(&before).map(|(a, b)| a - b).collect();
+    let reported: Vec<u64> = stats_after
+        .classes
+        .iter()
+        .zip(&stats_before.classes)
+        .map(|(a, b)| (a.cpu - b.cpu).as_nanos() as u64)
+        .collect();
+    let shares: Vec<u64> = stats_after
+        .classes
+        .iter()
+        .map(|c| u64::from(c.shares))
+        .collect();
+    let (measured, reported, expected) = (split(&measured), split(&reported), split(&shares));
+    eprintln!("split %: expected {expected:.1?}, measured {measured:.1?}, reported {reported:.1?}");
+    for class in 0..3 {
+        assert!(
+            (measured[class] - expected[class]).abs() <= TOLERANCE_PP,
+            "class {class}: measured {:.1}% of CPU, expected {:.1}% ± {TOLERANCE_PP}",
+            measured[class],
+            expected[class]
+        );
+        assert!(
+            (reported[class] - expected[class]).abs() <= TOLERANCE_PP,
+            "class {class}: keel reports {:.1}% of CPU, expected {:.1}% ± {TOLERANCE_PP}",
+            reported[class],
+            expected[class]
+        );
+    }
+}

@@ -1,0 +1,173 @@
+//! Helpers shared by the integration tests.
+
+#![allow(dead_code)]
+
+use keel::{Runtime, SpinPolicy};
+
+/// Every spin policy a runtime test runs under.
+pub const SPINS: [SpinPolicy; 4] = [
+    SpinPolicy::None,
+    SpinPolicy::Short,
+    SpinPolicy::Medium,
+    SpinPolicy::Long,
+];
+
+/// How long one runtime test may take before it counts as hung.
+pub const TEST_LIMIT: Duration = Duration::from_secs(120);
+
+/// Builds a runtime with `workers` workers and `spin`, and runs `body` on
+/// it under a watchdog: a body that hangs (a lost wake-up) fails after
+/// [`TEST_LIMIT`] instead of stalling the suite.
+pub fn with_runtime(workers: usize, spin: SpinPolicy, body: fn(&Runtime)) {
+    within(TEST_LIMIT, move || {
+        let rt = Runtime::builder()
+            .workers(workers)
+            .spin(spin)
+            .build()
+            .expect("runtime builds");
+        body(&rt);
+    });
+}
+
+/// Declares runtime tests that each run with 1, 2 and 4 workers and with
+/// every spin policy: one `#[test]` per worker count, looping over
+/// [`SPINS`], so a failure names the worker count and the message names
+/// the policy.
+///
+/// ```ignore
+/// rt_test! {
+///     fn spawns_and_joins(rt) {
+///         assert_eq!(rt.block_on(async { keel::spawn(async { 1 }).await.unwrap() }), 1);
+///     }
+/// }
+/// ```
+#[macro_export]
+macro_rules! rt_test {
+    ($(fn $name:ident($rt:ident) $body:block)*) => {
+        $(
+            mod $name {
+                #[allow(unused_imports)]
+                use super::*;
+
+                fn body($rt: &keel::Runtime) $body
+
+                fn each_spin(workers: usize) {
+                    for spin in $crate::support::SPINS {
+                        eprintln!("{} workers, spin {:?}", workers, spin);
+                        $crate::support::with_runtime(workers, spin, body);
+                    }
+                }
+
+                #[test]
+                fn one_worker() {
+                    each_spin(1);
+                }
+
+                #[test]
+                fn two_workers() {
+                    each_spin(2);
+                }
+
+                #[test]
+                fn four_workers() {
+                    each_spin(4);
+                }
+            }
+        )*
+    };
+}
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
+use std::task::{Context, Poll, Waker};
+use std::time::{Duration, Instant};
+
+/// CPU time consumed by the calling thread, in nanoseconds: an
+/// independent measure of what a poll cost, whatever the scheduler thinks.
+pub fn thread_cpu_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec and the clock id is a
+    // constant the kernel supports; the call writes only `ts`.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    assert_eq!(rc, 0, "clock_gettime(CLOCK_THREAD_CPUTIME_ID) failed");
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// Busy-loops for `duration` of wall time: a poll that does CPU work.
+pub fn busy_for(duration: Duration) {
+    let end = Instant::now() + duration;
+    let mut x = 0u64;
+    while Instant::now() < end {
+        for i in 0..64 {
+            x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(i));
+        }
+    }
+}
+
+/// A one-shot, resettable wake-up: `notify` from any thread, `wait` in a
+/// task. Built from std only, so the tests depend on nothing but keel.
+#[derive(Default)]
+pub struct Signal {
+    set: AtomicBool,
+    waker: Mutex<Option<Waker>>,
+}
+
+impl Signal {
+    /// Sets the signal and wakes the waiting task, if any.
+    pub fn notify(&self) {
+        self.set.store(true, Ordering::SeqCst);
+        if let Some(waker) = self.waker.lock().unwrap().take() {
+            waker.wake();
+        }
+    }
+
+    /// Clears the signal, returning whether it was set: for plain threads
+    /// that poll instead of awaiting.
+    pub fn set_and_clear(&self) -> bool {
+        self.set.swap(false, Ordering::SeqCst)
+    }
+
+    /// Resolves once the signal is set, and clears it.
+    pub fn wait(&self) -> impl Future<Output = ()> + '_ {
+        WaitSignal { signal: self }
+    }
+}
+
+struct WaitSignal<'a> {
+    signal: &'a Signal,
+}
+
+impl Future for WaitSignal<'_> {
+    type Output = ();
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let signal = self.signal;
+        if signal.set.swap(false, Ordering::SeqCst) {
+            return Poll::Ready(());
+        }
+        *signal.waker.lock().unwrap() = Some(cx.waker().clone());
+        // Re-check: a notify between the swap and the store took no waker.
+        if signal.set.swap(false, Ordering::SeqCst) {
+            return Poll::Ready(());
+        }
+        Poll::Pending
+    }
+}
+
+/// Fails the test if `f` does not return within `limit`: a lost wake-up
+/// shows as a failure instead of a hung suite.
+pub fn within<T: Send + 'static>(limit: Duration, f: impl FnOnce() -> T + Send + 'static) -> T {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    match rx.recv_timeout(limit) {
+        Ok(value) => value,
+        Err(_) => panic!("did not finish within {limit:?}: a wake-up was lost or a task hung"),
+    }
+}
