@@ -18,7 +18,6 @@ use std::hint::black_box;
 use std::io::ErrorKind;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::pin::Pin;
-use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
 use std::sync::{mpsc, Arc, Mutex};
 use std::task::{Context, Poll, Waker};
@@ -1025,37 +1024,15 @@ fn yield_now_interleaves_two_tasks_spawned_from_block_on_on_one_worker() {
     }
 }
 
-/// Runs the test called `name` in a child process (this test binary, with
-/// `KEEL_TEST_CHILD` set) and fails unless the child exits successfully.
-/// For scenarios that may abort the whole process.
-fn run_in_child_process(name: &str) {
-    let output = Command::new(std::env::current_exe().expect("test binary path"))
-        .args([
-            name,
-            "--exact",
-            "--include-ignored",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env("KEEL_TEST_CHILD", "1")
-        .output()
-        .expect("child test process starts");
-    assert!(
-        output.status.success(),
-        "child process failed ({}):\n--- stdout\n{}\n--- stderr\n{}",
-        output.status,
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
-}
-
 /// A panicking destructor costs only its own task: aborting a task drops
 /// its future on a worker, which must survive. Run in a child process
 /// because the failure mode is a process abort.
 #[test]
 fn aborting_a_task_whose_destructor_panics_leaves_the_runtime_running() {
-    if std::env::var_os("KEEL_TEST_CHILD").is_none() {
-        run_in_child_process("aborting_a_task_whose_destructor_panics_leaves_the_runtime_running");
+    if !support::in_child_process() {
+        support::run_in_child_process(
+            "aborting_a_task_whose_destructor_panics_leaves_the_runtime_running",
+        );
         return;
     }
 
@@ -1087,10 +1064,9 @@ fn aborting_a_task_whose_destructor_panics_leaves_the_runtime_running() {
 /// task completes. Run in a child process because the failure mode is a
 /// process abort.
 #[test]
-#[ignore = "bug: a detached task whose output's destructor panics aborts the process"]
 fn detached_task_whose_output_destructor_panics_leaves_the_runtime_running() {
-    if std::env::var_os("KEEL_TEST_CHILD").is_none() {
-        run_in_child_process(
+    if !support::in_child_process() {
+        support::run_in_child_process(
             "detached_task_whose_output_destructor_panics_leaves_the_runtime_running",
         );
         return;

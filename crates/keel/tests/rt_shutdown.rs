@@ -4,11 +4,10 @@
 //! and to its worker threads (all joined), including tasks whose
 //! destructors spawn and a runtime dropped from one of its own tasks.
 //!
-//! These tests must own (and drop) their runtime, which `rt_test!` does not
-//! allow, so `shutdown_test!` below mirrors it: one `#[test]` per worker
-//! count (1, 2, 4), each looping over every spin policy in
-//! `support::SPINS`, with the body building its runtime from a prepared
-//! `Builder`. No test asserts on durations; waits are bounded by a 30 s
+//! These tests must own (and drop) their runtime, so they use
+//! `rt_builder_test!`: one `#[test]` per worker count (1, 2, 4), each
+//! looping over every spin policy, with the body building its runtime from
+//! a prepared `Builder`. No test asserts on durations; waits are bounded by a 30 s
 //! watchdog so that a hang fails the test.
 
 #[macro_use]
@@ -16,7 +15,6 @@ mod support;
 
 use std::future::Future;
 use std::pin::{pin, Pin};
-use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
 use std::sync::{mpsc, Arc, Mutex};
 use std::task::{Context, Poll, Wake, Waker};
@@ -24,44 +22,6 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use keel::{Class, Handle, JoinHandle, Runtime};
-
-/// Like `rt_test!`, but the body gets `&mut Builder` (with the worker count
-/// and spin policy set) and the worker count, and builds and drops its own
-/// runtime.
-macro_rules! shutdown_test {
-    ($(fn $name:ident($builder:ident, $workers:ident) $body:block)*) => {
-        $(
-            mod $name {
-                #[allow(unused_imports)]
-                use super::*;
-
-                fn body($builder: &mut keel::Builder, $workers: usize) $body
-
-                fn each_spin(workers: usize) {
-                    for spin in $crate::support::SPINS {
-                        eprintln!("{} workers, spin {:?}", workers, spin);
-                        body(keel::Runtime::builder().workers(workers).spin(spin), workers);
-                    }
-                }
-
-                #[test]
-                fn one_worker() {
-                    each_spin(1);
-                }
-
-                #[test]
-                fn two_workers() {
-                    each_spin(2);
-                }
-
-                #[test]
-                fn four_workers() {
-                    each_spin(4);
-                }
-            }
-        )*
-    };
-}
 
 // ---------------------------------------------------------------------------
 // Helpers
@@ -225,41 +185,11 @@ fn threads_named(prefix: &str) -> usize {
         .count()
 }
 
-/// Runs the test called `name` in a child process (this test binary, with
-/// `KEEL_TEST_CHILD` set) and fails unless the child exits successfully.
-/// For scenarios that may abort the whole process.
-fn run_in_child_process(name: &str) {
-    let output = Command::new(std::env::current_exe().expect("test binary path"))
-        .args([
-            name,
-            "--exact",
-            "--include-ignored",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(CHILD_ENV, "1")
-        .output()
-        .expect("child test process starts");
-    assert!(
-        output.status.success(),
-        "child process failed ({}):\n--- stdout\n{}\n--- stderr\n{}",
-        output.status,
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
-}
-
-const CHILD_ENV: &str = "KEEL_TEST_CHILD";
-
-fn in_child_process() -> bool {
-    std::env::var_os(CHILD_ENV).is_some()
-}
-
 // ---------------------------------------------------------------------------
 // Tests (1, 2 and 4 workers, every spin policy)
 // ---------------------------------------------------------------------------
 
-shutdown_test! {
+rt_builder_test! {
     fn dropping_the_runtime_drops_every_pending_future_and_cancels_its_handle(builder, _workers) {
         const PER_KIND: usize = 20;
         let rt = builder.build().unwrap();
@@ -513,8 +443,8 @@ shutdown_test! {
 /// a process abort.
 #[test]
 fn a_panicking_future_destructor_during_shutdown_does_not_stop_the_others() {
-    if !in_child_process() {
-        run_in_child_process(
+    if !support::in_child_process() {
+        support::run_in_child_process(
             "a_panicking_future_destructor_during_shutdown_does_not_stop_the_others",
         );
         return;

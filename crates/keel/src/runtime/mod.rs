@@ -108,7 +108,8 @@ impl Runtime {
         &self.handle
     }
 
-    /// Spawns a task in [`Class::NORMAL`]; see [`Handle::spawn`].
+    /// Spawns a task in the calling task's class, or in [`Class::NORMAL`]
+    /// outside this runtime's tasks; see [`Handle::spawn`].
     pub fn spawn<F>(&self, future: F) -> JoinHandle<F::Output>
     where
         F: Future + Send + 'static,

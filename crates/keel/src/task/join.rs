@@ -6,7 +6,7 @@ use std::pin::Pin;
 use std::ptr::NonNull;
 use std::task::{Context, Poll, Waker};
 
-use super::{Panic, TaskId, TaskMeta};
+use super::{Output, Panic, TaskId, TaskMeta};
 use crate::loom::sync::atomic::Ordering;
 use crate::loom::sync::Mutex;
 
@@ -24,7 +24,7 @@ use crate::loom::sync::Mutex;
 /// assert_eq!(answer.unwrap(), 42);
 /// ```
 pub struct JoinHandle<T> {
-    task: Option<async_task::FallibleTask<Result<T, JoinError>, TaskMeta>>,
+    task: Option<async_task::FallibleTask<Output<T>, TaskMeta>>,
     /// A counted reference to the task: wakes it so that a worker notices
     /// an abort, and keeps `meta` valid.
     waker: Waker,
@@ -48,10 +48,7 @@ unsafe impl Send for MetaRef {}
 unsafe impl Sync for MetaRef {}
 
 impl<T> JoinHandle<T> {
-    pub(crate) fn new(
-        task: async_task::Task<Result<T, JoinError>, TaskMeta>,
-        waker: Waker,
-    ) -> JoinHandle<T> {
+    pub(crate) fn new(task: async_task::Task<Output<T>, TaskMeta>, waker: Waker) -> JoinHandle<T> {
         let meta = task.metadata();
         let id = meta.id;
         let meta = MetaRef(NonNull::from(meta));
@@ -102,7 +99,7 @@ impl<T> Future for JoinHandle<T> {
             .expect("JoinHandle polled after completion");
         let output = match Pin::new(task).poll(cx) {
             Poll::Pending => return Poll::Pending,
-            Poll::Ready(Some(result)) => result,
+            Poll::Ready(Some(output)) => output.into_inner(),
             Poll::Ready(None) => Err(JoinError::cancelled(id)),
         };
         self.task = None;

@@ -9,6 +9,9 @@
 //!   the [`JoinHandle`] as a panicked [`JoinError`], never the worker) and
 //!   removes the task from the runtime's [`registry::Registry`] when the
 //!   future is dropped;
+//! - no user destructor runs inside `async_task`, where a panic would abort
+//!   the process: `Guarded` drops the future, and [`DropGuard`] the output
+//!   of a detached task, under `catch_unwind`;
 //! - aborting sets the flag and wakes the task; a worker that picks up an
 //!   aborted task drops its `Runnable` instead of polling it, which drops
 //!   the future and resolves the `JoinHandle` to a cancelled [`JoinError`].
@@ -83,6 +86,37 @@ impl TaskMeta {
 /// A panic payload carried from a task to its `JoinHandle`.
 pub(crate) type Panic = Box<dyn Any + Send + 'static>;
 
+/// What a task stores for its `JoinHandle`: the output, or why there is
+/// none.
+pub(crate) type Output<T> = DropGuard<Result<T, JoinError>>;
+
+/// Holds a value whose destructor must not unwind into `async_task`.
+///
+/// A finished task's output waits inside the task until its `JoinHandle`
+/// takes it; if the handle was dropped (detached), `async_task` drops the
+/// output in its own code, where a panic would abort the process. The
+/// guard drops the value under `catch_unwind` instead, discarding the panic.
+pub(crate) struct DropGuard<T>(Option<T>);
+
+impl<T> DropGuard<T> {
+    pub(crate) fn new(value: T) -> DropGuard<T> {
+        DropGuard(Some(value))
+    }
+
+    /// The value, now the caller's to drop.
+    pub(crate) fn into_inner(mut self) -> T {
+        self.0.take().expect("a guard holds its value until taken")
+    }
+}
+
+impl<T> Drop for DropGuard<T> {
+    fn drop(&mut self) {
+        if self.0.is_some() {
+            let _ = catch_unwind(AssertUnwindSafe(|| self.0 = None));
+        }
+    }
+}
+
 /// The future a keel task really runs: the user's future, with its panics
 /// caught and its registry entry released when it is dropped.
 ///
@@ -115,7 +149,7 @@ impl<F> Drop for Guarded<F> {
 }
 
 impl<F: Future> Future for Guarded<F> {
-    type Output = Result<F::Output, JoinError>;
+    type Output = Output<F::Output>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         // SAFETY: `future` is structurally pinned: it is never moved out of
@@ -126,10 +160,11 @@ impl<F: Future> Future for Guarded<F> {
             // Only reachable if polled after its own `Drop`, which cannot be.
             return Poll::Pending;
         };
-        match catch_unwind(AssertUnwindSafe(|| future.poll(cx))) {
-            Ok(Poll::Pending) => Poll::Pending,
-            Ok(Poll::Ready(output)) => Poll::Ready(Ok(output)),
-            Err(panic) => Poll::Ready(Err(JoinError::panicked(panic))),
-        }
+        let output = match catch_unwind(AssertUnwindSafe(|| future.poll(cx))) {
+            Ok(Poll::Pending) => return Poll::Pending,
+            Ok(Poll::Ready(output)) => Ok(output),
+            Err(panic) => Err(JoinError::panicked(panic)),
+        };
+        Poll::Ready(DropGuard::new(output))
     }
 }

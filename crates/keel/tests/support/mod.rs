@@ -29,10 +29,39 @@ pub fn with_runtime(workers: usize, spin: SpinPolicy, body: fn(&Runtime)) {
     });
 }
 
+/// Runs `run(workers, spin)` for every spin policy, naming each on stderr
+/// so a failure says which one broke.
+pub fn each_spin(workers: usize, run: fn(usize, SpinPolicy)) {
+    for spin in SPINS {
+        eprintln!("{workers} workers, spin {spin:?}");
+        run(workers, spin);
+    }
+}
+
+/// One `#[test]` per worker count (1, 2 and 4), each running `$run` under
+/// every spin policy (see [`each_spin`]).
+#[macro_export]
+macro_rules! rt_matrix {
+    ($run:expr) => {
+        #[test]
+        fn one_worker() {
+            $crate::support::each_spin(1, $run);
+        }
+
+        #[test]
+        fn two_workers() {
+            $crate::support::each_spin(2, $run);
+        }
+
+        #[test]
+        fn four_workers() {
+            $crate::support::each_spin(4, $run);
+        }
+    };
+}
+
 /// Declares runtime tests that each run with 1, 2 and 4 workers and with
-/// every spin policy: one `#[test]` per worker count, looping over
-/// [`SPINS`], so a failure names the worker count and the message names
-/// the policy.
+/// every spin policy, on a runtime built for them (under a watchdog).
 ///
 /// ```ignore
 /// rt_test! {
@@ -51,30 +80,63 @@ macro_rules! rt_test {
 
                 fn body($rt: &keel::Runtime) $body
 
-                fn each_spin(workers: usize) {
-                    for spin in $crate::support::SPINS {
-                        eprintln!("{} workers, spin {:?}", workers, spin);
-                        $crate::support::with_runtime(workers, spin, body);
-                    }
-                }
-
-                #[test]
-                fn one_worker() {
-                    each_spin(1);
-                }
-
-                #[test]
-                fn two_workers() {
-                    each_spin(2);
-                }
-
-                #[test]
-                fn four_workers() {
-                    each_spin(4);
-                }
+                $crate::rt_matrix!(|workers, spin| $crate::support::with_runtime(workers, spin, body));
             }
         )*
     };
+}
+
+/// Like [`rt_test!`], for tests that must own and drop their runtime: the
+/// body gets a `&mut Builder` with the worker count and spin policy set,
+/// and the worker count.
+#[macro_export]
+macro_rules! rt_builder_test {
+    ($(fn $name:ident($builder:ident, $workers:ident) $body:block)*) => {
+        $(
+            mod $name {
+                #[allow(unused_imports)]
+                use super::*;
+
+                fn body($builder: &mut keel::Builder, $workers: usize) $body
+
+                $crate::rt_matrix!(|workers, spin| {
+                    body(keel::Runtime::builder().workers(workers).spin(spin), workers)
+                });
+            }
+        )*
+    };
+}
+
+/// Set in a child test process started by [`run_in_child_process`].
+const CHILD_ENV: &str = "KEEL_TEST_CHILD";
+
+/// Whether this is the child process of [`run_in_child_process`].
+pub fn in_child_process() -> bool {
+    std::env::var_os(CHILD_ENV).is_some()
+}
+
+/// Runs the test called `name` in a child process (this test binary, with
+/// [`in_child_process`] true there) and fails unless the child exits
+/// successfully. For scenarios whose failure mode is a process abort.
+pub fn run_in_child_process(name: &str) {
+    let output = std::process::Command::new(std::env::current_exe().expect("test binary path"))
+        .args([
+            name,
+            "--exact",
+            "--include-ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(CHILD_ENV, "1")
+        .output()
+        .expect("child test process starts");
+    assert!(
+        output.status.success(),
+        "child process failed ({}):\n--- stdout\n{}\n--- stderr\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
 }
 
 use std::future::Future;
