@@ -12,6 +12,8 @@
 #[macro_use]
 mod support;
 
+use support::{wait_until, DropFlag, WATCHDOG};
+
 use std::collections::HashSet;
 use std::future::Future;
 use std::hint::black_box;
@@ -30,22 +32,6 @@ use keel::{Class, Handle, JoinHandle, Runtime, MAX_CLASSES};
 // ---------------------------------------------------------------------------
 // Helpers
 // ---------------------------------------------------------------------------
-
-/// How long any wait may take before the test fails instead of hanging.
-const WATCHDOG: Duration = Duration::from_secs(30);
-
-/// Blocks the calling (non-worker) thread until `cond` holds, failing the
-/// test after [`WATCHDOG`].
-fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
-    let deadline = Instant::now() + WATCHDOG;
-    while !cond() {
-        assert!(
-            Instant::now() < deadline,
-            "timed out after {WATCHDOG:?} waiting until {what}"
-        );
-        thread::sleep(Duration::from_millis(1));
-    }
-}
 
 /// Polls `rt.stats()` until `cond` holds (stats are published with a delay
 /// of up to ~10 ms), failing the test after [`WATCHDOG`]. Returns the
@@ -155,15 +141,6 @@ impl<F> Drop for Within<F> {
             watchdog.state.done.store(true, SeqCst);
             watchdog.thread.unpark();
         }
-    }
-}
-
-/// Sets its flag when dropped: observes that a task's future was dropped.
-struct DropFlag(Arc<AtomicBool>);
-
-impl Drop for DropFlag {
-    fn drop(&mut self) {
-        self.0.store(true, SeqCst);
     }
 }
 

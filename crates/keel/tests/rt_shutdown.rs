@@ -13,6 +13,8 @@
 #[macro_use]
 mod support;
 
+use support::{wait_until, DropFlag, WATCHDOG};
+
 use std::future::Future;
 use std::pin::{pin, Pin};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
@@ -26,21 +28,6 @@ use keel::{Class, Handle, JoinHandle, Runtime};
 // ---------------------------------------------------------------------------
 // Helpers
 // ---------------------------------------------------------------------------
-
-/// How long any wait may take before the test fails instead of hanging.
-const WATCHDOG: Duration = Duration::from_secs(30);
-
-/// Blocks until `cond` holds, failing the test after [`WATCHDOG`].
-fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
-    let deadline = Instant::now() + WATCHDOG;
-    while !cond() {
-        assert!(
-            Instant::now() < deadline,
-            "timed out after {WATCHDOG:?} waiting until {what}"
-        );
-        thread::sleep(Duration::from_millis(1));
-    }
-}
 
 /// Drops `rt` on another thread and waits for that to finish, failing the
 /// test if the drop panics or takes longer than [`WATCHDOG`].
@@ -106,15 +93,6 @@ struct DropCounter(Arc<AtomicUsize>);
 impl Drop for DropCounter {
     fn drop(&mut self) {
         self.0.fetch_add(1, SeqCst);
-    }
-}
-
-/// Sets its flag when dropped.
-struct DropFlag(Arc<AtomicBool>);
-
-impl Drop for DropFlag {
-    fn drop(&mut self) {
-        self.0.store(true, SeqCst);
     }
 }
 

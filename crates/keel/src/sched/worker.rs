@@ -5,10 +5,11 @@
 //! 1. **Stop?** If the runtime is stopping, publish the accounts and exit.
 //! 2. **Pick.** Order the classes by virtual time (the shared clock plus
 //!    this worker's unflushed charge) and take the first class that has a
-//!    task anywhere: this worker's LIFO slot, its deque, the class injector
+//!    task: in this worker's LIFO slot, its deque or the class injector
 //!    (tried first every [`INJECTOR_INTERVAL`] picks and after a task
 //!    yielded, so tasks woken from outside are not starved by a busy local
-//!    deque), or a sibling's deque (steal half).
+//!    deque); failing that, and every [`STEAL_INTERVAL`] picks, in a
+//!    sibling's deque (steal half).
 //!    Classes found empty on the way are pulled up to the picked class's
 //!    virtual time if they lag (see [`class`](super::class)).
 //! 3. **Run.** Poll the task once (or drop it if it was aborted), with
@@ -48,6 +49,12 @@ const INJECTOR_INTERVAL: u32 = 61;
 /// microsecond, short next to any spin policy, long enough that the looks
 /// do not flood the queues' cache lines.
 const SPINS_PER_CHECK: u32 = 128;
+
+/// Every this many picks, a worker looks at its siblings' deques for the
+/// classes that are owed CPU before running local work of a class that is
+/// not (see `Worker::pick`). Checking a sibling's deque costs a fence, so
+/// not on every pick; 8 keeps the global split within a few polls.
+const STEAL_INTERVAL: u32 = 8;
 
 /// Most LIFO-slot tasks a worker runs in a row before it moves the slot's
 /// task to the back of its deque (see the LIFO slot in `sched`). Small: the
@@ -131,33 +138,53 @@ impl Worker {
 
     /// Step 2: the next task, from the class with the least virtual time
     /// that has one.
+    ///
+    /// Two passes keep the common case cheap. The first looks only where
+    /// looking costs no fence: the LIFO slot, this worker's deques and the
+    /// injectors. The second also steals from siblings; it runs when the
+    /// first found nothing, and every [`STEAL_INTERVAL`] picks so that work
+    /// of a class that is owed CPU but queued on a busy sibling is taken
+    /// here too, which keeps the split global rather than per worker.
     fn pick(&mut self) -> Option<Runnable> {
         let classes = self.shared.clocks.len();
         let mut vtime = [u64::MAX; MAX_CLASSES];
         for (class, slot) in vtime.iter_mut().enumerate().take(classes) {
             let clocks = &self.shared.clocks;
-            *slot = clocks.vtime(class) + clocks.cost(class, self.pending[class]);
+            let pending = self.pending[class];
+            *slot = clocks.vtime(class)
+                + if pending == 0 {
+                    0
+                } else {
+                    clocks.cost(class, pending)
+                };
         }
+        let mut order = [0usize; MAX_CLASSES];
+        for (i, slot) in order.iter_mut().enumerate().take(classes) {
+            *slot = i;
+        }
+        order[..classes].sort_unstable_by_key(|&c| vtime[c]);
+
         self.ticks = self.ticks.wrapping_add(1);
-        let injector_first = self.ticks % INJECTOR_INTERVAL == 0 || self.local.yielded.take();
+        let injector_first =
+            self.ticks.is_multiple_of(INJECTOR_INTERVAL) || self.local.yielded.take();
         if self.lifo_streak >= LIFO_STREAK {
             self.lifo_streak = 0;
             if let Some(runnable) = self.local.lifo.take() {
                 self.local.queues[runnable.metadata().class.index()].push(runnable);
             }
         }
+        let steal_first = self.ticks.is_multiple_of(STEAL_INTERVAL);
         let start = self.next_random() as usize;
-        let mut tried = 0u32;
-        for _ in 0..classes {
-            let class = (0..classes)
-                .filter(|c| tried & (1 << c) == 0)
-                .min_by_key(|&c| vtime[c])
-                .expect("an untried class remains");
-            tried |= 1 << class;
-            if let Some((runnable, from_lifo)) = self.find(class, injector_first, start) {
+        let passes: &[bool] = if steal_first { &[true] } else { &[false, true] };
+        for &steal in passes {
+            for (rank, &class) in order[..classes].iter().enumerate() {
+                let Some((runnable, from_lifo)) = self.find(class, injector_first, steal, start)
+                else {
+                    continue;
+                };
                 self.lifo_streak = if from_lifo { self.lifo_streak + 1 } else { 0 };
-                let empty = (0..classes).filter(|&c| c != class && tried & (1 << c) != 0);
-                for idle in empty {
+                // Classes ranked before the one picked had nothing here.
+                for &idle in &order[..rank] {
                     self.shared.clocks.pull_up(idle, vtime[class]);
                 }
                 return Some(runnable);
@@ -166,10 +193,16 @@ impl Worker {
         None
     }
 
-    /// A task of `class` from anywhere this worker may take one, and
-    /// whether it came from the LIFO slot. `start` picks the first sibling
-    /// to steal from.
-    fn find(&self, class: usize, injector_first: bool, start: usize) -> Option<(Runnable, bool)> {
+    /// A task of `class` from this worker's LIFO slot, its deque or the
+    /// injector, and with `steal` from a sibling; and whether it came from
+    /// the LIFO slot. `start` picks the first sibling to steal from.
+    fn find(
+        &self,
+        class: usize,
+        injector_first: bool,
+        steal: bool,
+        start: usize,
+    ) -> Option<(Runnable, bool)> {
         let shared = &*self.shared;
         let deque = &self.local.queues[class];
         if injector_first {
@@ -188,6 +221,9 @@ impl Worker {
         }
         if let Some(runnable) = shared.steal_injector(class, deque) {
             return Some((runnable, false));
+        }
+        if !steal {
+            return None;
         }
         let workers = shared.config.workers;
         (0..workers)
@@ -283,7 +319,7 @@ impl Worker {
         if limit == 0 {
             return false;
         }
-        let clock = self.shared.clock;
+        let clock = &self.shared.clock;
         let start = clock.now();
         self.account.switch(State::Spin, start);
         let found = loop {

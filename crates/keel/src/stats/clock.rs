@@ -3,24 +3,31 @@
 //! Every timestamp keel keeps (schedule times, state changes) is a `u64` of
 //! nanoseconds since the runtime's epoch, so that it fits an atomic and
 //! differences are plain subtraction.
-
-use std::time::Instant;
+//!
+//! A poll takes two timestamps and a wake one, so the clock is on the
+//! hottest path there is. It reads the CPU's time-stamp counter through
+//! `quanta` (a few nanoseconds, against some 25 ns for the vDSO's
+//! `clock_gettime` with `Instant`'s arithmetic), calibrated once per
+//! process; where the counter is not invariant across cores and power
+//! states, `quanta` falls back to the OS monotonic clock by itself.
 
 /// Monotonic nanoseconds since the runtime was built.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub(crate) struct Clock {
-    epoch: Instant,
+    source: quanta::Clock,
+    /// The raw counter at the epoch.
+    epoch: u64,
 }
 
 impl Clock {
     pub(crate) fn new() -> Clock {
-        Clock {
-            epoch: Instant::now(),
-        }
+        let source = quanta::Clock::new();
+        let epoch = source.raw();
+        Clock { source, epoch }
     }
 
     pub(crate) fn now(&self) -> u64 {
-        u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX)
+        self.source.delta_as_nanos(self.epoch, self.source.raw())
     }
 }
 

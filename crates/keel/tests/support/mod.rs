@@ -233,3 +233,29 @@ pub fn within<T: Send + 'static>(limit: Duration, f: impl FnOnce() -> T + Send +
         Err(_) => panic!("did not finish within {limit:?}: a wake-up was lost or a task hung"),
     }
 }
+
+/// How long any wait in a test may take before the test fails instead of
+/// hanging.
+pub const WATCHDOG: Duration = Duration::from_secs(30);
+
+/// Blocks the calling (non-worker) thread until `cond` holds, failing the
+/// test after [`WATCHDOG`].
+pub fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + WATCHDOG;
+    while !cond() {
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {WATCHDOG:?} waiting until {what}"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// Sets its flag when dropped: observes that a task's future was dropped.
+pub struct DropFlag(pub std::sync::Arc<AtomicBool>);
+
+impl Drop for DropFlag {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+}
