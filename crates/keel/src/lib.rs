@@ -34,6 +34,7 @@ pub mod runtime;
 pub(crate) mod sched;
 pub mod stats;
 pub(crate) mod task;
+pub(crate) mod time;
 
 pub use runtime::{Builder, Handle, Runtime, SpinPolicy};
 pub use sched::{Class, MAX_CLASSES};

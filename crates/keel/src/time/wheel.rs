@@ -1,0 +1,311 @@
+//! `Wheel`: a hierarchical timer wheel.
+//!
+//! Time is counted in *ticks* (the driver's resolution). The wheel has
+//! [`LEVELS`] levels of [`SLOTS`] slots. A slot of level `L` spans
+//! `SLOTS^L` ticks, so level 0 holds the next 64 ticks one per slot,
+//! level 1 the next 4096 ticks 64 per slot, and so on: six levels cover
+//! 64^6 ticks (over two thousand years at 1 ms). Inserting and cancelling
+//! are O(1); advancing visits only occupied slots, found through one
+//! occupancy bitmap per level.
+//!
+//! # Invariants
+//!
+//! - `elapsed` is the tick up to which every timer has been returned by
+//!   [`Wheel::advance`]; it never goes back.
+//! - A timer due at tick `t > elapsed` sits at the level of the highest
+//!   6-bit digit in which `t` and `elapsed` differ, in the slot given by
+//!   `t`'s digit at that level. Everything in level `L` is therefore due
+//!   before everything in level `L + 1`, and within a level, slots are in
+//!   tick order from the current digit on.
+//! - Advancing to a slot's start *cascades* its timers: each is either due
+//!   (returned) or re-inserted relative to the new `elapsed`, at a lower
+//!   level.
+//! - A timer due at or before `elapsed` when inserted goes to `overdue` and
+//!   is returned by the next `advance`.
+
+use slab::Slab;
+
+/// Slots per level: 64, so that a level's occupancy fits one `u64`.
+pub(crate) const SLOTS: usize = 64;
+const SLOT_BITS: u32 = 6;
+/// Levels: 6 × 6 bits = 36 bits of ticks.
+pub(crate) const LEVELS: usize = 6;
+/// The furthest tick a timer may be set for; later deadlines are clamped.
+const MAX_TICK: u64 = (1 << (SLOT_BITS as usize * LEVELS)) - 1;
+
+/// Identifies a timer in its wheel until it fires or is cancelled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) struct TimerKey(usize);
+
+#[derive(Debug)]
+struct Entry<T> {
+    tick: u64,
+    value: T,
+    /// Where the entry is: `Some((level, slot))`, or `None` when overdue.
+    place: Option<(usize, usize)>,
+    /// Its index in that slot's (or `overdue`'s) list.
+    index: usize,
+}
+
+/// A hierarchical timer wheel holding one `T` per timer (see the module
+/// docs).
+#[derive(Debug)]
+pub(crate) struct Wheel<T> {
+    elapsed: u64,
+    entries: Slab<Entry<T>>,
+    slots: Vec<[Vec<usize>; SLOTS]>,
+    occupied: [u64; LEVELS],
+    overdue: Vec<usize>,
+}
+
+impl<T> Wheel<T> {
+    /// An empty wheel at tick `now`.
+    pub(crate) fn new(now: u64) -> Wheel<T> {
+        Wheel {
+            elapsed: now,
+            entries: Slab::new(),
+            slots: (0..LEVELS)
+                .map(|_| std::array::from_fn(|_| Vec::new()))
+                .collect(),
+            occupied: [0; LEVELS],
+            overdue: Vec::new(),
+        }
+    }
+
+    /// Number of timers held.
+    pub(crate) fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Adds a timer due at `tick`.
+    pub(crate) fn insert(&mut self, tick: u64, value: T) -> TimerKey {
+        let key = self.entries.insert(Entry {
+            tick: tick.min(MAX_TICK),
+            value,
+            place: None,
+            index: 0,
+        });
+        self.place(key);
+        TimerKey(key)
+    }
+
+    /// Removes a timer, returning its value, if it has not fired.
+    pub(crate) fn cancel(&mut self, key: TimerKey) -> Option<T> {
+        if !self.entries.contains(key.0) {
+            return None;
+        }
+        self.unlink(key.0);
+        Some(self.entries.remove(key.0).value)
+    }
+
+    /// The earliest tick at which some timer is due, if any.
+    pub(crate) fn next_deadline(&self) -> Option<u64> {
+        if !self.overdue.is_empty() {
+            return Some(self.elapsed);
+        }
+        let (level, slot) = self.next_occupied()?;
+        let earliest = self.slots[level][slot]
+            .iter()
+            .map(|&key| self.entries[key].tick)
+            .min()
+            .expect("an occupied slot holds a timer");
+        Some(earliest)
+    }
+
+    /// Moves time forward to `now`, calling `fire` with every timer due at
+    /// or before it, earliest slot first.
+    pub(crate) fn advance(&mut self, now: u64, mut fire: impl FnMut(T)) {
+        for key in std::mem::take(&mut self.overdue) {
+            fire(self.entries.remove(key).value);
+        }
+        if now <= self.elapsed {
+            return;
+        }
+        while let Some((level, slot)) = self.next_occupied() {
+            let start = self.slot_start(level, slot);
+            if start > now {
+                break;
+            }
+            self.elapsed = self.elapsed.max(start);
+            self.occupied[level] &= !(1 << slot);
+            for key in std::mem::take(&mut self.slots[level][slot]) {
+                if self.entries[key].tick <= now {
+                    fire(self.entries.remove(key).value);
+                } else {
+                    self.place(key);
+                }
+            }
+        }
+        self.elapsed = now;
+    }
+
+    /// The first occupied slot in tick order: lowest level first, and
+    /// within a level from the current digit on.
+    fn next_occupied(&self) -> Option<(usize, usize)> {
+        (0..LEVELS).find_map(|level| {
+            let current = digit(self.elapsed, level);
+            let ahead = self.occupied[level] & (u64::MAX << current);
+            (ahead != 0).then(|| (level, ahead.trailing_zeros() as usize))
+        })
+    }
+
+    /// The first tick covered by `slot` of `level` in the current window.
+    fn slot_start(&self, level: usize, slot: usize) -> u64 {
+        let shift = SLOT_BITS as usize * level;
+        let window = self.elapsed & !((1u64 << (shift + SLOT_BITS as usize)) - 1);
+        window + ((slot as u64) << shift)
+    }
+
+    fn place(&mut self, key: usize) {
+        let tick = self.entries[key].tick;
+        let (list, place) = if tick <= self.elapsed {
+            (&mut self.overdue, None)
+        } else {
+            let level = level_for(self.elapsed, tick);
+            let slot = digit(tick, level) as usize;
+            self.occupied[level] |= 1 << slot;
+            (&mut self.slots[level][slot], Some((level, slot)))
+        };
+        let entry = &mut self.entries[key];
+        entry.place = place;
+        entry.index = list.len();
+        list.push(key);
+    }
+
+    fn unlink(&mut self, key: usize) {
+        let Entry { place, index, .. } = self.entries[key];
+        let list = match place {
+            Some((level, slot)) => &mut self.slots[level][slot],
+            None => &mut self.overdue,
+        };
+        list.swap_remove(index);
+        if let Some(&moved) = list.get(index) {
+            self.entries[moved].index = index;
+        }
+        if let Some((level, slot)) = place {
+            if self.slots[level][slot].is_empty() {
+                self.occupied[level] &= !(1 << slot);
+            }
+        }
+    }
+}
+
+/// The 6-bit digit of `tick` at `level`.
+fn digit(tick: u64, level: usize) -> u32 {
+    ((tick >> (SLOT_BITS as usize * level)) & (SLOTS as u64 - 1)) as u32
+}
+
+/// The level of a timer due at `tick` when the wheel is at `elapsed`: that
+/// of the highest digit in which they differ.
+fn level_for(elapsed: u64, tick: u64) -> usize {
+    let differing = (elapsed ^ tick) | (SLOTS as u64 - 1);
+    let highest_bit = 63 - differing.leading_zeros() as usize;
+    (highest_bit / SLOT_BITS as usize).min(LEVELS - 1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fired(wheel: &mut Wheel<u64>, now: u64) -> Vec<u64> {
+        let mut out = Vec::new();
+        wheel.advance(now, |v| out.push(v));
+        out
+    }
+
+    #[test]
+    fn fires_at_the_deadline_not_before() {
+        let mut wheel = Wheel::new(0);
+        wheel.insert(10, 10);
+        assert_eq!(fired(&mut wheel, 9), Vec::<u64>::new());
+        assert_eq!(wheel.next_deadline(), Some(10));
+        assert_eq!(fired(&mut wheel, 10), vec![10]);
+        assert_eq!(wheel.len(), 0);
+        assert_eq!(wheel.next_deadline(), None);
+    }
+
+    #[test]
+    fn far_timers_cascade_down_and_fire_in_order() {
+        let mut wheel = Wheel::new(5);
+        for tick in [70_000, 64, 4_100, 5_000_000, 65, 300] {
+            wheel.insert(tick, tick);
+        }
+        let mut all = Vec::new();
+        let mut now = 5;
+        while wheel.len() > 0 {
+            now = wheel.next_deadline().unwrap();
+            all.extend(fired(&mut wheel, now));
+        }
+        assert_eq!(all, vec![64, 65, 300, 4_100, 70_000, 5_000_000]);
+        assert_eq!(now, 5_000_000);
+    }
+
+    #[test]
+    fn cancel_removes_and_overdue_fire_next() {
+        let mut wheel = Wheel::new(100);
+        let a = wheel.insert(150, 1);
+        let b = wheel.insert(150, 2);
+        wheel.insert(90, 3); // already due
+        assert_eq!(wheel.cancel(a), Some(1));
+        assert_eq!(wheel.cancel(a), None);
+        assert_eq!(wheel.next_deadline(), Some(100));
+        assert_eq!(fired(&mut wheel, 100), vec![3]);
+        assert_eq!(fired(&mut wheel, 200), vec![2]);
+        assert_eq!(wheel.cancel(b), None);
+    }
+
+    /// Random inserts, cancels and advances, checked against a sorted map:
+    /// every timer fires exactly once, at the first advance that reaches
+    /// its tick, never earlier, and `next_deadline` is always the earliest.
+    #[test]
+    fn matches_a_sorted_model_under_random_operations() {
+        use std::collections::BTreeMap;
+        let mut rng = 0x2545_F491_4F6C_DD1Du64;
+        let mut next = move |bound: u64| {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng % bound
+        };
+        let mut wheel = Wheel::new(0);
+        let mut model: BTreeMap<(u64, u64), TimerKey> = BTreeMap::new();
+        let mut now = 0u64;
+        for id in 0..20_000u64 {
+            match next(10) {
+                0..=4 => {
+                    // Mostly near, sometimes far, sometimes already due.
+                    let span = [8, 64, 5_000, 300_000, 50_000_000][next(5) as usize];
+                    let tick = (now + next(span)).saturating_sub(next(3));
+                    let key = wheel.insert(tick, id);
+                    model.insert((tick.max(now), id), key);
+                }
+                5 | 6 if !model.is_empty() => {
+                    let nth = next(model.len() as u64) as usize;
+                    let (&entry, &key) = model.iter().nth(nth).unwrap();
+                    assert_eq!(wheel.cancel(key), Some(entry.1));
+                    model.remove(&entry);
+                }
+                _ => {
+                    assert_eq!(
+                        wheel.next_deadline(),
+                        model.keys().next().map(|&(tick, _)| tick),
+                        "next deadline at {now}"
+                    );
+                    now += [1, 10, 63, 64, 65, 4_096, 100_000][next(7) as usize];
+                    let mut got = Vec::new();
+                    wheel.advance(now, |id| got.push(id));
+                    let due: Vec<(u64, u64)> =
+                        model.range(..(now + 1, 0)).map(|(&k, _)| k).collect();
+                    for entry in &due {
+                        model.remove(entry);
+                    }
+                    let mut want: Vec<u64> = due.iter().map(|&(_, id)| id).collect();
+                    got.sort_unstable();
+                    want.sort_unstable();
+                    assert_eq!(got, want, "fired at {now}");
+                }
+            }
+            assert_eq!(wheel.len(), model.len());
+        }
+    }
+}
