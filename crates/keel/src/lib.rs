@@ -25,6 +25,7 @@
 //! - `sched`: the worker loop, class selection, queues, parking.
 //! - `task`: tasks on `async-task`, [`JoinHandle`], [`yield_now`].
 //! - [`stats`]: per-worker state accounting and snapshots.
+//! - [`time`]: `sleep`, `timeout`, `interval` on a timer wheel.
 
 #![warn(missing_docs)]
 #![deny(unsafe_op_in_unsafe_fn)]
@@ -34,7 +35,7 @@ pub mod runtime;
 pub(crate) mod sched;
 pub mod stats;
 pub(crate) mod task;
-pub(crate) mod time;
+pub mod time;
 
 pub use runtime::{Builder, Handle, Runtime, SpinPolicy};
 pub use sched::{Class, MAX_CLASSES};

@@ -727,7 +727,7 @@ rt_test! {
         black_box(sum);
         let stats = stats_eventually(rt, "normal has cpu, polls and queue delays", |stats| {
             let normal = &stats.classes[Class::NORMAL.index()];
-            normal.cpu > Duration::ZERO && normal.polls >= 64 * 5 && normal.queue_delay.count() > 0
+            normal.busy > Duration::ZERO && normal.polls >= 64 * 5 && normal.queue_delay.count() > 0
         });
         let normal = &stats.classes[Class::NORMAL.index()];
         assert!(normal.queue_delay.max() >= normal.queue_delay.p50());

@@ -1,12 +1,13 @@
-//! Classes share the CPU by their shares, measured in CPU time, whatever
-//! the number of tasks and the length of their polls.
+//! Classes share the workers by their shares, in time, whatever the number
+//! of tasks and the length of their polls.
 //!
 //! Three always-busy classes with the default shares (urgent 16, normal 33,
 //! bulk 50) on two workers: urgent with a few 100 µs polls, normal with a
 //! thousand 10 µs polls, bulk with two tasks of 1 ms polls. Every poll
-//! measures its own thread CPU time, so the split checked is not keel's
-//! bookkeeping but what the tasks really received. This file holds one
-//! test so that nothing else competes for the two cores while it runs.
+//! times itself, so the split checked is not keel's bookkeeping but what
+//! the tasks really received; keel's own figure is checked too. A class
+//! whose polls block (sleep) must not escape its share either. This file
+//! holds only these tests, so nothing else competes for the two cores.
 
 #[macro_use]
 mod support;
@@ -16,7 +17,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use keel::{Class, Runtime, SpinPolicy};
-use support::{busy_for, thread_cpu_ns};
+use std::time::Instant;
+
+use support::busy_for;
 
 /// Allowed distance from the configured split, in percentage points.
 const TOLERANCE_PP: f64 = 3.0;
@@ -33,9 +36,9 @@ fn spawn_busy(
         let (stop, cpu) = (stop.clone(), cpu.clone());
         rt.spawn_in(class, async move {
             while !stop.load(Ordering::Relaxed) {
-                let start = thread_cpu_ns();
+                let start = Instant::now();
                 busy_for(poll);
-                cpu.fetch_add(thread_cpu_ns() - start, Ordering::Relaxed);
+                cpu.fetch_add(start.elapsed().as_nanos() as u64, Ordering::Relaxed);
                 keel::yield_now().await;
             }
         });
@@ -50,7 +53,7 @@ fn split(cpu: &[u64]) -> Vec<f64> {
 }
 
 #[test]
-fn cpu_split_follows_shares_regardless_of_task_count_and_poll_length() {
+fn split_follows_shares_regardless_of_task_count_and_poll_length() {
     let rt = Runtime::builder()
         .workers(2)
         .spin(SpinPolicy::Short)
@@ -97,7 +100,7 @@ fn cpu_split_follows_shares_regardless_of_task_count_and_poll_length() {
         .classes
         .iter()
         .zip(&stats_before.classes)
-        .map(|(a, b)| (a.cpu - b.cpu).as_nanos() as u64)
+        .map(|(a, b)| (a.busy - b.busy).as_nanos() as u64)
         .collect();
     let shares: Vec<u64> = stats_after
         .classes
@@ -120,4 +123,45 @@ fn cpu_split_follows_shares_regardless_of_task_count_and_poll_length() {
             expected[class]
         );
     }
+}
+
+/// A class whose polls block (here: sleep 2 ms) holds its workers as much
+/// as one that computes, and is charged for it: the computing class still
+/// gets its share of the workers instead of being starved.
+#[test]
+fn a_class_that_blocks_in_its_polls_cannot_starve_another() {
+    let rt = Runtime::builder().workers(2).build().unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let normal = Arc::new(AtomicU64::new(0));
+    spawn_busy(
+        &rt,
+        Class::NORMAL,
+        4,
+        Duration::from_micros(100),
+        &stop,
+        &normal,
+    );
+    for _ in 0..4 {
+        let stop = stop.clone();
+        rt.spawn_in(Class::BULK, async move {
+            while !stop.load(Ordering::Relaxed) {
+                std::thread::sleep(Duration::from_millis(2));
+                keel::yield_now().await;
+            }
+        });
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    let before = normal.load(Ordering::Relaxed);
+    let window = Instant::now();
+    std::thread::sleep(Duration::from_secs(1));
+    let got = normal.load(Ordering::Relaxed) - before;
+    let wall = window.elapsed().as_nanos() as u64 * 2;
+    stop.store(true, Ordering::Relaxed);
+    let share = 100.0 * got as f64 / wall as f64;
+    let expected = 100.0 * 33.0 / 83.0;
+    eprintln!("normal received {share:.1}% of two workers (expected {expected:.1}%)");
+    assert!(
+        (share - expected).abs() <= TOLERANCE_PP,
+        "normal received {share:.1}% of the workers, expected {expected:.1}% ± {TOLERANCE_PP}"
+    );
 }

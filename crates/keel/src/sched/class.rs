@@ -5,10 +5,10 @@
 //! advances `c`'s virtual time by `elapsed × SCALE / shares(c)`. A worker
 //! that picks work takes the class with the least virtual time among those
 //! with runnable tasks (stride scheduling). Since the clock counts
-//! nanoseconds of CPU, not polls, the split does not depend on how many
-//! tasks a class has or how long their polls are: one bulk task with 1 ms
-//! polls and a thousand normal tasks with 10 µs polls still share the CPU
-//! in the ratio of their shares.
+//! nanoseconds, not polls, the split does not depend on how many tasks a
+//! class has or how long their polls are: one bulk task with 1 ms polls and
+//! a thousand normal tasks with 10 µs polls still share the workers in the
+//! ratio of their shares.
 //!
 //! # A waking class cannot bank credit
 //!
@@ -20,21 +20,22 @@
 //! (about) the current minimum: it is served first, which is what an idle
 //! urgent class wants, but only for its fair turn.
 //!
-//! # CPU time, not wall time
+//! # What is charged: worker time
 //!
-//! A poll's wall time includes any time the OS took the worker's core away.
-//! Reading the thread's CPU clock around every poll would be exact but
-//! costs a system call per poll, so each worker measures wall time per poll
-//! and samples its thread CPU clock once per *charge window* of at least
-//! [`CHARGE_WINDOW_NS`]. At the end of a window it charges each class its
-//! wall time in the window scaled by the window's CPU/wall ratio, which is
-//! 1 unless the worker was preempted. A window never spans a park.
+//! A poll is charged its wall time. That is the resource the classes
+//! compete for: a poll that blocks (on a lock, a file, a sleep) holds its
+//! worker exactly as long as one that computes, so a class cannot escape
+//! its share by blocking, and a blocking class cannot starve the others.
+//! Charging thread CPU time instead would let such a class run nearly for
+//! free. Time the OS takes the core away from a polling worker is charged
+//! to the class that was polling; it falls on the classes in proportion to
+//! how long they poll, so it does not skew the split.
 //!
 //! # Cost
 //!
-//! The clocks are shared atomics, one cache line each. Charging once per
-//! window also keeps the hot path free of cross-core traffic; a worker's
-//! own picks see its unflushed charges too.
+//! The clocks are shared atomics, one cache line each. A worker adds its
+//! charges to them once per [`CHARGE_WINDOW_NS`], which keeps the hot path
+//! free of cross-core traffic; its own picks see its unflushed charges too.
 
 use crate::loom::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use crossbeam_utils::CachePadded;
@@ -47,9 +48,9 @@ pub const MAX_CLASSES: usize = 8;
 /// a clock lasts centuries of CPU time before it wraps.
 const SCALE: u64 = 1 << 10;
 
-/// Shortest charge window: 100 µs keeps the error of the split far below a
-/// percent, while the window's CPU clock sample (a system call of ~0.3 µs)
-/// and shared atomic add cost about 0.3% of a busy worker.
+/// How often a worker adds its charges to the shared clocks: 100 µs keeps
+/// the error of the split far below a percent at one shared atomic add per
+/// class per window.
 pub(crate) const CHARGE_WINDOW_NS: u64 = 100_000;
 
 /// How far (in virtual time) an idle class may lag before the picker pulls
@@ -116,7 +117,7 @@ impl ClassClocks {
         self.vtime[class].load(Relaxed)
     }
 
-    /// Adds `ns` of CPU time to `class`'s clock.
+    /// Adds `ns` of polling to `class`'s clock.
     pub(crate) fn charge(&self, class: usize, ns: u64) {
         self.vtime[class].fetch_add(self.cost(class, ns), Relaxed);
     }

@@ -120,10 +120,13 @@ impl Idle {
         is_searching && searching(previous) == 1
     }
 
-    /// A registered worker decides not to sleep after all. Returns `true` if
-    /// it took itself out of `sleepers`; `false` if a notifier already did
-    /// (its token is then on the way, and the worker is already counted as
-    /// searching). Either way the worker continues as a searcher.
+    /// A registered worker leaves the sleepers: it decided not to sleep
+    /// after all, or it woke (notified, timed out, or on a stale token).
+    /// Returns `true` if it took itself out of `sleepers`; `false` if a
+    /// notifier already did (the worker is then already counted as
+    /// searching, and the notifier's token may still be on its way: the
+    /// next park then returns at once, which costs one extra search).
+    /// Either way the worker continues as a searcher.
     pub(crate) fn unpark_self(&self, worker: usize) -> bool {
         let mut sleepers = lock(&self.sleepers);
         match sleepers.iter().position(|&w| w == worker) {
@@ -134,12 +137,5 @@ impl Idle {
             }
             None => false,
         }
-    }
-
-    /// Whether `worker` is still registered as parked. A worker whose park
-    /// returned while still registered consumed a stale token and must park
-    /// again.
-    pub(crate) fn is_parked(&self, worker: usize) -> bool {
-        lock(&self.sleepers).contains(&worker)
     }
 }

@@ -8,8 +8,17 @@
 //! whom to wake; a worker changes its `Idle` state, fences, and looks at
 //! the queues. A lost wake-up shows up as a deadlock (every worker parked,
 //! an item still queued), which loom reports as a failure.
+//!
+//! Timers are modelled by one pending flag and the watch: a filer sets the
+//! flag (the new earliest tick) and calls the `timer_filed` protocol; a
+//! parking worker reads the flag after registering, and becomes the
+//! watcher or sleeps untimed. Loom cannot let time pass, so a watcher's
+//! timed park is modelled as its timeout expiring at once. A timer left
+//! pending while every worker sleeps untimed is again a deadlock.
 
+use crate::loom::lock;
 use crate::loom::sync::atomic::{fence, AtomicUsize, Ordering::*};
+use crate::loom::sync::Mutex;
 use loom::sync::Arc;
 use loom::thread;
 
@@ -55,10 +64,17 @@ struct Model {
     /// way loom reports a deadlock that the memory model rules out.
     done: AtomicUsize,
     items: usize,
+    /// 1 while a timer is pending (the earliest tick), 0 otherwise.
+    timer: AtomicUsize,
+    /// Timers the test files (0 or 1) and timers fired.
+    timers: usize,
+    fired: AtomicUsize,
+    /// The worker watching the timer, as `Shared::watch`.
+    watch: Mutex<Option<usize>>,
 }
 
 impl Model {
-    fn new(workers: usize, items: usize) -> Arc<Model> {
+    fn new(workers: usize, items: usize, timers: usize) -> Arc<Model> {
         Arc::new(Model {
             idle: Idle::new(workers),
             parkers: (0..workers).map(|_| Parker::new()).collect(),
@@ -66,6 +82,10 @@ impl Model {
             taken: AtomicUsize::new(0),
             done: AtomicUsize::new(0),
             items,
+            timer: AtomicUsize::new(0),
+            timers,
+            fired: AtomicUsize::new(0),
+            watch: Mutex::new(None),
         })
     }
 
@@ -99,18 +119,58 @@ impl Model {
                 .compare_exchange(taken, taken + 1, AcqRel, Acquire)
             {
                 Ok(_) => {
-                    if taken + 1 == self.items {
-                        // Harness, not protocol: release everyone.
-                        self.done.fetch_or(1, SeqCst);
-                        for parker in &self.parkers {
-                            parker.unpark();
-                        }
-                    }
+                    self.maybe_release();
                     return true;
                 }
                 Err(actual) => taken = actual,
             }
         }
+    }
+
+    /// Harness, not protocol: once every item is taken and every timer
+    /// fired, release everyone.
+    fn maybe_release(&self) {
+        if self.taken.fetch_add(0, SeqCst) == self.items
+            && self.fired.fetch_add(0, SeqCst) == self.timers
+            && self.done.fetch_or(1, SeqCst) == 0
+        {
+            for parker in &self.parkers {
+                parker.unpark();
+            }
+        }
+    }
+
+    /// `TimerDriver::file` of a new earliest timer, then
+    /// `Shared::timer_filed`.
+    fn file_timer(&self) {
+        self.timer.swap(1, SeqCst);
+        fence(SeqCst);
+        let watcher = *lock(&self.watch);
+        match watcher {
+            Some(worker) => self.parkers[worker].unpark(),
+            None => self.notify_one(),
+        }
+    }
+
+    /// `TimerDriver::fire_due`, with every pending timer due.
+    fn fire_timers(&self) {
+        if self.timer.swap(0, SeqCst) == 1 {
+            self.fired.fetch_add(1, SeqCst);
+            self.maybe_release();
+        }
+    }
+
+    /// `Worker::watch_timers`: whether to park with a timeout.
+    fn watch_timers(&self, index: usize) -> bool {
+        if self.timer.fetch_add(0, SeqCst) == 0 {
+            return false;
+        }
+        let mut watch = lock(&self.watch);
+        if watch.is_some() {
+            return false;
+        }
+        *watch = Some(index);
+        true
     }
 
     /// The notifier: pushes `items` one at a time, notifying after each.
@@ -134,6 +194,8 @@ impl Model {
                         self.notify_one();
                     }
                 }
+                // After every poll: fire due timers.
+                self.fire_timers();
                 continue;
             }
             if !searching {
@@ -144,23 +206,29 @@ impl Model {
             if last && self.has_visible_work() {
                 self.idle.unpark_self(index);
             } else {
-                loop {
+                fence(SeqCst);
+                if self.watch_timers(index) {
+                    // A timed park whose timeout expires at once.
+                } else {
                     self.parkers[index].park();
-                    if self.is_done() || !self.idle.is_parked(index) {
-                        break;
-                    }
+                }
+                self.idle.unpark_self(index);
+                let mut watch = lock(&self.watch);
+                if *watch == Some(index) {
+                    *watch = None;
                 }
             }
             searching = true;
+            self.fire_timers();
         }
     }
 }
 
-fn run_model(workers: usize, items: usize) {
+fn run_model(workers: usize, items: usize, timers: usize) {
     let mut builder = loom::model::Builder::new();
     builder.preemption_bound = Some(3);
     builder.check(move || {
-        let model = Model::new(workers, items);
+        let model = Model::new(workers, items, timers);
         let threads: Vec<_> = (0..workers)
             .map(|index| {
                 let model = model.clone();
@@ -168,29 +236,48 @@ fn run_model(workers: usize, items: usize) {
             })
             .collect();
         model.notifier();
+        for _ in 0..timers {
+            model.file_timer();
+        }
         for thread in threads {
             thread.join().unwrap();
         }
         assert_eq!(model.taken.load(SeqCst), items);
+        assert_eq!(model.fired.load(SeqCst), timers);
     });
 }
 
 #[test]
 fn loom_one_worker_one_wake() {
-    run_model(1, 1);
+    run_model(1, 1, 0);
 }
 
 #[test]
 fn loom_one_worker_two_wakes() {
-    run_model(1, 2);
+    run_model(1, 2, 0);
 }
 
 #[test]
 fn loom_two_workers_one_wake() {
-    run_model(2, 1);
+    run_model(2, 1, 0);
 }
 
 #[test]
 fn loom_two_workers_two_wakes() {
-    run_model(2, 2);
+    run_model(2, 2, 0);
+}
+
+#[test]
+fn loom_one_worker_one_timer() {
+    run_model(1, 0, 1);
+}
+
+#[test]
+fn loom_two_workers_one_timer() {
+    run_model(2, 0, 1);
+}
+
+#[test]
+fn loom_two_workers_one_wake_one_timer() {
+    run_model(2, 1, 1);
 }

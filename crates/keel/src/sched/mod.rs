@@ -55,13 +55,16 @@ use std::sync::Arc;
 use async_task::{ScheduleInfo, WithInfo};
 use crossbeam_deque::{Injector, Steal, Stealer, Worker as Deque};
 
+use crate::loom::lock;
 use crate::loom::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};
+use crate::loom::sync::Mutex;
 use crate::runtime::config::Config;
 use crate::runtime::context;
 use crate::stats::account::WorkerMetrics;
 use crate::stats::clock::Clock;
 use crate::task::registry::Registry;
 use crate::task::{Guarded, JoinHandle, Runnable, TaskId, TaskMeta};
+use crate::time::driver::{TimerDriver, NEVER};
 use class::ClassClocks;
 use idle::Idle;
 use park::Parker;
@@ -93,6 +96,14 @@ enum Placement {
     Spawn,
 }
 
+/// The parked worker that sleeps only until a timer tick, if any.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Watch {
+    pub(crate) worker: Option<usize>,
+    /// The tick it wakes at; [`NEVER`] without a watcher.
+    pub(crate) tick: u64,
+}
+
 /// One worker's deques, one per class, before its thread takes them.
 pub(crate) type Deques = Box<[Deque<Runnable>]>;
 
@@ -111,8 +122,16 @@ pub(crate) struct Shared {
     pub(crate) registry: Arc<Registry>,
     /// One per worker; see [`crate::stats::account`].
     pub(crate) metrics: Box<[Arc<WorkerMetrics>]>,
+    /// The timer wheel; see [`crate::time`].
+    pub(crate) timers: TimerDriver,
+    /// Which parked worker watches which timer tick (see `Worker::park`).
+    pub(crate) watch: Mutex<Watch>,
     /// Set once, when the runtime is dropped.
     stopping: AtomicBool,
+    /// Set once the shutdown drain has begun: from then on a task that is
+    /// scheduled is dropped at once instead of queued (see
+    /// [`Shared::drop_all_tasks`]).
+    draining: AtomicBool,
     next_id: AtomicU64,
 }
 
@@ -137,7 +156,13 @@ impl Shared {
             metrics: (0..config.workers)
                 .map(|_| Arc::new(WorkerMetrics::new(classes)))
                 .collect(),
+            timers: TimerDriver::new(),
+            watch: Mutex::new(Watch {
+                worker: None,
+                tick: NEVER,
+            }),
             stopping: AtomicBool::new(false),
+            draining: AtomicBool::new(false),
             next_id: AtomicU64::new(1),
             config,
         };
@@ -184,6 +209,13 @@ impl Shared {
 
     /// Makes `runnable` runnable (see the module docs).
     fn schedule(self: &Arc<Self>, runnable: Runnable, placement: Placement) {
+        if self.draining.load(Ordering::Acquire) {
+            // Shutdown is dropping every task: this one is dropped here,
+            // however late its wake came. `async_task` keeps the task alive
+            // for the length of this call, so dropping it inside is sound.
+            drop_task(runnable);
+            return;
+        }
         let meta = runnable.metadata();
         meta.scheduled_at.store(self.clock.now(), Ordering::Relaxed);
         let class = meta.class.index();
@@ -201,9 +233,12 @@ impl Shared {
                     Some(true)
                 }
                 Placement::Yield => {
+                    let had_work = !queue.is_empty();
                     queue.push(runnable);
                     local.yielded.set(true);
-                    Some(false)
+                    // Other runnable work is queued behind us: let an idle
+                    // worker take it rather than take turns with it here.
+                    Some(had_work)
                 }
                 Placement::Spawn => {
                     let had_work = !queue.is_empty();
@@ -229,6 +264,22 @@ impl Shared {
         fence(Ordering::SeqCst);
         if let Some(worker) = self.idle.worker_to_notify() {
             self.parkers[worker].unpark();
+        }
+    }
+
+    /// Called after a timer became the earliest: makes sure a worker will
+    /// fire it (the filer's half of the timer protocol in `crate::time`).
+    pub(crate) fn timer_filed(&self) {
+        // Orders the new earliest tick before the reads of the watch and of
+        // the idle state.
+        fence(Ordering::SeqCst);
+        let watcher = lock(&self.watch).worker;
+        match watcher {
+            // It re-reads the earliest tick when it wakes.
+            Some(worker) => self.parkers[worker].unpark(),
+            // A worker that parks from now on reads the new tick; one that
+            // already parked without a timeout is woken to read it.
+            None => self.notify_one(),
         }
     }
 
@@ -269,23 +320,50 @@ impl Shared {
     }
 
     /// Drops every remaining task (shutdown step 3 in `runtime`). Called
-    /// after the workers have exited.
+    /// after the workers have exited (all but the caller's own, when a task
+    /// drops its runtime).
+    ///
+    /// From the moment `draining` is set, [`Shared::schedule`] drops what it
+    /// is given, so a task woken or spawned late (from another thread, or
+    /// by a destructor) is dropped too instead of stranded in a queue.
+    /// Waking every registered task then drops every idle one; what the
+    /// queues still hold is dropped here.
     pub(crate) fn drop_all_tasks(&self) {
-        // A task can only survive a round if it is being polled by a thread
-        // that was not joined (a runtime dropped from its own task); give up
-        // on those after a few rounds rather than spin forever.
+        self.draining.store(true, Ordering::SeqCst);
+        // A task that is being polled right now (the one dropping its own
+        // runtime) cannot be dropped from inside its poll: it is dropped
+        // when that poll ends and it is scheduled or completes. So stop
+        // after a few rounds that find nothing more to drop.
         let mut idle_rounds = 0;
         while self.registry.len() > 0 && idle_rounds < 3 {
+            let before = self.registry.len();
             for waker in self.registry.wakers() {
                 waker.wake();
             }
-            let mut dropped = 0;
             while let Some(runnable) = self.pop_any() {
-                // A future whose destructor panics must not stop the others.
-                let _ = catch_unwind(AssertUnwindSafe(|| drop(runnable)));
-                dropped += 1;
+                drop_task(runnable);
             }
-            idle_rounds = if dropped == 0 { idle_rounds + 1 } else { 0 };
+            idle_rounds = if self.registry.len() < before {
+                0
+            } else {
+                idle_rounds + 1
+            };
+        }
+        // Timers filed by futures outside any task (held by the user) still
+        // hold wakers; drop them outside the wheel's lock.
+        drop(self.timers.clear());
+    }
+
+    /// Drops what `queues` (an exiting worker's own) still hold, if the
+    /// drain has begun: nobody else would.
+    pub(crate) fn drop_if_draining(&self, queues: &Deques) {
+        if !self.draining.load(Ordering::SeqCst) {
+            return;
+        }
+        for queue in queues.iter() {
+            while let Some(runnable) = queue.pop() {
+                drop_task(runnable);
+            }
         }
     }
 
@@ -317,4 +395,9 @@ fn steal_until_settled(
             Steal::Retry => continue,
         }
     }
+}
+
+/// Drops a task without running it, containing a panic in its destructor.
+fn drop_task(runnable: Runnable) {
+    let _ = catch_unwind(AssertUnwindSafe(|| drop(runnable)));
 }

@@ -21,6 +21,12 @@
 //!
 //! The lock is only taken when a thread really sleeps, so an unpark of a
 //! running worker costs one atomic swap.
+//!
+//! [`Parker::park_timeout`] follows the same protocol and, when its time is
+//! up, swaps the state back to `EMPTY` itself, consuming a token that
+//! raced with the timeout: the owner is awake either way.
+
+use std::time::{Duration, Instant};
 
 use crate::loom::lock;
 use crate::loom::sync::atomic::{AtomicUsize, Ordering::SeqCst};
@@ -83,6 +89,49 @@ impl Parker {
                 return;
             }
             // Spurious wake-up: the state is still PARKED.
+        }
+    }
+
+    /// Like [`Parker::park`], but returns after `timeout` at the latest
+    /// (consuming the token if one arrived meanwhile).
+    pub(crate) fn park_timeout(&self, timeout: Duration) {
+        if self
+            .state
+            .compare_exchange(NOTIFIED, EMPTY, SeqCst, SeqCst)
+            .is_ok()
+        {
+            return;
+        }
+        let deadline = Instant::now() + timeout;
+        let mut guard = lock(&self.lock);
+        match self.state.compare_exchange(EMPTY, PARKED, SeqCst, SeqCst) {
+            Ok(_) => {}
+            Err(NOTIFIED) => {
+                self.state.swap(EMPTY, SeqCst);
+                return;
+            }
+            Err(other) => unreachable!("parker in state {other} while its owner parks"),
+        }
+        loop {
+            let remaining = deadline.saturating_duration_since(Instant::now());
+            guard = self
+                .condvar
+                .wait_timeout(guard, remaining)
+                .unwrap_or_else(|poisoned| poisoned.into_inner())
+                .0;
+            if self
+                .state
+                .compare_exchange(NOTIFIED, EMPTY, SeqCst, SeqCst)
+                .is_ok()
+            {
+                return;
+            }
+            if Instant::now() >= deadline {
+                // Timed out: PARKED → EMPTY, or consume a token that just
+                // arrived; either way the owner is awake now.
+                self.state.swap(EMPTY, SeqCst);
+                return;
+            }
         }
     }
 

@@ -14,15 +14,20 @@
 //!    virtual time if they lag (see [`class`](super::class)).
 //! 3. **Run.** Poll the task once (or drop it if it was aborted), with
 //!    panics contained. Charge the elapsed time to its class: locally, and
-//!    to the shared clock, scaled to CPU time, when the charge window of
-//!    [`CHARGE_WINDOW_NS`] ends. Account the poll and the task's queue
-//!    delay. Go to 1.
+//!    to the shared clock when the charge window of [`CHARGE_WINDOW_NS`]
+//!    ends. Account the poll and the task's queue delay. Go to 1.
 //! 4. **Search, spin.** Nothing was found: become a searcher (notifiers
 //!    then leave the next wake to us). Spin for the policy's duration,
 //!    watching every queue; if work appears, go to 1.
 //! 5. **Park.** Flush charges and publish the accounts, register as parked,
 //!    re-check the queues if we were the last searcher (see
-//!    [`idle`](super::idle)), then sleep until notified. Go to 1.
+//!    [`idle`](super::idle)), then sleep until notified, or until the
+//!    earliest timer if no other parked worker watches it (see
+//!    [`time`](crate::time)). Whatever wakes the worker, it leaves the
+//!    sleepers, fires due timers and goes to 1.
+//!
+//! After every poll the worker also compares the earliest timer with the
+//! time it just read, and fires due timers (accounted as timer time).
 //!
 //! Every transition switches the accounting state at a timestamp the step
 //! takes anyway, so accounting costs two clock reads per poll.
@@ -31,14 +36,16 @@ use std::cell::Cell;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::rc::Rc;
 use std::sync::Arc;
+use std::time::Duration;
 
 use super::class::CHARGE_WINDOW_NS;
-use super::{Deques, Local, Shared, MAX_CLASSES};
-use crate::loom::sync::atomic::Ordering;
+use super::{Deques, Local, Shared, Watch, MAX_CLASSES};
+use crate::loom::lock;
+use crate::loom::sync::atomic::{fence, Ordering};
 use crate::runtime::context;
 use crate::stats::account::{Account, State};
-use crate::stats::clock::thread_cpu_ns;
 use crate::task::Runnable;
+use crate::time::driver::{tick_start, NEVER};
 use crate::Handle;
 
 /// Every this many picks, a worker looks at the class injector before its
@@ -82,18 +89,19 @@ pub(crate) fn run_worker(shared: Arc<Shared>, index: usize, queues: Deques) {
         index,
         account,
         pending: [0; MAX_CLASSES],
-        window_wall: now,
-        window_cpu: thread_cpu_ns(),
+        window_start: now,
         searching: false,
         ticks: 0,
         lifo_streak: 0,
         rng: 0x9E37_79B9_7F4A_7C15 ^ (index as u64 + 1),
     };
     worker.run();
-    // Leave the slot's task where shutdown will find it.
+    // Leave the slot's task where shutdown will find it, or drop it if the
+    // drain has begun (a task of this worker dropped the runtime).
     if let Some(runnable) = worker.local.lifo.take() {
         worker.local.queues[runnable.metadata().class.index()].push(runnable);
     }
+    worker.shared.drop_if_draining(&worker.local.queues);
     context::set_local(None);
 }
 
@@ -102,12 +110,10 @@ struct Worker {
     local: Rc<Local>,
     index: usize,
     account: Account,
-    /// Wall nanoseconds each class polled in the current charge window.
+    /// Nanoseconds each class polled in the current charge window.
     pending: [u64; MAX_CLASSES],
-    /// When the current charge window began, on the runtime clock.
-    window_wall: u64,
-    /// The thread CPU clock when the current charge window began.
-    window_cpu: u64,
+    /// When the current charge window began.
+    window_start: u64,
     /// Whether this worker is counted as searching in `Idle`.
     searching: bool,
     ticks: u32,
@@ -132,8 +138,7 @@ impl Worker {
         }
         let now = self.shared.clock.now();
         self.flush_charges(now);
-        self.account.switch(State::Search, now);
-        self.account.publish(now, true);
+        self.account.stop(now);
     }
 
     /// Step 2: the next task, from the class with the least virtual time
@@ -262,38 +267,36 @@ impl Worker {
         self.charge(class.index(), end.saturating_sub(start), end);
         self.account.switch(State::Search, end);
         self.account.maybe_publish(end);
+        if self.shared.timers.may_be_due(end) {
+            self.fire_timers(end);
+        }
     }
 
-    /// Charges `ns` of polling to `class`, ending the charge window if it
-    /// is long enough.
+    /// Fires due timers, accounted as timer time from `now`.
+    fn fire_timers(&mut self, now: u64) {
+        self.account.switch(State::Timers, now);
+        self.shared.timers.fire_due();
+        self.account.switch(State::Search, self.shared.clock.now());
+    }
+
+    /// Charges `ns` of polling to `class`, adding the window's charges to
+    /// the shared clocks once it is [`CHARGE_WINDOW_NS`] long.
     fn charge(&mut self, class: usize, ns: u64, now: u64) {
         self.pending[class] += ns;
-        if now.saturating_sub(self.window_wall) >= CHARGE_WINDOW_NS {
+        if now.saturating_sub(self.window_start) >= CHARGE_WINDOW_NS {
             self.flush_charges(now);
         }
     }
 
-    /// Ends the charge window at `now`: charges every class its wall time
-    /// scaled by the window's CPU/wall ratio (see `class`).
+    /// Adds this worker's pending charges to the shared clocks.
     fn flush_charges(&mut self, now: u64) {
-        let cpu = thread_cpu_ns();
-        let wall = now.saturating_sub(self.window_wall);
-        let used = cpu.saturating_sub(self.window_cpu);
         for (class, pending) in self.pending.iter_mut().enumerate() {
-            if *pending == 0 {
-                continue;
+            if *pending > 0 {
+                self.shared.clocks.charge(class, *pending);
+                *pending = 0;
             }
-            let charged = if used < wall {
-                (u128::from(*pending) * u128::from(used) / u128::from(wall)) as u64
-            } else {
-                *pending
-            };
-            self.shared.clocks.charge(class, charged);
-            self.account.cpu(class, charged);
-            *pending = 0;
         }
-        self.window_wall = now;
-        self.window_cpu = cpu;
+        self.window_start = now;
     }
 
     fn enter_searching(&mut self) {
@@ -337,7 +340,8 @@ impl Worker {
         found
     }
 
-    /// Step 5: sleeps until notified (see the module docs of `idle`).
+    /// Step 5: sleeps until notified, or until the earliest timer if this
+    /// worker watches it (see the module docs of `idle` and `time`).
     fn park(&mut self) {
         let now = self.shared.clock.now();
         self.flush_charges(now);
@@ -349,22 +353,53 @@ impl Worker {
         if last_searcher && shared.has_visible_work() {
             shared.idle.unpark_self(self.index);
         } else {
-            loop {
-                shared.parkers[self.index].park();
-                // A stale token from an earlier notification can end a park
-                // while we are still registered: sleep again.
-                if shared.is_stopping() || !shared.idle.is_parked(self.index) {
-                    break;
-                }
+            // Read the earliest timer only now, after registering as parked
+            // (the parker's half of the timer protocol in `crate::time`).
+            fence(Ordering::SeqCst);
+            match self.watch_timers() {
+                Some(timeout) => shared.parkers[self.index].park_timeout(timeout),
+                None => shared.parkers[self.index].park(),
+            }
+            // Whatever woke us (a notification, the timer, a stale token),
+            // leave the sleepers; if a notifier already took us out, it
+            // counted us as searching.
+            shared.idle.unpark_self(self.index);
+            let mut watch = lock(&shared.watch);
+            if watch.worker == Some(self.index) {
+                *watch = Watch {
+                    worker: None,
+                    tick: NEVER,
+                };
             }
         }
-        // Whoever took us out of the sleepers counted us as searching.
         self.searching = true;
         let now = shared.clock.now();
         self.account.switch(State::Search, now);
-        // A charge window never spans a park.
-        self.window_wall = now;
-        self.window_cpu = thread_cpu_ns();
+        self.window_start = now;
+        if shared.timers.may_be_due(now) {
+            self.fire_timers(now);
+        }
+    }
+
+    /// Decides how long to park: until the earliest timer if no parked
+    /// worker watches one at or before it (this worker then becomes the
+    /// watcher), otherwise until notified.
+    fn watch_timers(&self) -> Option<Duration> {
+        let shared = &*self.shared;
+        let tick = shared.timers.next_tick();
+        if tick == NEVER {
+            return None;
+        }
+        let mut watch = lock(&shared.watch);
+        if watch.worker.is_some() && watch.tick <= tick {
+            return None;
+        }
+        *watch = Watch {
+            worker: Some(self.index),
+            tick,
+        };
+        let wait_ns = tick_start(tick).saturating_sub(shared.timers.now());
+        Some(Duration::from_nanos(wait_ns))
     }
 
     /// xorshift64: cheap, good enough to spread steal victims.

@@ -52,15 +52,19 @@ pub(crate) enum State {
     Search,
     /// Busy-waiting for work under the spin policy.
     Spin,
-    /// Asleep until notified.
+    /// Asleep until notified (or until the earliest timer, for the worker
+    /// that watches it).
     Parked,
+    /// Firing due timers.
+    Timers,
 }
 
 const SEARCH_SLOT: usize = MAX_CLASSES;
 const SPIN_SLOT: usize = MAX_CLASSES + 1;
 const PARKED_SLOT: usize = MAX_CLASSES + 2;
-/// Number of counters: one per class, then search, spin, parked.
-pub(crate) const SLOTS: usize = MAX_CLASSES + 3;
+const TIMERS_SLOT: usize = MAX_CLASSES + 3;
+/// Number of counters: one per class, then search, spin, parked, timers.
+pub(crate) const SLOTS: usize = MAX_CLASSES + 4;
 
 /// Bits of [`WorkerMetrics::current`] that hold the start instant; the
 /// state's slot sits above them. 2^56 ns is over two years of uptime.
@@ -74,6 +78,7 @@ impl State {
             State::Search => SEARCH_SLOT,
             State::Spin => SPIN_SLOT,
             State::Parked => PARKED_SLOT,
+            State::Timers => TIMERS_SLOT,
         }
     }
 }
@@ -93,15 +98,14 @@ pub(crate) struct Published {
     pub(crate) times: [u64; SLOTS],
     /// Polls per class.
     pub(crate) polls: [u64; MAX_CLASSES],
-    /// CPU nanoseconds per class (poll wall time scaled by the charge
-    /// window's CPU/wall ratio).
-    pub(crate) cpu: [u64; MAX_CLASSES],
     /// Queue delay (ns) per class.
     pub(crate) delays: Vec<Histogram<u64>>,
     /// The state the worker was in at `since`.
     pub(crate) state: State,
     /// When `state` began: the end of what `times` covers.
     pub(crate) since: u64,
+    /// The worker has exited: `times` is final.
+    pub(crate) stopped: bool,
 }
 
 impl Published {
@@ -109,6 +113,9 @@ impl Published {
     /// state word (see the module docs).
     pub(crate) fn times_at(&self, current: u64, now: u64) -> [u64; SLOTS] {
         let mut times = self.times;
+        if self.stopped {
+            return times;
+        }
         let slot = (current >> SINCE_BITS) as usize;
         let since = current & SINCE_MASK;
         if since >= self.since && slot < SLOTS {
@@ -132,6 +139,10 @@ impl Published {
     pub(crate) fn parked_ns(times: &[u64; SLOTS]) -> u64 {
         times[PARKED_SLOT]
     }
+
+    pub(crate) fn timers_ns(times: &[u64; SLOTS]) -> u64 {
+        times[TIMERS_SLOT]
+    }
 }
 
 /// The shared side of one worker's accounting.
@@ -150,10 +161,10 @@ impl WorkerMetrics {
                 started: 0,
                 times: [0; SLOTS],
                 polls: [0; MAX_CLASSES],
-                cpu: [0; MAX_CLASSES],
                 delays: (0..classes).map(|_| new_delay_histogram()).collect(),
                 state: State::Search,
                 since: 0,
+                stopped: false,
             }),
             current: AtomicU64::new(encode(State::Search, 0)),
         }
@@ -176,7 +187,6 @@ pub(crate) struct Account {
     shared: Arc<WorkerMetrics>,
     times: [u64; SLOTS],
     polls: [u64; MAX_CLASSES],
-    cpu: [u64; MAX_CLASSES],
     delays: Vec<Histogram<u64>>,
     state: State,
     since: u64,
@@ -198,7 +208,6 @@ impl Account {
             shared,
             times: [0; SLOTS],
             polls: [0; MAX_CLASSES],
-            cpu: [0; MAX_CLASSES],
             delays: (0..classes).map(|_| new_delay_histogram()).collect(),
             state: State::Search,
             since: now,
@@ -222,11 +231,6 @@ impl Account {
         self.delays[class].saturating_record(delay_ns.clamp(1, DELAY_MAX_NS));
     }
 
-    /// Adds `ns` of CPU time to `class`.
-    pub(crate) fn cpu(&mut self, class: usize, ns: u64) {
-        self.cpu[class] += ns;
-    }
-
     /// Publishes if the last publication is older than [`PUBLISH_NS`].
     pub(crate) fn maybe_publish(&mut self, now: u64) {
         if now.saturating_sub(self.last_publish) >= PUBLISH_NS {
@@ -236,12 +240,19 @@ impl Account {
         }
     }
 
+    /// Closes the account at `now` (the worker exits): publishes the final
+    /// counters, which stop growing.
+    pub(crate) fn stop(&mut self, now: u64) {
+        self.switch(State::Search, now);
+        self.publish(now, true);
+        lock(&self.shared.published).stopped = true;
+    }
+
     /// Publishes everything now (before parking, and at exit).
     pub(crate) fn publish(&mut self, now: u64, histograms: bool) {
         let mut published = lock(&self.shared.published);
         published.times = self.times;
         published.polls = self.polls;
-        published.cpu = self.cpu;
         published.state = self.state;
         published.since = self.since;
         if histograms {

@@ -30,24 +30,3 @@ impl Clock {
         self.source.delta_as_nanos(self.epoch, self.source.raw())
     }
 }
-
-/// CPU time consumed by the calling thread, in nanoseconds.
-///
-/// A system call (no vDSO shortcut exists for thread clocks, about 0.2 to
-/// 0.4 µs), so workers sample it once per charge window, not per poll.
-pub(crate) fn thread_cpu_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid, writable `timespec` that outlives the call,
-    // and `CLOCK_THREAD_CPUTIME_ID` is a clock every Linux kernel keel
-    // supports; the call writes only `ts`.
-    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    if rc != 0 {
-        return 0;
-    }
-    (ts.tv_sec as u64)
-        .saturating_mul(1_000_000_000)
-        .saturating_add(ts.tv_nsec as u64)
-}

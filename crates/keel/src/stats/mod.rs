@@ -39,6 +39,7 @@ pub(crate) fn snapshot(shared: &Shared) -> Stats {
                 search: Duration::from_nanos(Published::search_ns(&times)),
                 spin: Duration::from_nanos(Published::spin_ns(&times)),
                 parked: Duration::from_nanos(Published::parked_ns(&times)),
+                timers: Duration::from_nanos(Published::timers_ns(&times)),
                 polls: p.polls[..classes].to_vec(),
             }
         })
@@ -59,7 +60,7 @@ pub(crate) fn snapshot(shared: &Shared) -> Stats {
             ClassStats {
                 name: class.name.clone(),
                 shares: class.shares,
-                cpu: Duration::from_nanos(read.iter().map(|(p, _)| p.cpu[index]).sum()),
+                busy: workers.iter().map(|w| w.task[index]).sum(),
                 polls: workers.iter().map(|w| w.polls[index]).sum(),
                 queue_delay: QueueDelay { histogram },
             }
@@ -70,5 +71,6 @@ pub(crate) fn snapshot(shared: &Shared) -> Stats {
         elapsed: Duration::from_nanos(now),
         workers,
         classes,
+        pending_timers: shared.timers.len(),
     }
 }

@@ -7,7 +7,7 @@ use hdrhistogram::Histogram;
 /// A snapshot of a runtime's accounting since it started.
 ///
 /// Counters are cumulative; subtract two snapshots to see an interval (see
-/// [`WorkerStats::since`] and [`ClassStats::cpu`]). Each busy worker
+/// [`WorkerStats::since`] and [`ClassStats::busy`]). Each busy worker
 /// publishes its counters every millisecond and its queue-delay histograms
 /// every 10 ms, and a parking worker publishes everything before it
 /// sleeps, so a snapshot is at most that stale.
@@ -19,10 +19,13 @@ pub struct Stats {
     pub workers: Vec<WorkerStats>,
     /// One entry per class, by [`Class::index`](crate::Class::index).
     pub classes: Vec<ClassStats>,
+    /// Timers filed and not yet fired or cancelled.
+    pub pending_timers: usize,
 }
 
 /// Where one worker's wall time went. The states add up to
 /// [`WorkerStats::wall`], the time since the worker started.
+/// Utilization is `(task + timers) / wall`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WorkerStats {
     /// The worker's index.
@@ -38,6 +41,8 @@ pub struct WorkerStats {
     pub spin: Duration,
     /// Time spent asleep.
     pub parked: Duration,
+    /// Time spent firing due timers.
+    pub timers: Duration,
     /// Polls, per class.
     pub polls: Vec<u64>,
 }
@@ -50,12 +55,12 @@ impl WorkerStats {
 
     /// The sum of all states: the wall time the worker has accounted.
     pub fn wall(&self) -> Duration {
-        self.busy() + self.search + self.spin + self.parked
+        self.busy() + self.search + self.spin + self.parked + self.timers
     }
 
-    /// Busy time over wall time, in `0.0..=1.0`.
+    /// Task and timer time over wall time, in `0.0..=1.0`.
     pub fn utilization(&self) -> f64 {
-        ratio(self.busy(), self.wall())
+        ratio(self.busy() + self.timers, self.wall())
     }
 
     /// What happened between `earlier` and `self` (two snapshots of the
@@ -73,6 +78,7 @@ impl WorkerStats {
             search: self.search.saturating_sub(earlier.search),
             spin: self.spin.saturating_sub(earlier.spin),
             parked: self.parked.saturating_sub(earlier.parked),
+            timers: self.timers.saturating_sub(earlier.timers),
             polls: self
                 .polls
                 .iter()
@@ -90,10 +96,10 @@ pub struct ClassStats {
     pub name: String,
     /// The class's configured shares.
     pub shares: u32,
-    /// CPU time its tasks received, all workers together: the wall time of
-    /// their polls less any time the OS preempted the worker meanwhile.
-    /// Lags the workers' task time by up to 100 µs per busy worker.
-    pub cpu: Duration,
+    /// Worker time its tasks' polls took, all workers together: what the
+    /// shares divide (the wall time of the polls, whether they computed or
+    /// blocked).
+    pub busy: Duration,
     /// Polls of its tasks, all workers together.
     pub polls: u64,
     /// How long its tasks waited between being woken and being polled.

@@ -1,25 +1,29 @@
-//! Time: timers on a hierarchical wheel.
+//! Time: [`sleep()`], [`sleep_until()`], [`timeout()`] and [`interval()`] on a
+//! hierarchical timer wheel.
 //!
-//! Status: the wheel (`wheel.rs`) is here and tested against a model; the
-//! driver that fires it from the worker loop, and the public `sleep`,
-//! `sleep_until`, `timeout` and `interval`, come with the reactor, which
-//! shares their schedule and their parking. Until then the module is
-//! compiled for its tests only.
+//! Timers have a resolution of one millisecond and never fire early. They
+//! are fired by the workers themselves: on every poll a worker compares the
+//! earliest deadline with the time it already read, and one parked worker
+//! at a time sleeps only until the earliest deadline, so an idle runtime
+//! still fires its timers without a timer thread.
 //!
-//! # How the driver will be wired (the plan the wheel is built for)
+//! # Parking with timers (see `sched::worker`)
 //!
-//! - Resolution: one tick is 1 ms. A timer due at `d` ns is filed at tick
-//!   `ceil(d / tick)` and the wheel is advanced to `floor(now / tick)`, so
-//!   it can never fire early; a `Sleep` also checks the clock itself.
-//! - Firing: workers advance the wheel on the IO schedule (every
-//!   `io_interval` of CPU time or `io_every` polls) and after parking.
-//! - Parking: a worker reads the earliest deadline only *after* it has
-//!   registered as parked (a `SeqCst` step, then a fence), and a task that
-//!   files a new earliest timer publishes it, fences, then notifies: the
-//!   same Dekker pairing as `sched::idle`, so a deadline is never missed by
-//!   a worker going to sleep. One parked worker at a time watches the
-//!   earliest deadline (by a timed park, later by the epoll timeout); the
-//!   others sleep without a timeout, so timers do not wake a herd.
+//! A worker reads the earliest deadline only *after* it has registered as
+//! parked (a `SeqCst` step, then a fence), and a task that files a new
+//! earliest timer publishes it, fences, then wakes the watching worker or
+//! notifies one: the same Dekker pairing as `sched::idle`, so a deadline is
+//! never missed by a worker going to sleep. One parked worker at a time
+//! watches the earliest deadline (a timed park, later the reactor's poll
+//! timeout); the others sleep without a timeout, so timers do not wake a
+//! herd.
 
-#[cfg(test)]
-mod wheel;
+pub(crate) mod driver;
+mod interval;
+mod sleep;
+mod timeout;
+pub(crate) mod wheel;
+
+pub use interval::{interval, Interval};
+pub use sleep::{sleep, sleep_until, Sleep};
+pub use timeout::{timeout, Elapsed, Timeout};

@@ -146,20 +146,6 @@ use std::sync::Mutex;
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
-/// CPU time consumed by the calling thread, in nanoseconds: an
-/// independent measure of what a poll cost, whatever the scheduler thinks.
-pub fn thread_cpu_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid, writable timespec and the clock id is a
-    // constant the kernel supports; the call writes only `ts`.
-    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    assert_eq!(rc, 0, "clock_gettime(CLOCK_THREAD_CPUTIME_ID) failed");
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
-
 /// Busy-loops for `duration` of wall time: a poll that does CPU work.
 pub fn busy_for(duration: Duration) {
     let end = Instant::now() + duration;

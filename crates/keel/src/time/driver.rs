@@ -1,0 +1,152 @@
+//! `TimerDriver`: the wheel shared by a runtime's workers.
+//!
+//! Timers are filed by `Sleep` futures from any thread and fired by
+//! workers: on every poll a worker compares the earliest deadline (one
+//! relaxed load of [`TimerDriver::next`]) with the time it already read,
+//! and turns the wheel when something is due; a parked worker watching the
+//! earliest deadline turns it when it wakes (see `sched::worker`).
+//!
+//! Resolution is one tick of [`TICK_NS`]. A timer due at `d` ns is filed at
+//! tick `ceil(d / tick)` and the wheel advances to `floor(now / tick)`, so
+//! a timer never fires before its deadline; it fires at most one tick and
+//! one poll after it.
+//!
+//! Timers keep time on the OS monotonic clock (`std::time::Instant`), not
+//! on the runtime's TSC clock: the TSC's conversion to nanoseconds is
+//! calibrated and may drift from the OS clock by parts per million, and
+//! "never early" must hold as measured by anyone's `Instant`. The workers'
+//! TSC readings only serve as a cheap hint that something may be due.
+
+use std::task::Waker;
+use std::time::Instant;
+
+use super::wheel::{TimerKey, Wheel};
+use crate::loom::lock;
+use crate::loom::sync::atomic::{AtomicU64, Ordering::SeqCst};
+use crate::loom::sync::Mutex;
+
+/// One tick: 1 ms, the resolution of every timer.
+pub(crate) const TICK_NS: u64 = 1_000_000;
+
+/// No timer is pending.
+pub(crate) const NEVER: u64 = u64::MAX;
+
+/// The tick at which a deadline of `ns` may fire.
+pub(crate) fn tick_at_or_after(ns: u64) -> u64 {
+    ns.div_ceil(TICK_NS)
+}
+
+/// The last tick that has fully begun at `ns`.
+pub(crate) fn tick_before(ns: u64) -> u64 {
+    ns / TICK_NS
+}
+
+/// The nanosecond at which `tick` begins.
+pub(crate) fn tick_start(tick: u64) -> u64 {
+    tick.saturating_mul(TICK_NS)
+}
+
+/// The timer wheel of one runtime and its earliest deadline.
+#[derive(Debug)]
+pub(crate) struct TimerDriver {
+    /// Time zero of every deadline, on the OS monotonic clock.
+    origin: Instant,
+    wheel: Mutex<Wheel<Waker>>,
+    /// The earliest pending tick, or [`NEVER`]. Written under the wheel's
+    /// lock; read without it by workers deciding whether to turn the wheel
+    /// and how long to park.
+    next: AtomicU64,
+}
+
+impl TimerDriver {
+    pub(crate) fn new() -> TimerDriver {
+        TimerDriver {
+            origin: Instant::now(),
+            wheel: Mutex::new(Wheel::new(0)),
+            next: AtomicU64::new(NEVER),
+        }
+    }
+
+    /// Nanoseconds since the driver's origin, on the OS monotonic clock.
+    pub(crate) fn now(&self) -> u64 {
+        u64::try_from(self.origin.elapsed().as_nanos()).unwrap_or(u64::MAX)
+    }
+
+    /// `instant` in nanoseconds since the origin (zero if before it).
+    pub(crate) fn ns_at(&self, instant: Instant) -> u64 {
+        u64::try_from(instant.saturating_duration_since(self.origin).as_nanos()).unwrap_or(u64::MAX)
+    }
+
+    /// The earliest pending tick, or [`NEVER`].
+    pub(crate) fn next_tick(&self) -> u64 {
+        self.next.load(SeqCst)
+    }
+
+    /// Files (or re-files) a timer due at `deadline_ns` that wakes `waker`.
+    /// Returns its key, and whether it became the earliest timer (then the
+    /// caller must make sure a worker watches it: `Shared::timer_filed`).
+    pub(crate) fn file(
+        &self,
+        key: Option<TimerKey>,
+        deadline_ns: u64,
+        waker: &Waker,
+    ) -> (TimerKey, bool) {
+        let tick = tick_at_or_after(deadline_ns);
+        let mut wheel = lock(&self.wheel);
+        if let Some(key) = key {
+            wheel.cancel(key);
+        }
+        let key = wheel.insert(tick, waker.clone());
+        let earliest = wheel.next_deadline().unwrap_or(NEVER);
+        let previous = self.next.swap(earliest, SeqCst);
+        (key, earliest == tick && tick < previous)
+    }
+
+    /// Cancels a timer that has not fired.
+    pub(crate) fn cancel(&self, key: TimerKey) {
+        let mut wheel = lock(&self.wheel);
+        if wheel.cancel(key).is_some() {
+            let earliest = wheel.next_deadline().unwrap_or(NEVER);
+            self.next.store(earliest, SeqCst);
+        }
+    }
+
+    /// Whether a timer may be due at `hint_ns`, a reading of a clock that
+    /// runs close to the driver's (a worker's TSC reading). A hint only:
+    /// [`TimerDriver::fire_due`] decides on the driver's own clock.
+    pub(crate) fn may_be_due(&self, hint_ns: u64) -> bool {
+        self.next.load(SeqCst) <= tick_before(hint_ns)
+    }
+
+    /// Fires every timer due now. Returns how many fired.
+    pub(crate) fn fire_due(&self) -> usize {
+        let now_ns = self.now();
+        let mut due = Vec::new();
+        {
+            let mut wheel = lock(&self.wheel);
+            wheel.advance(tick_before(now_ns), |waker| due.push(waker));
+            self.next
+                .store(wheel.next_deadline().unwrap_or(NEVER), SeqCst);
+        }
+        // Wake outside the lock: a woken task may file a timer at once.
+        let fired = due.len();
+        for waker in due {
+            waker.wake();
+        }
+        fired
+    }
+
+    /// Drops every pending timer (at shutdown: their wakers hold tasks).
+    pub(crate) fn clear(&self) -> Vec<Waker> {
+        let mut wheel = lock(&self.wheel);
+        let mut all = Vec::new();
+        wheel.advance(u64::MAX >> 1, |waker| all.push(waker));
+        self.next.store(NEVER, SeqCst);
+        all
+    }
+
+    /// Number of pending timers.
+    pub(crate) fn len(&self) -> usize {
+        lock(&self.wheel).len()
+    }
+}

@@ -1,0 +1,116 @@
+//! `Sleep`: a future that completes at a deadline.
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use super::wheel::TimerKey;
+use crate::Handle;
+
+/// Waits until `duration` has elapsed, counted from this call.
+///
+/// Completes no earlier than asked, and usually within a millisecond (the
+/// timer resolution) after. The sleep may be created anywhere; it needs a
+/// keel runtime only to be polled.
+///
+/// ```
+/// use std::time::{Duration, Instant};
+///
+/// let rt = keel::Runtime::new().unwrap();
+/// let start = Instant::now();
+/// rt.block_on(keel::time::sleep(Duration::from_millis(20)));
+/// assert!(start.elapsed() >= Duration::from_millis(20));
+/// ```
+pub fn sleep(duration: Duration) -> Sleep {
+    sleep_until(Instant::now() + duration)
+}
+
+/// Waits until `deadline`.
+pub fn sleep_until(deadline: Instant) -> Sleep {
+    Sleep {
+        deadline,
+        handle: None,
+        key: None,
+    }
+}
+
+/// The future returned by [`sleep`] and [`sleep_until`].
+///
+/// Dropping it cancels its timer.
+///
+/// # Panics
+///
+/// If polled outside a keel runtime (see [`Handle::current`]).
+#[must_use = "futures do nothing unless awaited"]
+pub struct Sleep {
+    deadline: Instant,
+    /// The runtime whose wheel holds the timer, from the first poll on.
+    handle: Option<Handle>,
+    /// The filed timer, once polled and not yet fired or cancelled.
+    key: Option<TimerKey>,
+}
+
+impl Sleep {
+    /// When the sleep completes.
+    pub fn deadline(&self) -> Instant {
+        self.deadline
+    }
+
+    /// Whether the deadline has passed.
+    pub fn is_elapsed(&self) -> bool {
+        Instant::now() >= self.deadline
+    }
+
+    /// Moves the deadline to `deadline`; the sleep can be awaited again.
+    pub fn reset(&mut self, deadline: Instant) {
+        self.deadline = deadline;
+        self.cancel();
+    }
+
+    fn cancel(&mut self) {
+        if let (Some(key), Some(handle)) = (self.key.take(), &self.handle) {
+            handle.shared.timers.cancel(key);
+        }
+    }
+}
+
+impl Future for Sleep {
+    type Output = ();
+
+    #[track_caller]
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        if self.is_elapsed() {
+            self.cancel();
+            return Poll::Ready(());
+        }
+        let shared = self
+            .handle
+            .get_or_insert_with(Handle::current)
+            .shared
+            .clone();
+        let deadline = shared.timers.ns_at(self.deadline);
+        let (key, earliest) = shared.timers.file(self.key, deadline, cx.waker());
+        self.key = Some(key);
+        if earliest {
+            shared.timer_filed();
+        }
+        Poll::Pending
+    }
+}
+
+impl Drop for Sleep {
+    fn drop(&mut self) {
+        self.cancel();
+    }
+}
+
+impl fmt::Debug for Sleep {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Sleep")
+            .field("deadline", &self.deadline)
+            .field("filed", &self.key.is_some())
+            .finish()
+    }
+}

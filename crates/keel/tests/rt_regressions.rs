@@ -1,0 +1,169 @@
+//! Regression tests for defects found in review, each reproduced first.
+
+#[macro_use]
+mod support;
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use keel::{Handle, JoinHandle, Runtime, SpinPolicy};
+use support::{busy_for, wait_until, DropFlag, Signal};
+
+/// Resolves a handle whose runtime is gone, on a runtime of its own.
+fn resolve<T: Send + 'static>(handle: JoinHandle<T>) -> Result<T, keel::JoinError> {
+    let rt = Runtime::builder().workers(1).build().unwrap();
+    rt.block_on(handle)
+}
+
+/// Spawning from other threads while the runtime is dropped: every task is
+/// either run or dropped, and every handle resolves; nothing is stranded in
+/// a queue after the drain.
+#[test]
+fn spawns_racing_with_shutdown_are_never_stranded() {
+    for round in 0..200 {
+        let rt = Runtime::builder()
+            .workers(2)
+            .spin(SpinPolicy::None)
+            .build()
+            .unwrap();
+        let handle = rt.handle().clone();
+        let futures_alive = Arc::new(AtomicUsize::new(0));
+        let spawners: Vec<_> = (0..2)
+            .map(|_| {
+                let (handle, alive) = (handle.clone(), futures_alive.clone());
+                std::thread::spawn(move || {
+                    (0..50)
+                        .map(|_| {
+                            alive.fetch_add(1, SeqCst);
+                            let guard = Decrement(alive.clone());
+                            handle.spawn(async move {
+                                let _guard = guard;
+                                std::future::pending::<()>().await
+                            })
+                        })
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        drop(rt);
+        for spawner in spawners {
+            for task in spawner.join().unwrap() {
+                assert!(resolve(task).unwrap_err().is_cancelled(), "round {round}");
+            }
+        }
+        assert_eq!(
+            futures_alive.load(SeqCst),
+            0,
+            "round {round}: futures leaked"
+        );
+        assert_eq!(handle.live_tasks(), 0, "round {round}");
+    }
+}
+
+struct Decrement(Arc<AtomicUsize>);
+
+impl Drop for Decrement {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, SeqCst);
+    }
+}
+
+/// A task that drops its own runtime and then stays pending is dropped
+/// when its poll ends, and so is the sibling it woke just before (which
+/// sat in its worker's LIFO slot, out of the drain's reach).
+#[test]
+fn a_task_dropping_its_runtime_and_its_woken_sibling_are_dropped() {
+    for _ in 0..20 {
+        let rt = Runtime::builder().workers(1).build().unwrap();
+        let handle = rt.handle().clone();
+        let slot = Arc::new(Mutex::new(Some(rt)));
+        let (dropper_gone, sibling_gone) = (
+            Arc::new(AtomicBool::new(false)),
+            Arc::new(AtomicBool::new(false)),
+        );
+        let signal = Arc::new(Signal::default());
+        let sibling = {
+            let (guard, signal) = (DropFlag(sibling_gone.clone()), signal.clone());
+            handle.spawn(async move {
+                let _guard = guard;
+                signal.wait().await;
+                std::future::pending::<()>().await
+            })
+        };
+        wait_until("the sibling waits", || {
+            handle.live_tasks() == 1 && handle.stats().workers[0].polls[1] >= 1
+        });
+        let dropper = {
+            let (guard, slot) = (DropFlag(dropper_gone.clone()), slot.clone());
+            handle.spawn(async move {
+                let _guard = guard;
+                signal.notify(); // the sibling goes to this worker's LIFO slot
+                drop(slot.lock().unwrap().take());
+                std::future::pending::<()>().await
+            })
+        };
+        wait_until("both futures are dropped", || {
+            dropper_gone.load(SeqCst) && sibling_gone.load(SeqCst)
+        });
+        assert!(resolve(dropper).unwrap_err().is_cancelled());
+        assert!(resolve(sibling).unwrap_err().is_cancelled());
+        assert_eq!(handle.live_tasks(), 0);
+    }
+}
+
+/// Two tasks that keep yielding, one spawned by the other, spread over two
+/// workers instead of taking turns on one while the other sleeps.
+#[test]
+fn yielding_tasks_spread_to_an_idle_worker() {
+    let rt = Runtime::builder()
+        .workers(2)
+        .spin(SpinPolicy::None)
+        .build()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(20)); // both workers parked
+    let before = rt.stats();
+    rt.block_on(rt.spawn(async {
+        let other = keel::spawn(async {
+            for _ in 0..100 {
+                busy_for(Duration::from_micros(500));
+                keel::yield_now().await;
+            }
+        });
+        for _ in 0..100 {
+            busy_for(Duration::from_micros(500));
+            keel::yield_now().await;
+        }
+        other.await.unwrap();
+    }))
+    .unwrap();
+    let after = rt.stats();
+    let busy: Vec<f64> = after
+        .workers
+        .iter()
+        .zip(&before.workers)
+        .map(|(a, b)| a.since(b).busy().as_secs_f64())
+        .collect();
+    let total: f64 = busy.iter().sum();
+    eprintln!("busy per worker: {busy:?}");
+    for (worker, share) in busy.iter().enumerate() {
+        assert!(
+            share / total >= 0.25,
+            "worker {worker} did {:.0}% of the work of two always-ready tasks",
+            100.0 * share / total
+        );
+    }
+}
+
+/// Once its workers have exited, a runtime's stats stop growing.
+#[test]
+fn stats_of_a_dropped_runtime_are_final() {
+    let rt = Runtime::builder().workers(2).build().unwrap();
+    let handle: Handle = rt.handle().clone();
+    std::thread::sleep(Duration::from_millis(10));
+    drop(rt);
+    let first = handle.stats();
+    std::thread::sleep(Duration::from_millis(50));
+    let second = handle.stats();
+    assert_eq!(first.workers, second.workers);
+}
