@@ -167,3 +167,64 @@ fn stats_of_a_dropped_runtime_are_final() {
     let second = handle.stats();
     assert_eq!(first.workers, second.workers);
 }
+
+/// A fired timer's key must not cancel the timer that reuses its slot: a
+/// `timeout` whose future wins drops its own (already fired or not) timer,
+/// and the other tasks' timers must still fire.
+#[test]
+fn timeouts_whose_futures_win_do_not_cancel_other_timers() {
+    use keel::time::{sleep, timeout};
+    let rt = Runtime::builder().workers(2).build().unwrap();
+    let handles: Vec<_> = (0..200u64)
+        .map(|i| {
+            rt.spawn(async move {
+                for _ in 0..20 {
+                    let d = Duration::from_millis(i % 3 + 1);
+                    let _ = timeout(d + Duration::from_millis(1), sleep(d)).await;
+                }
+            })
+        })
+        .collect();
+    support::within(Duration::from_secs(60), move || {
+        let rt2 = Runtime::builder().workers(1).build().unwrap();
+        rt2.block_on(async {
+            for handle in handles {
+                handle.await.unwrap();
+            }
+        })
+    });
+    assert_eq!(rt.stats().pending_timers, 0);
+}
+
+/// A sleep first polled in one runtime and awaited in another after the
+/// first was dropped completes (it moves to the runtime polling it).
+#[test]
+fn a_sleep_moves_to_the_runtime_that_polls_it() {
+    use keel::time::sleep;
+    use std::future::Future;
+    let mut nap = Box::pin(sleep(Duration::from_millis(30)));
+    let first = Runtime::builder().workers(1).build().unwrap();
+    first.block_on(std::future::poll_fn(|cx| {
+        let _ = nap.as_mut().poll(cx);
+        std::task::Poll::Ready(())
+    }));
+    drop(first);
+    let second = Runtime::builder().workers(1).build().unwrap();
+    support::within(Duration::from_secs(10), move || second.block_on(nap));
+}
+
+/// Huge durations mean "never", not an overflow panic.
+#[test]
+fn huge_durations_saturate() {
+    use keel::time::{interval, sleep, timeout};
+    let rt = Runtime::builder().workers(1).build().unwrap();
+    rt.block_on(async {
+        assert_eq!(timeout(Duration::MAX, async { 1 }).await, Ok(1));
+        let forever = sleep(Duration::MAX);
+        assert!(!forever.is_elapsed());
+        let mut every = interval(Duration::MAX);
+        every.tick().await; // the first tick is immediate
+        let never = timeout(Duration::from_millis(5), every.tick()).await;
+        assert!(never.is_err());
+    });
+}

@@ -68,13 +68,16 @@ struct Model {
     timer: AtomicUsize,
     /// Timers the test files (0 or 1) and timers fired.
     timers: usize,
+    /// Whether worker 0 files the timer (from a task: no notification)
+    /// instead of the main thread.
+    worker_files: bool,
     fired: AtomicUsize,
     /// The worker watching the timer, as `Shared::watch`.
     watch: Mutex<Option<usize>>,
 }
 
 impl Model {
-    fn new(workers: usize, items: usize, timers: usize) -> Arc<Model> {
+    fn new(workers: usize, items: usize, timers: usize, worker_files: bool) -> Arc<Model> {
         Arc::new(Model {
             idle: Idle::new(workers),
             parkers: (0..workers).map(|_| Parker::new()).collect(),
@@ -84,6 +87,7 @@ impl Model {
             items,
             timer: AtomicUsize::new(0),
             timers,
+            worker_files,
             fired: AtomicUsize::new(0),
             watch: Mutex::new(None),
         })
@@ -186,6 +190,13 @@ impl Model {
     /// protocol (no spin: the policy only delays parking).
     fn worker(&self, index: usize) {
         let mut searching = false;
+        if index == 0 && self.worker_files {
+            // A task on this worker files the timer: `timer_filed` skips
+            // the notification, since this worker reads the tick before it
+            // parks.
+            self.timer.swap(1, SeqCst);
+            fence(SeqCst);
+        }
         while !self.is_done() {
             if self.take() {
                 if searching {
@@ -225,10 +236,14 @@ impl Model {
 }
 
 fn run_model(workers: usize, items: usize, timers: usize) {
+    run_model_with(workers, items, timers, false);
+}
+
+fn run_model_with(workers: usize, items: usize, timers: usize, worker_files: bool) {
     let mut builder = loom::model::Builder::new();
     builder.preemption_bound = Some(3);
     builder.check(move || {
-        let model = Model::new(workers, items, timers);
+        let model = Model::new(workers, items, timers, worker_files);
         let threads: Vec<_> = (0..workers)
             .map(|index| {
                 let model = model.clone();
@@ -236,8 +251,10 @@ fn run_model(workers: usize, items: usize, timers: usize) {
             })
             .collect();
         model.notifier();
-        for _ in 0..timers {
-            model.file_timer();
+        if !worker_files {
+            for _ in 0..timers {
+                model.file_timer();
+            }
         }
         for thread in threads {
             thread.join().unwrap();
@@ -280,4 +297,9 @@ fn loom_two_workers_one_timer() {
 #[test]
 fn loom_two_workers_one_wake_one_timer() {
     run_model(2, 1, 1);
+}
+
+#[test]
+fn loom_two_workers_timer_filed_by_a_worker() {
+    run_model_with(2, 1, 1, true);
 }

@@ -142,8 +142,9 @@ impl Shared {
         let locals: Vec<Deques> = (0..config.workers)
             .map(|_| (0..classes).map(|_| Deque::new_fifo()).collect())
             .collect();
+        let clock = Clock::new();
         let shared = Shared {
-            clock: Clock::new(),
+            clock: clock.clone(),
             clocks: ClassClocks::new(config.classes.iter().map(|c| c.shares)),
             injectors: (0..classes).map(|_| Injector::new()).collect(),
             stealers: locals
@@ -156,7 +157,7 @@ impl Shared {
             metrics: (0..config.workers)
                 .map(|_| Arc::new(WorkerMetrics::new(classes)))
                 .collect(),
-            timers: TimerDriver::new(),
+            timers: TimerDriver::new(clock),
             watch: Mutex::new(Watch {
                 worker: None,
                 tick: NEVER,
@@ -277,6 +278,9 @@ impl Shared {
         match watcher {
             // It re-reads the earliest tick when it wakes.
             Some(worker) => self.parkers[worker].unpark(),
+            // Filed by a task on one of our workers: that worker reads the
+            // new tick before it parks, so nobody need be woken for it.
+            None if context::with_local(|l| l.is_some_and(|l| std::ptr::eq(&*l.shared, self))) => {}
             // A worker that parks from now on reads the new tick; one that
             // already parked without a timeout is woken to read it.
             None => self.notify_one(),

@@ -349,6 +349,7 @@ impl Worker {
         self.account.switch(State::Parked, now);
         self.account.publish(now, true);
 
+        let mut watched = false;
         let last_searcher = shared.idle.transition_to_parked(self.index, self.searching);
         if last_searcher && shared.has_visible_work() {
             shared.idle.unpark_self(self.index);
@@ -356,10 +357,12 @@ impl Worker {
             // Read the earliest timer only now, after registering as parked
             // (the parker's half of the timer protocol in `crate::time`).
             fence(Ordering::SeqCst);
-            match self.watch_timers() {
+            let timeout = self.watch_timers();
+            match timeout {
                 Some(timeout) => shared.parkers[self.index].park_timeout(timeout),
                 None => shared.parkers[self.index].park(),
             }
+            watched = timeout.is_some();
             // Whatever woke us (a notification, the timer, a stale token),
             // leave the sleepers; if a notifier already took us out, it
             // counted us as searching.
@@ -376,7 +379,8 @@ impl Worker {
         let now = shared.clock.now();
         self.account.switch(State::Search, now);
         self.window_start = now;
-        if shared.timers.may_be_due(now) {
+        // A watcher that woke fires on the timers' own clock, not the hint.
+        if watched || shared.timers.may_be_due(now) {
             self.fire_timers(now);
         }
     }

@@ -15,15 +15,22 @@
 //! on the runtime's TSC clock: the TSC's conversion to nanoseconds is
 //! calibrated and may drift from the OS clock by parts per million, and
 //! "never early" must hold as measured by anyone's `Instant`. The workers'
-//! TSC readings only serve as a cheap hint that something may be due.
+//! TSC readings only serve as a cheap hint that something may be due: the
+//! earliest deadline is also kept on the runtime clock ([`TimerDriver::
+//! next_hint`]), recomputed from both clocks whenever it changes, so the
+//! two clocks' drift only accumulates over one timer's span, not uptime.
 
 use std::task::Waker;
 use std::time::Instant;
 
 use super::wheel::{TimerKey, Wheel};
 use crate::loom::lock;
-use crate::loom::sync::atomic::{AtomicU64, Ordering::SeqCst};
+use crate::loom::sync::atomic::{
+    AtomicU64,
+    Ordering::{Relaxed, SeqCst},
+};
 use crate::loom::sync::Mutex;
+use crate::stats::clock::Clock;
 
 /// One tick: 1 ms, the resolution of every timer.
 pub(crate) const TICK_NS: u64 = 1_000_000;
@@ -53,18 +60,39 @@ pub(crate) struct TimerDriver {
     origin: Instant,
     wheel: Mutex<Wheel<Waker>>,
     /// The earliest pending tick, or [`NEVER`]. Written under the wheel's
-    /// lock; read without it by workers deciding whether to turn the wheel
-    /// and how long to park.
+    /// lock; read without it by workers deciding how long to park.
     next: AtomicU64,
+    /// When that tick begins on the runtime clock (the workers' TSC), or
+    /// [`NEVER`]: what workers compare with the time they read after each
+    /// poll. Written with `next`.
+    next_hint: AtomicU64,
+    /// The runtime clock, to compute `next_hint`.
+    clock: Clock,
 }
 
 impl TimerDriver {
-    pub(crate) fn new() -> TimerDriver {
+    pub(crate) fn new(clock: Clock) -> TimerDriver {
         TimerDriver {
             origin: Instant::now(),
             wheel: Mutex::new(Wheel::new(0)),
             next: AtomicU64::new(NEVER),
+            next_hint: AtomicU64::new(NEVER),
+            clock,
         }
+    }
+
+    /// Publishes the wheel's earliest tick (called with the wheel locked).
+    /// Returns it and the previous one.
+    fn publish_next(&self, wheel: &Wheel<Waker>) -> (u64, u64) {
+        let next = wheel.next_deadline().unwrap_or(NEVER);
+        let hint = if next == NEVER {
+            NEVER
+        } else {
+            let wait = tick_start(next).saturating_sub(self.now());
+            self.clock.now().saturating_add(wait)
+        };
+        self.next_hint.store(hint, SeqCst);
+        (next, self.next.swap(next, SeqCst))
     }
 
     /// Nanoseconds since the driver's origin, on the OS monotonic clock.
@@ -83,8 +111,10 @@ impl TimerDriver {
     }
 
     /// Files (or re-files) a timer due at `deadline_ns` that wakes `waker`.
-    /// Returns its key, and whether it became the earliest timer (then the
-    /// caller must make sure a worker watches it: `Shared::timer_filed`).
+    /// Returns its key, and whether the earliest pending tick moved earlier
+    /// (then the caller must make sure a worker watches it:
+    /// `Shared::timer_filed`). That includes a timer already overdue, which
+    /// the wheel keeps at its current tick.
     pub(crate) fn file(
         &self,
         key: Option<TimerKey>,
@@ -97,25 +127,23 @@ impl TimerDriver {
             wheel.cancel(key);
         }
         let key = wheel.insert(tick, waker.clone());
-        let earliest = wheel.next_deadline().unwrap_or(NEVER);
-        let previous = self.next.swap(earliest, SeqCst);
-        (key, earliest == tick && tick < previous)
+        let (earliest, previous) = self.publish_next(&wheel);
+        (key, earliest < previous)
     }
 
     /// Cancels a timer that has not fired.
     pub(crate) fn cancel(&self, key: TimerKey) {
         let mut wheel = lock(&self.wheel);
         if wheel.cancel(key).is_some() {
-            let earliest = wheel.next_deadline().unwrap_or(NEVER);
-            self.next.store(earliest, SeqCst);
+            self.publish_next(&wheel);
         }
     }
 
-    /// Whether a timer may be due at `hint_ns`, a reading of a clock that
-    /// runs close to the driver's (a worker's TSC reading). A hint only:
-    /// [`TimerDriver::fire_due`] decides on the driver's own clock.
-    pub(crate) fn may_be_due(&self, hint_ns: u64) -> bool {
-        self.next.load(SeqCst) <= tick_before(hint_ns)
+    /// Whether a timer may be due at `now`, a reading of the runtime clock
+    /// (a worker's TSC reading). A hint only: [`TimerDriver::fire_due`]
+    /// decides on the driver's own clock.
+    pub(crate) fn may_be_due(&self, now: u64) -> bool {
+        self.next_hint.load(Relaxed) <= now
     }
 
     /// Fires every timer due now. Returns how many fired.
@@ -125,8 +153,7 @@ impl TimerDriver {
         {
             let mut wheel = lock(&self.wheel);
             wheel.advance(tick_before(now_ns), |waker| due.push(waker));
-            self.next
-                .store(wheel.next_deadline().unwrap_or(NEVER), SeqCst);
+            self.publish_next(&wheel);
         }
         // Wake outside the lock: a woken task may file a timer at once.
         let fired = due.len();
@@ -141,7 +168,7 @@ impl TimerDriver {
         let mut wheel = lock(&self.wheel);
         let mut all = Vec::new();
         wheel.advance(u64::MAX >> 1, |waker| all.push(waker));
-        self.next.store(NEVER, SeqCst);
+        self.publish_next(&wheel);
         all
     }
 

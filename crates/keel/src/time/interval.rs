@@ -5,6 +5,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
+use super::sleep::far_future;
 use super::{sleep_until, Sleep};
 
 /// Ticks every `period`, the first tick at once.
@@ -57,14 +58,20 @@ impl Interval {
             return Poll::Pending;
         }
         let due = self.sleep.deadline();
-        let mut next = due + self.period;
         let now = Instant::now();
-        if next <= now {
-            // Late by a period or more: skip to the next tick in phase.
-            let behind = (now - due).as_nanos() / self.period.as_nanos() + 1;
-            let behind = u32::try_from(behind).unwrap_or(u32::MAX);
-            next = due + self.period.saturating_mul(behind);
-        }
+        let period = self.period.as_nanos();
+        // Periods from `due` to the next tick: one, or more when late by a
+        // period or more (skip to the next tick in phase).
+        let periods = if now >= due {
+            (now - due).as_nanos() / period + 1
+        } else {
+            1
+        };
+        let next = u64::try_from(periods.saturating_mul(period))
+            .ok()
+            .and_then(|gap| due.checked_add(Duration::from_nanos(gap)))
+            .filter(|&next| next < far_future())
+            .unwrap_or_else(far_future);
         self.sleep.reset(next);
         Poll::Ready(due)
     }

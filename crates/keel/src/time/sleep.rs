@@ -24,7 +24,23 @@ use crate::Handle;
 /// assert!(start.elapsed() >= Duration::from_millis(20));
 /// ```
 pub fn sleep(duration: Duration) -> Sleep {
-    sleep_until(Instant::now() + duration)
+    sleep_until(after(duration))
+}
+
+/// `duration` from now, saturating at [`far_future`] (so `Duration::MAX`
+/// means "never" rather than an overflow).
+pub(crate) fn after(duration: Duration) -> Instant {
+    let now = Instant::now();
+    match now.checked_add(duration) {
+        Some(deadline) if deadline < far_future() => deadline,
+        _ => far_future(),
+    }
+}
+
+/// About thirty years from now: later than any real deadline, early enough
+/// for every platform's `Instant` arithmetic.
+pub(crate) fn far_future() -> Instant {
+    Instant::now() + Duration::from_secs(30 * 365 * 86_400)
 }
 
 /// Waits until `deadline`.
@@ -40,9 +56,13 @@ pub fn sleep_until(deadline: Instant) -> Sleep {
 ///
 /// Dropping it cancels its timer.
 ///
+/// A sleep files its timer in the runtime it is polled in; polled in
+/// another runtime later, it moves there.
+///
 /// # Panics
 ///
-/// If polled outside a keel runtime (see [`Handle::current`]).
+/// If first polled outside a keel runtime (see [`Handle::current`]), or
+/// polled outside one after the runtime it was filed in shut down.
 #[must_use = "futures do nothing unless awaited"]
 pub struct Sleep {
     deadline: Instant,
@@ -85,11 +105,7 @@ impl Future for Sleep {
             self.cancel();
             return Poll::Ready(());
         }
-        let shared = self
-            .handle
-            .get_or_insert_with(Handle::current)
-            .shared
-            .clone();
+        let shared = self.runtime().shared.clone();
         let deadline = shared.timers.ns_at(self.deadline);
         let (key, earliest) = shared.timers.file(self.key, deadline, cx.waker());
         self.key = Some(key);
@@ -97,6 +113,30 @@ impl Future for Sleep {
             shared.timer_filed();
         }
         Poll::Pending
+    }
+}
+
+impl Sleep {
+    /// The runtime to file in: the one polling us, else the one we are
+    /// filed in, if it still runs.
+    #[track_caller]
+    fn runtime(&mut self) -> &Handle {
+        match (Handle::try_current(), &self.handle) {
+            (Some(current), Some(filed)) if !current.is(&filed.shared) => {
+                self.cancel();
+                self.handle = Some(current);
+            }
+            (Some(current), None) => self.handle = Some(current),
+            (None, None) => {
+                self.handle = Some(Handle::current()); // panics with the message
+            }
+            (None, Some(filed)) if filed.shared.is_stopping() => panic!(
+                "a Sleep was polled outside any keel runtime after the runtime it was \
+                 filed in shut down; poll it inside a running runtime"
+            ),
+            _ => {}
+        }
+        self.handle.as_ref().expect("set above")
     }
 }
 

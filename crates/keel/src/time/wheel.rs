@@ -22,6 +22,14 @@
 //!   level.
 //! - A timer due at or before `elapsed` when inserted goes to `overdue` and
 //!   is returned by the next `advance`.
+//! - Deadlines more than `MAX_SPAN` ticks ahead are clamped to that. Near
+//!   a multiple of `2^36` ticks, a timer can sit in a top-level slot whose
+//!   digit is *behind* the current one: it belongs to the next top-level
+//!   window. Occupied slots are therefore searched with wrap-around
+//!   (`rotate_right`), which changes nothing below the top level, where no
+//!   timer is ever behind.
+//! - A [`TimerKey`] carries the generation of its entry: a key whose timer
+//!   fired or was cancelled never matches the timer that reuses its slot.
 
 use slab::Slab;
 
@@ -30,16 +38,22 @@ pub(crate) const SLOTS: usize = 64;
 const SLOT_BITS: u32 = 6;
 /// Levels: 6 × 6 bits = 36 bits of ticks.
 pub(crate) const LEVELS: usize = 6;
-/// The furthest tick a timer may be set for; later deadlines are clamped.
-const MAX_TICK: u64 = (1 << (SLOT_BITS as usize * LEVELS)) - 1;
+/// The furthest a timer may be set ahead of `elapsed`, in ticks; later
+/// deadlines are clamped (about two years at 1 ms).
+const MAX_SPAN: u64 = (1 << (SLOT_BITS as usize * LEVELS)) - 1;
 
-/// Identifies a timer in its wheel until it fires or is cancelled.
+/// Identifies a timer in its wheel until it fires or is cancelled; stale
+/// keys match nothing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub(crate) struct TimerKey(usize);
+pub(crate) struct TimerKey {
+    index: usize,
+    generation: u64,
+}
 
 #[derive(Debug)]
 struct Entry<T> {
     tick: u64,
+    generation: u64,
     value: T,
     /// Where the entry is: `Some((level, slot))`, or `None` when overdue.
     place: Option<(usize, usize)>,
@@ -56,6 +70,8 @@ pub(crate) struct Wheel<T> {
     slots: Vec<[Vec<usize>; SLOTS]>,
     occupied: [u64; LEVELS],
     overdue: Vec<usize>,
+    /// Generation of the next entry.
+    generation: u64,
 }
 
 impl<T> Wheel<T> {
@@ -69,6 +85,7 @@ impl<T> Wheel<T> {
                 .collect(),
             occupied: [0; LEVELS],
             overdue: Vec::new(),
+            generation: 0,
         }
     }
 
@@ -79,23 +96,28 @@ impl<T> Wheel<T> {
 
     /// Adds a timer due at `tick`.
     pub(crate) fn insert(&mut self, tick: u64, value: T) -> TimerKey {
-        let key = self.entries.insert(Entry {
-            tick: tick.min(MAX_TICK),
+        let generation = self.generation;
+        self.generation += 1;
+        let index = self.entries.insert(Entry {
+            tick: tick.min(self.elapsed.saturating_add(MAX_SPAN)),
+            generation,
             value,
             place: None,
             index: 0,
         });
-        self.place(key);
-        TimerKey(key)
+        self.place(index);
+        TimerKey { index, generation }
     }
 
-    /// Removes a timer, returning its value, if it has not fired.
+    /// Removes a timer, returning its value, if it has not fired (nor been
+    /// cancelled).
     pub(crate) fn cancel(&mut self, key: TimerKey) -> Option<T> {
-        if !self.entries.contains(key.0) {
-            return None;
+        match self.entries.get(key.index) {
+            Some(entry) if entry.generation == key.generation => {}
+            _ => return None,
         }
-        self.unlink(key.0);
-        Some(self.entries.remove(key.0).value)
+        self.unlink(key.index);
+        Some(self.entries.remove(key.index).value)
     }
 
     /// The earliest tick at which some timer is due, if any.
@@ -103,7 +125,7 @@ impl<T> Wheel<T> {
         if !self.overdue.is_empty() {
             return Some(self.elapsed);
         }
-        let (level, slot) = self.next_occupied()?;
+        let (level, slot, _) = self.next_occupied()?;
         let earliest = self.slots[level][slot]
             .iter()
             .map(|&key| self.entries[key].tick)
@@ -121,8 +143,7 @@ impl<T> Wheel<T> {
         if now <= self.elapsed {
             return;
         }
-        while let Some((level, slot)) = self.next_occupied() {
-            let start = self.slot_start(level, slot);
+        while let Some((level, slot, start)) = self.next_occupied() {
             if start > now {
                 break;
             }
@@ -139,21 +160,22 @@ impl<T> Wheel<T> {
         self.elapsed = now;
     }
 
-    /// The first occupied slot in tick order: lowest level first, and
-    /// within a level from the current digit on.
-    fn next_occupied(&self) -> Option<(usize, usize)> {
+    /// The first occupied slot in tick order, and the first tick it covers:
+    /// lowest level first, and within a level from the current digit on,
+    /// wrapping around (see the invariants).
+    fn next_occupied(&self) -> Option<(usize, usize, u64)> {
         (0..LEVELS).find_map(|level| {
             let current = digit(self.elapsed, level);
-            let ahead = self.occupied[level] & (u64::MAX << current);
-            (ahead != 0).then(|| (level, ahead.trailing_zeros() as usize))
+            let occupied = self.occupied[level];
+            if occupied == 0 {
+                return None;
+            }
+            let offset = occupied.rotate_right(current).trailing_zeros();
+            let shift = SLOT_BITS as usize * level;
+            let window = self.elapsed & !((1u64 << (shift + SLOT_BITS as usize)) - 1);
+            let start = window + (u64::from(current + offset) << shift);
+            Some((level, ((current + offset) as usize) % SLOTS, start))
         })
-    }
-
-    /// The first tick covered by `slot` of `level` in the current window.
-    fn slot_start(&self, level: usize, slot: usize) -> u64 {
-        let shift = SLOT_BITS as usize * level;
-        let window = self.elapsed & !((1u64 << (shift + SLOT_BITS as usize)) - 1);
-        window + ((slot as u64) << shift)
     }
 
     fn place(&mut self, key: usize) {
@@ -258,7 +280,31 @@ mod tests {
     /// every timer fires exactly once, at the first advance that reaches
     /// its tick, never earlier, and `next_deadline` is always the earliest.
     #[test]
+    fn a_stale_key_never_cancels_the_timer_that_reuses_its_slot() {
+        let mut wheel = Wheel::new(0);
+        let old = wheel.insert(5, 1);
+        assert_eq!(fired(&mut wheel, 5), vec![1]);
+        let new = wheel.insert(50, 2); // reuses the freed slot
+        assert_eq!(wheel.cancel(old), None);
+        assert_eq!(wheel.len(), 1);
+        assert_eq!(fired(&mut wheel, 50), vec![2]);
+        assert_eq!(wheel.cancel(new), None);
+    }
+
+    #[test]
     fn matches_a_sorted_model_under_random_operations() {
+        matches_model_from(0);
+    }
+
+    /// The same across the top level's wrap-around (2^36 ticks, about two
+    /// years at 1 ms), where the next window's timers sit behind the digit.
+    #[test]
+    fn matches_a_sorted_model_across_the_top_level_wrap() {
+        matches_model_from((1 << 36) - 3_000_000);
+        matches_model_from((1 << 37) - 40);
+    }
+
+    fn matches_model_from(start: u64) {
         use std::collections::BTreeMap;
         let mut rng = 0x2545_F491_4F6C_DD1Du64;
         let mut next = move |bound: u64| {
@@ -267,9 +313,9 @@ mod tests {
             rng ^= rng << 17;
             rng % bound
         };
-        let mut wheel = Wheel::new(0);
+        let mut wheel = Wheel::new(start);
         let mut model: BTreeMap<(u64, u64), TimerKey> = BTreeMap::new();
-        let mut now = 0u64;
+        let mut now = start;
         for id in 0..20_000u64 {
             match next(10) {
                 0..=4 => {
