@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 
 use crate::loom::lock;
 use crate::loom::sync::atomic::{AtomicUsize, Ordering::SeqCst};
-use crate::loom::sync::{Condvar, Mutex};
+use crate::loom::sync::{Condvar, Mutex, MutexGuard};
 
 const EMPTY: usize = 0;
 const PARKED: usize = 1;
@@ -57,35 +57,15 @@ impl Parker {
 
     /// Blocks the calling thread until a token is available, then consumes it.
     pub(crate) fn park(&self) {
-        if self
-            .state
-            .compare_exchange(NOTIFIED, EMPTY, SeqCst, SeqCst)
-            .is_ok()
-        {
+        let Some(mut guard) = self.begin_park() else {
             return;
-        }
-        let mut guard = lock(&self.lock);
-        match self.state.compare_exchange(EMPTY, PARKED, SeqCst, SeqCst) {
-            Ok(_) => {}
-            Err(NOTIFIED) => {
-                // The token arrived between the fast path and the lock.
-                // (A swap, not a store: every access to `state` is a
-                // read-modify-write, so all of them form one chain.)
-                self.state.swap(EMPTY, SeqCst);
-                return;
-            }
-            Err(other) => unreachable!("parker in state {other} while its owner parks"),
-        }
+        };
         loop {
             guard = self
                 .condvar
                 .wait(guard)
                 .unwrap_or_else(|poisoned| poisoned.into_inner());
-            if self
-                .state
-                .compare_exchange(NOTIFIED, EMPTY, SeqCst, SeqCst)
-                .is_ok()
-            {
+            if self.take_token() {
                 return;
             }
             // Spurious wake-up: the state is still PARKED.
@@ -95,23 +75,10 @@ impl Parker {
     /// Like [`Parker::park`], but returns after `timeout` at the latest
     /// (consuming the token if one arrived meanwhile).
     pub(crate) fn park_timeout(&self, timeout: Duration) {
-        if self
-            .state
-            .compare_exchange(NOTIFIED, EMPTY, SeqCst, SeqCst)
-            .is_ok()
-        {
-            return;
-        }
         let deadline = Instant::now() + timeout;
-        let mut guard = lock(&self.lock);
-        match self.state.compare_exchange(EMPTY, PARKED, SeqCst, SeqCst) {
-            Ok(_) => {}
-            Err(NOTIFIED) => {
-                self.state.swap(EMPTY, SeqCst);
-                return;
-            }
-            Err(other) => unreachable!("parker in state {other} while its owner parks"),
-        }
+        let Some(mut guard) = self.begin_park() else {
+            return;
+        };
         loop {
             let remaining = deadline.saturating_duration_since(Instant::now());
             guard = self
@@ -119,11 +86,7 @@ impl Parker {
                 .wait_timeout(guard, remaining)
                 .unwrap_or_else(|poisoned| poisoned.into_inner())
                 .0;
-            if self
-                .state
-                .compare_exchange(NOTIFIED, EMPTY, SeqCst, SeqCst)
-                .is_ok()
-            {
+            if self.take_token() {
                 return;
             }
             if Instant::now() >= deadline {
@@ -133,6 +96,33 @@ impl Parker {
                 return;
             }
         }
+    }
+
+    /// Step 1 of `park`: consumes a waiting token and returns `None`, or
+    /// moves to `PARKED` and returns the lock to wait with.
+    fn begin_park(&self) -> Option<MutexGuard<'_, ()>> {
+        if self.take_token() {
+            return None;
+        }
+        let guard = lock(&self.lock);
+        match self.state.compare_exchange(EMPTY, PARKED, SeqCst, SeqCst) {
+            Ok(_) => Some(guard),
+            Err(NOTIFIED) => {
+                // The token arrived between the fast path and the lock.
+                // (A swap, not a store: every access to `state` is a
+                // read-modify-write, so all of them form one chain.)
+                self.state.swap(EMPTY, SeqCst);
+                None
+            }
+            Err(other) => unreachable!("parker in state {other} while its owner parks"),
+        }
+    }
+
+    /// Consumes the token if it is there.
+    fn take_token(&self) -> bool {
+        self.state
+            .compare_exchange(NOTIFIED, EMPTY, SeqCst, SeqCst)
+            .is_ok()
     }
 
     /// Deposits the token, waking the owner if it is parked.
