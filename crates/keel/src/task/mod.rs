@@ -92,10 +92,10 @@ pub(crate) type Output<T> = DropGuard<Result<T, JoinError>>;
 
 /// Holds a value whose destructor must not unwind into `async_task`.
 ///
-/// A finished task's output waits inside the task until its `JoinHandle`
-/// takes it; if the handle was dropped (detached), `async_task` drops the
-/// output in its own code, where a panic would abort the process. The
-/// guard drops the value under `catch_unwind` instead, discarding the panic.
+/// `async_task` drops a task's future and a detached task's output in its
+/// own code, where a panic would abort the process. The guard drops the
+/// value in place under `catch_unwind` instead, discarding the panic. It
+/// holds the future inside [`Guarded`] and the output of every task.
 pub(crate) struct DropGuard<T>(Option<T>);
 
 impl<T> DropGuard<T> {
@@ -126,25 +126,18 @@ impl<T> Drop for DropGuard<T> {
 /// under `catch_unwind`, and a panicking destructor costs only its own
 /// task: the panic is discarded and the task counts as finished.
 pub(crate) struct Guarded<F> {
-    /// `Some` until dropped. Structurally pinned: never moved while `Some`.
-    future: Option<F>,
+    /// Structurally pinned: the future is never moved out; the guard drops
+    /// it in place, as pinning allows.
+    future: DropGuard<F>,
     _entry: registry::Entry,
 }
 
 impl<F> Guarded<F> {
     pub(crate) fn new(future: F, entry: registry::Entry) -> Guarded<F> {
         Guarded {
-            future: Some(future),
+            future: DropGuard::new(future),
             _entry: entry,
         }
-    }
-}
-
-impl<F> Drop for Guarded<F> {
-    fn drop(&mut self) {
-        // Assigning `None` drops the future in place, without moving it,
-        // as pinning requires.
-        let _ = catch_unwind(AssertUnwindSafe(|| self.future = None));
     }
 }
 
@@ -152,10 +145,12 @@ impl<F: Future> Future for Guarded<F> {
     type Output = Output<F::Output>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        // SAFETY: `future` is structurally pinned: it is never moved out of
-        // `self` (the only place that replaces it is `Drop`, which drops it
-        // in place), and `Guarded` is not `Unpin` unless `F` is.
-        let future = unsafe { self.map_unchecked_mut(|this| &mut this.future) };
+        // SAFETY: `future` is structurally pinned: the value inside the
+        // guard is never moved out of `self` (`into_inner` is never called
+        // on it; the guard's `Drop` drops it in place), neither `Guarded`
+        // nor `DropGuard` is `Unpin` unless `F` is, and `Guarded` has no
+        // `Drop` impl of its own.
+        let future = unsafe { self.map_unchecked_mut(|this| &mut this.future.0) };
         let Some(future) = future.as_pin_mut() else {
             // Only reachable if polled after its own `Drop`, which cannot be.
             return Poll::Pending;
