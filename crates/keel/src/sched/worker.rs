@@ -179,9 +179,14 @@ impl Worker {
             }
         }
         let steal_first = self.ticks.is_multiple_of(STEAL_INTERVAL);
-        let start = self.next_random() as usize;
         let passes: &[bool] = if steal_first { &[true] } else { &[false, true] };
         for &steal in passes {
+            // The first sibling to steal from; drawn only when stealing.
+            let start = if steal {
+                self.next_random() as usize
+            } else {
+                0
+            };
             for (rank, &class) in order[..classes].iter().enumerate() {
                 let Some((runnable, from_lifo)) = self.find(class, injector_first, steal, start)
                 else {
@@ -367,12 +372,16 @@ impl Worker {
             // leave the sleepers; if a notifier already took us out, it
             // counted us as searching.
             shared.idle.unpark_self(self.index);
-            let mut watch = lock(&shared.watch);
-            if watch.worker == Some(self.index) {
-                *watch = Watch {
-                    worker: None,
-                    tick: NEVER,
-                };
+            // Only a worker that took the watch can still hold it (another
+            // may have taken it over meanwhile).
+            if watched {
+                let mut watch = lock(&shared.watch);
+                if watch.worker == Some(self.index) {
+                    *watch = Watch {
+                        worker: None,
+                        tick: NEVER,
+                    };
+                }
             }
         }
         self.searching = true;

@@ -124,6 +124,16 @@ impl TimerDriver {
         let tick = tick_at_or_after(deadline_ns);
         let mut wheel = lock(&self.wheel);
         if let Some(key) = key {
+            // Polled again with the same deadline (a timeout around a future
+            // that wakes often): keep the timer, refresh only its waker.
+            if let Some((filed, filed_waker)) = wheel.get_mut(key) {
+                if filed == tick {
+                    if !filed_waker.will_wake(waker) {
+                        filed_waker.clone_from(waker);
+                    }
+                    return (key, false);
+                }
+            }
             wheel.cancel(key);
         }
         let key = wheel.insert(tick, waker.clone());

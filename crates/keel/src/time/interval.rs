@@ -5,7 +5,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use super::sleep::far_future;
+use super::sleep::{far_future, saturating_after};
 use super::{sleep_until, Sleep};
 
 /// Ticks every `period`, the first tick at once.
@@ -67,11 +67,10 @@ impl Interval {
         } else {
             1
         };
-        let next = u64::try_from(periods.saturating_mul(period))
-            .ok()
-            .and_then(|gap| due.checked_add(Duration::from_nanos(gap)))
-            .filter(|&next| next < far_future())
-            .unwrap_or_else(far_future);
+        let next = match u64::try_from(periods.saturating_mul(period)) {
+            Ok(gap) => saturating_after(due, Duration::from_nanos(gap)),
+            Err(_) => far_future(),
+        };
         self.sleep.reset(next);
         Poll::Ready(due)
     }

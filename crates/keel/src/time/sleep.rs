@@ -30,17 +30,22 @@ pub fn sleep(duration: Duration) -> Sleep {
 /// `duration` from now, saturating at [`far_future`] (so `Duration::MAX`
 /// means "never" rather than an overflow).
 pub(crate) fn after(duration: Duration) -> Instant {
-    let now = Instant::now();
-    match now.checked_add(duration) {
-        Some(deadline) if deadline < far_future() => deadline,
-        _ => far_future(),
-    }
+    saturating_after(Instant::now(), duration)
 }
 
-/// About thirty years from now: later than any real deadline, early enough
-/// for every platform's `Instant` arithmetic.
+/// `gap` after `from`, saturating at [`far_future`] of `from`.
+pub(crate) fn saturating_after(from: Instant, gap: Duration) -> Instant {
+    let far = from + FAR;
+    from.checked_add(gap).filter(|&at| at < far).unwrap_or(far)
+}
+
+/// How far [`far_future`] lies: about thirty years, later than any real
+/// deadline, early enough for every platform's `Instant` arithmetic.
+const FAR: Duration = Duration::from_secs(30 * 365 * 86_400);
+
+/// About thirty years from now.
 pub(crate) fn far_future() -> Instant {
-    Instant::now() + Duration::from_secs(30 * 365 * 86_400)
+    Instant::now() + FAR
 }
 
 /// Waits until `deadline`.

@@ -120,6 +120,16 @@ impl<T> Wheel<T> {
         Some(self.entries.remove(key.index).value)
     }
 
+    /// The tick and value of a pending timer, to update it in place.
+    pub(crate) fn get_mut(&mut self, key: TimerKey) -> Option<(u64, &mut T)> {
+        match self.entries.get_mut(key.index) {
+            Some(entry) if entry.generation == key.generation => {
+                Some((entry.tick, &mut entry.value))
+            }
+            _ => None,
+        }
+    }
+
     /// The earliest tick at which some timer is due, if any.
     pub(crate) fn next_deadline(&self) -> Option<u64> {
         if !self.overdue.is_empty() {
