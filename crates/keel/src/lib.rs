@@ -30,7 +30,9 @@
 #![warn(missing_docs)]
 #![deny(unsafe_op_in_unsafe_fn)]
 
+pub mod io;
 pub(crate) mod loom;
+pub mod net;
 pub mod runtime;
 pub(crate) mod sched;
 pub mod stats;

@@ -23,6 +23,16 @@ pub const SPIN_MEDIUM: Duration = Duration::from_micros(100);
 /// Spin time of [`SpinPolicy::Long`].
 pub const SPIN_LONG: Duration = Duration::from_millis(1);
 
+/// Default [`Builder::io_interval`]: 100 µs.
+pub const DEFAULT_IO_INTERVAL: Duration = Duration::from_micros(100);
+/// Default [`Builder::io_every`]: 61 polls (a prime, so it does not fall in
+/// step with periodic workloads).
+pub const DEFAULT_IO_EVERY: u32 = 61;
+/// Default [`Builder::task_quota`]: 500 µs.
+pub const DEFAULT_TASK_QUOTA: Duration = Duration::from_micros(500);
+/// Default [`Builder::task_io_budget`]: 128 IO operations.
+pub const DEFAULT_TASK_IO_BUDGET: u32 = 128;
+
 /// How long an idle worker busy-waits for new work before it parks.
 ///
 /// Spinning lets a worker pick up work that arrives a moment later without
@@ -82,6 +92,10 @@ pub struct Builder {
     spin: SpinPolicy,
     thread_name: String,
     stack_size: Option<usize>,
+    io_interval: Duration,
+    io_every: u32,
+    task_quota: Duration,
+    task_io_budget: u32,
 }
 
 impl Default for Builder {
@@ -107,6 +121,10 @@ impl Builder {
             spin: SpinPolicy::default(),
             thread_name: "keel-worker".to_owned(),
             stack_size: None,
+            io_interval: DEFAULT_IO_INTERVAL,
+            io_every: DEFAULT_IO_EVERY,
+            task_quota: DEFAULT_TASK_QUOTA,
+            task_io_budget: DEFAULT_TASK_IO_BUDGET,
         }
     }
 
@@ -144,6 +162,53 @@ impl Builder {
         self
     }
 
+    /// How often busy workers look at socket readiness: a worker polls the
+    /// reactor (without blocking) at the first poll boundary once this much
+    /// time has passed since any worker last did. Default
+    /// [100 µs](DEFAULT_IO_INTERVAL).
+    ///
+    /// Prevents IO starvation: with every worker busy on CPU work, a
+    /// runtime that polls for IO only when a worker runs out of tasks
+    /// leaves sockets unread for as long as the queues stay full. Shorter
+    /// intervals answer sooner at the cost of one `epoll_wait` system call
+    /// (about a microsecond) per interval.
+    pub fn io_interval(&mut self, interval: Duration) -> &mut Builder {
+        self.io_interval = interval;
+        self
+    }
+
+    /// A worker also polls the reactor after this many task polls of its
+    /// own, however short they were. Default [61](DEFAULT_IO_EVERY).
+    ///
+    /// Bounds how many queued tasks run ahead of IO readiness when polls
+    /// are short (a timer-based interval alone would let a long queue of
+    /// tiny tasks run first).
+    pub fn io_every(&mut self, polls: u32) -> &mut Builder {
+        self.io_every = polls;
+        self
+    }
+
+    /// How long one poll of a task may run before its IO operations return
+    /// `Pending` and it is rescheduled. Default [500 µs](DEFAULT_TASK_QUOTA).
+    ///
+    /// Prevents one task whose sockets are always ready (a bulk download
+    /// on a fast link) from holding a worker: past the quota, its next
+    /// read or write yields instead. A poll that computes without IO is not
+    /// interrupted; only cooperative points can be.
+    pub fn task_quota(&mut self, quota: Duration) -> &mut Builder {
+        self.task_quota = quota;
+        self
+    }
+
+    /// How many IO operations one poll of a task may perform before they
+    /// return `Pending` and it is rescheduled. Default
+    /// [128](DEFAULT_TASK_IO_BUDGET). The same failure as
+    /// [`task_quota`](Builder::task_quota), counted in operations.
+    pub fn task_io_budget(&mut self, operations: u32) -> &mut Builder {
+        self.task_io_budget = operations;
+        self
+    }
+
     /// Name of the worker threads (suffixed with `-N`). Default `keel-worker`.
     pub fn thread_name(&mut self, name: &str) -> &mut Builder {
         self.thread_name = name.to_owned();
@@ -162,8 +227,9 @@ impl Builder {
     /// # Errors
     ///
     /// `InvalidInput` for zero workers or more than the supported number,
-    /// a class with zero shares or an empty name, or too many classes; the
-    /// OS error if a worker thread cannot be spawned.
+    /// a class with zero shares or an empty name, too many classes, a zero
+    /// `io_every`, or a zero task quota or IO budget; the OS error if the
+    /// reactor cannot be created or a worker thread cannot be spawned.
     pub fn build(&mut self) -> io::Result<Runtime> {
         Runtime::start(self.config()?)
     }
@@ -196,8 +262,21 @@ impl Builder {
                 )));
             }
         }
+        if self.io_every == 0 {
+            return Err(invalid("io_every must be at least 1 poll".to_owned()));
+        }
+        if self.task_quota.is_zero() || self.task_io_budget == 0 {
+            return Err(invalid(
+                "task_quota and task_io_budget must be greater than zero".to_owned(),
+            ));
+        }
+        let nanos = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
         Ok(Config {
             workers,
+            io_interval: nanos(self.io_interval),
+            io_every: self.io_every,
+            task_quota: nanos(self.task_quota),
+            task_io_budget: self.task_io_budget,
             classes: self.classes.clone(),
             spin: self.spin.duration(),
             thread_name: self.thread_name.clone(),

@@ -20,4 +20,12 @@ pub(crate) struct Config {
     pub(crate) spin: Duration,
     pub(crate) thread_name: String,
     pub(crate) stack_size: Option<usize>,
+    /// Nanoseconds between two non-blocking reactor polls of busy workers.
+    pub(crate) io_interval: u64,
+    /// Task polls between two reactor polls of one worker.
+    pub(crate) io_every: u32,
+    /// Nanoseconds a task poll may run before its IO yields.
+    pub(crate) task_quota: u64,
+    /// IO operations per task poll.
+    pub(crate) task_io_budget: u32,
 }

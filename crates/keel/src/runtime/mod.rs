@@ -82,7 +82,7 @@ impl Runtime {
     }
 
     fn start(config: Config) -> io::Result<Runtime> {
-        let (shared, locals) = Shared::new(config);
+        let (shared, locals) = Shared::new(config)?;
         let handle = Handle { shared };
         let mut runtime = Runtime {
             handle,
@@ -182,12 +182,14 @@ impl Drop for Runtime {
 /// Wakes a `block_on` thread.
 struct ThreadParker(Parker);
 
+// A `block_on` thread parks only with `park`, never in the reactor, so
+// `unpark` never asks for an interrupt here.
 impl Wake for ThreadParker {
     fn wake(self: Arc<Self>) {
-        self.0.unpark();
+        let _ = self.0.unpark();
     }
 
     fn wake_by_ref(self: &Arc<Self>) {
-        self.0.unpark();
+        let _ = self.0.unpark();
     }
 }

@@ -30,7 +30,9 @@ fn loom_unpark_before_park_is_not_lost() {
     loom::model(|| {
         let parker = Arc::new(Parker::new());
         let remote = parker.clone();
-        let thread = thread::spawn(move || remote.unpark());
+        let thread = thread::spawn(move || {
+            let _ = remote.unpark();
+        });
         parker.park();
         thread.join().unwrap();
     });
@@ -42,8 +44,12 @@ fn loom_two_unparks_wake_one_park() {
         let parker = Arc::new(Parker::new());
         let a = parker.clone();
         let b = parker.clone();
-        let ta = thread::spawn(move || a.unpark());
-        let tb = thread::spawn(move || b.unpark());
+        let ta = thread::spawn(move || {
+            let _ = a.unpark();
+        });
+        let tb = thread::spawn(move || {
+            let _ = b.unpark();
+        });
         parker.park();
         ta.join().unwrap();
         tb.join().unwrap();
@@ -101,7 +107,7 @@ impl Model {
     fn notify_one(&self) {
         fence(SeqCst);
         if let Some(worker) = self.idle.worker_to_notify() {
-            self.parkers[worker].unpark();
+            let _ = self.parkers[worker].unpark();
         }
     }
 
@@ -139,7 +145,7 @@ impl Model {
             && self.done.fetch_or(1, SeqCst) == 0
         {
             for parker in &self.parkers {
-                parker.unpark();
+                let _ = parker.unpark();
             }
         }
     }
@@ -151,7 +157,9 @@ impl Model {
         fence(SeqCst);
         let watcher = *lock(&self.watch);
         match watcher {
-            Some(worker) => self.parkers[worker].unpark(),
+            Some(worker) => {
+                let _ = self.parkers[worker].unpark();
+            }
             None => self.notify_one(),
         }
     }

@@ -2,12 +2,13 @@
 //!
 //! # Queues
 //!
-//! Every worker owns one FIFO deque per class ([`Local`]); every class has
-//! one injector shared by all. A task woken on a worker of its runtime goes
-//! to that worker's deque of the task's class (it is likely hot in that
-//! core's cache); a task woken anywhere else goes to its class's injector.
-//! Idle workers steal half of a sibling's deque. Queues are
-//! `crossbeam-deque`'s; keel adds only the per-class split.
+//! Every worker owns two FIFO deques per class, its [`lanes`]: one for
+//! tasks that waited for an event and one for tasks that woke themselves;
+//! every class has one injector shared by all. A task woken on a worker of
+//! its runtime goes to that worker's lanes of the task's class (it is
+//! likely hot in that core's cache); a task woken anywhere else goes to its
+//! class's injector. Idle workers steal half of a sibling's lane. Queues
+//! are `crossbeam-deque`'s; keel adds the per-class split and the lanes.
 //!
 //! # Notification
 //!
@@ -27,10 +28,12 @@
 //! then a sibling is notified, since there is surplus work to share. At
 //! most [`worker::LIFO_STREAK`] slot tasks run in a row before the slot is
 //! flushed to the deque, so two tasks messaging each other cannot starve
-//! the rest. A task that yields goes to the back of its deque instead,
-//! without a notification. A newly spawned task goes to the back of its
-//! deque too, so tasks spawned in a row start in that order; a sibling is
-//! notified if the deque already held work.
+//! the rest. A task that yields goes to the back of its yields lane
+//! instead. A newly spawned task goes to the back of its events lane, so
+//! tasks spawned in a row start in that order, and so do the tasks that
+//! the reactor and the timers wake (many at once, so the slot would only
+//! displace them one by one). A sibling is notified when a push finds the
+//! lanes already holding work.
 //!
 //! # The worker loop
 //!
@@ -39,6 +42,7 @@
 
 pub(crate) mod class;
 pub(crate) mod idle;
+pub(crate) mod lanes;
 #[cfg(all(test, loom))]
 mod loom_tests;
 pub(crate) mod park;
@@ -53,8 +57,9 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 
 use async_task::{ScheduleInfo, WithInfo};
-use crossbeam_deque::{Injector, Steal, Stealer, Worker as Deque};
+use crossbeam_deque::{Injector, Steal};
 
+use crate::io::reactor::Reactor;
 use crate::loom::lock;
 use crate::loom::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};
 use crate::loom::sync::Mutex;
@@ -67,6 +72,7 @@ use crate::task::{Guarded, JoinHandle, Runnable, TaskId, TaskMeta};
 use crate::time::driver::{TimerDriver, NEVER};
 use class::ClassClocks;
 use idle::Idle;
+use lanes::{settle, Lane, LaneStealers, Lanes};
 use park::Parker;
 
 /// A worker's own queues, one per class. Lives in the worker thread's
@@ -83,17 +89,26 @@ pub(crate) struct Local {
     /// keep tasks woken from outside waiting (a yield promises that waiting
     /// tasks of the class run first). Only the owner thread touches it.
     pub(crate) yielded: Cell<bool>,
+    /// Set while this worker wakes the tasks of a reactor poll or of fired
+    /// timers: they go to the events lane, not the LIFO slot.
+    pub(crate) dispatching: Cell<bool>,
+    /// IO operations the task being polled may still perform (see
+    /// [`crate::task::coop`]).
+    pub(crate) budget_ops: Cell<u32>,
+    /// When the task being polled must yield at its next IO operation.
+    pub(crate) budget_deadline: Cell<u64>,
 }
 
 /// Why a task is being made runnable; decides where it goes on a worker.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Placement {
-    /// Woken by an event: the LIFO slot.
+    /// Woken by a task: the LIFO slot.
     Wake,
-    /// Woke itself while running: the back of its deque.
+    /// Newly spawned, or woken by the reactor or a timer: the back of the
+    /// events lane.
+    Event,
+    /// Woke itself while running: the back of the yields lane.
     Yield,
-    /// Newly spawned: the back of its deque, so spawn order is run order.
-    Spawn,
 }
 
 /// The parked worker that sleeps only until a timer tick, if any.
@@ -104,8 +119,8 @@ pub(crate) struct Watch {
     pub(crate) tick: u64,
 }
 
-/// One worker's deques, one per class, before its thread takes them.
-pub(crate) type Deques = Box<[Deque<Runnable>]>;
+/// One worker's lanes, one pair per class, before its thread takes them.
+pub(crate) type Deques = Box<[Lanes]>;
 
 /// Everything the workers of one runtime share.
 pub(crate) struct Shared {
@@ -114,8 +129,8 @@ pub(crate) struct Shared {
     pub(crate) clocks: ClassClocks,
     /// One per class; anyone pushes, workers steal.
     injectors: Box<[Injector<Runnable>]>,
-    /// `stealers[worker][class]`: the stealing end of each local deque.
-    stealers: Box<[Box<[Stealer<Runnable>]>]>,
+    /// `stealers[worker][class]`: the stealing ends of each worker's lanes.
+    stealers: Box<[Box<[LaneStealers]>]>,
     pub(crate) idle: Idle,
     /// One per worker; see [`park`].
     parkers: Box<[Parker]>,
@@ -124,6 +139,8 @@ pub(crate) struct Shared {
     pub(crate) metrics: Box<[Arc<WorkerMetrics>]>,
     /// The timer wheel; see [`crate::time`].
     pub(crate) timers: TimerDriver,
+    /// The epoll instance; see [`crate::io`].
+    pub(crate) reactor: Reactor,
     /// Which parked worker watches which timer tick (see `Worker::park`).
     pub(crate) watch: Mutex<Watch>,
     /// Set once, when the runtime is dropped.
@@ -136,11 +153,15 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
-    /// The shared state and, per worker, its class deques.
-    pub(crate) fn new(config: Config) -> (Arc<Shared>, Vec<Deques>) {
+    /// The shared state and, per worker, its class lanes.
+    ///
+    /// # Errors
+    ///
+    /// If the reactor's epoll instance cannot be created.
+    pub(crate) fn new(config: Config) -> std::io::Result<(Arc<Shared>, Vec<Deques>)> {
         let classes = config.classes.len();
         let locals: Vec<Deques> = (0..config.workers)
-            .map(|_| (0..classes).map(|_| Deque::new_fifo()).collect())
+            .map(|_| (0..classes).map(|_| Lanes::new()).collect())
             .collect();
         let clock = Clock::new();
         let shared = Shared {
@@ -149,7 +170,7 @@ impl Shared {
             injectors: (0..classes).map(|_| Injector::new()).collect(),
             stealers: locals
                 .iter()
-                .map(|queues| queues.iter().map(Deque::stealer).collect())
+                .map(|queues| queues.iter().map(Lanes::stealers).collect())
                 .collect(),
             idle: Idle::new(config.workers),
             parkers: (0..config.workers).map(|_| Parker::new()).collect(),
@@ -158,6 +179,7 @@ impl Shared {
                 .map(|_| Arc::new(WorkerMetrics::new(classes)))
                 .collect(),
             timers: TimerDriver::new(clock),
+            reactor: Reactor::new()?,
             watch: Mutex::new(Watch {
                 worker: None,
                 tick: NEVER,
@@ -167,7 +189,7 @@ impl Shared {
             next_id: AtomicU64::new(1),
             config,
         };
-        (Arc::new(shared), locals)
+        Ok((Arc::new(shared), locals))
     }
 
     /// Spawns `future` as a task of `class`.
@@ -196,7 +218,7 @@ impl Shared {
         match self.registry.insert(id, make) {
             Ok((runnable, task)) => {
                 let handle = JoinHandle::new(task, runnable.waker());
-                self.schedule(runnable, Placement::Spawn);
+                self.schedule(runnable, Placement::Event);
                 handle
             }
             Err((runnable, task)) => {
@@ -226,26 +248,23 @@ impl Shared {
             // shutdown drain looks, even when it runs on a worker.
             let local = local.filter(|l| Arc::ptr_eq(&l.shared, self) && !self.is_stopping())?;
             let runnable = runnable.take().expect("not yet placed");
-            let queue = &local.queues[class];
+            let lanes = &local.queues[class];
             match placement {
+                Placement::Wake if local.dispatching.get() => {
+                    Some(lanes.push(runnable, Lane::Events))
+                }
                 Placement::Wake => {
                     let displaced = local.lifo.replace(Some(runnable))?;
-                    local.queues[displaced.metadata().class.index()].push(displaced);
+                    local.queues[displaced.metadata().class.index()].push(displaced, Lane::Events);
                     Some(true)
                 }
                 Placement::Yield => {
-                    let had_work = !queue.is_empty();
-                    queue.push(runnable);
                     local.yielded.set(true);
                     // Other runnable work is queued behind us: let an idle
                     // worker take it rather than take turns with it here.
-                    Some(had_work)
+                    Some(lanes.push(runnable, Lane::Yields))
                 }
-                Placement::Spawn => {
-                    let had_work = !queue.is_empty();
-                    queue.push(runnable);
-                    Some(had_work)
-                }
+                Placement::Event => Some(lanes.push(runnable, Lane::Events)),
             }
         });
         match (runnable, surplus) {
@@ -264,7 +283,15 @@ impl Shared {
         // idle state (the notifier's half of the protocol in `idle`).
         fence(Ordering::SeqCst);
         if let Some(worker) = self.idle.worker_to_notify() {
-            self.parkers[worker].unpark();
+            self.unpark(worker);
+        }
+    }
+
+    /// Wakes `worker` from its parker, or from `epoll_wait` if it is the
+    /// reactor's blocker.
+    pub(crate) fn unpark(&self, worker: usize) {
+        if self.parkers[worker].unpark() {
+            self.reactor.wake();
         }
     }
 
@@ -277,7 +304,7 @@ impl Shared {
         let watcher = lock(&self.watch).worker;
         match watcher {
             // It re-reads the earliest tick when it wakes.
-            Some(worker) => self.parkers[worker].unpark(),
+            Some(worker) => self.unpark(worker),
             // Filed by a task on one of our workers: that worker reads the
             // new tick before it parks, so nobody need be woken for it.
             None if context::with_local(|l| l.is_some_and(|l| std::ptr::eq(&*l.shared, self))) => {}
@@ -296,19 +323,20 @@ impl Shared {
             || self.stealers.iter().flatten().any(|q| !q.is_empty())
     }
 
-    /// Takes one task from `class`'s injector into `into`, with a batch.
-    fn steal_injector(&self, class: usize, into: &Deque<Runnable>) -> Option<Runnable> {
+    /// Takes one task from `class`'s injector, with a batch into the
+    /// events lane of `into` (tasks injected from outside waited for
+    /// something).
+    fn steal_injector(&self, class: usize, into: &Lanes) -> Option<Runnable> {
         let injector = &self.injectors[class];
-        steal_until_settled(
+        settle(
             || injector.is_empty(),
-            || injector.steal_batch_and_pop(into),
+            || injector.steal_batch_and_pop(&into.events),
         )
     }
 
-    /// Takes half of `victim`'s `class` deque into `into`.
-    fn steal_from(&self, victim: usize, class: usize, into: &Deque<Runnable>) -> Option<Runnable> {
-        let stealer = &self.stealers[victim][class];
-        steal_until_settled(|| stealer.is_empty(), || stealer.steal_batch_and_pop(into))
+    /// Takes half of a lane of `victim`'s `class` into `into`.
+    fn steal_from(&self, victim: usize, class: usize, into: &Lanes) -> Option<Runnable> {
+        self.stealers[victim][class].steal_into(into)
     }
 
     pub(crate) fn is_stopping(&self) -> bool {
@@ -318,8 +346,8 @@ impl Shared {
     /// Tells every worker to exit after its current poll.
     pub(crate) fn stop_workers(&self) {
         self.stopping.store(true, Ordering::SeqCst);
-        for parker in self.parkers.iter() {
-            parker.unpark();
+        for worker in 0..self.parkers.len() {
+            self.unpark(worker);
         }
     }
 
@@ -364,40 +392,24 @@ impl Shared {
         if !self.draining.load(Ordering::SeqCst) {
             return;
         }
-        for queue in queues.iter() {
-            while let Some(runnable) = queue.pop() {
+        for lanes in queues.iter() {
+            while let Some(runnable) = lanes.pop_any() {
                 drop_task(runnable);
             }
         }
     }
 
     fn pop_any(&self) -> Option<Runnable> {
-        let injectors = self.injectors.iter().map(|q| q.steal());
-        let locals = self.stealers.iter().flatten().map(|q| q.steal());
-        for steal in injectors.chain(locals) {
-            if let Steal::Success(runnable) = steal {
-                return Some(runnable);
-            }
-        }
-        None
-    }
-}
-
-/// Runs `steal` until it succeeds or the queue is empty: `Retry` only means
-/// another thief raced us, not that the queue has nothing.
-fn steal_until_settled(
-    is_empty: impl Fn() -> bool,
-    steal: impl Fn() -> Steal<Runnable>,
-) -> Option<Runnable> {
-    loop {
-        if is_empty() {
-            return None;
-        }
-        match steal() {
-            Steal::Success(runnable) => return Some(runnable),
-            Steal::Empty => return None,
-            Steal::Retry => continue,
-        }
+        let injected = self.injectors.iter().find_map(|q| match q.steal() {
+            Steal::Success(runnable) => Some(runnable),
+            _ => None,
+        });
+        injected.or_else(|| {
+            self.stealers
+                .iter()
+                .flatten()
+                .find_map(LaneStealers::steal_any)
+        })
     }
 }
 

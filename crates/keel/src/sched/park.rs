@@ -25,6 +25,16 @@
 //! [`Parker::park_timeout`] follows the same protocol and, when its time is
 //! up, swaps the state back to `EMPTY` itself, consuming a token that
 //! raced with the timeout: the owner is awake either way.
+//!
+//! # Sleeping in the reactor
+//!
+//! [`Parker::park_in`] sleeps in a caller-given blocking call instead (the
+//! reactor's `epoll_wait`): the owner moves `EMPTY → PARKED_IN_DRIVER`,
+//! makes the call, and swaps back to `EMPTY`. `unpark` then cannot signal a
+//! condition variable; it returns `true` and its caller interrupts the call
+//! (writes the reactor's eventfd). An interrupt that lands after the call
+//! returned leaves one stale event, which only makes a later call return
+//! early.
 
 use std::time::{Duration, Instant};
 
@@ -35,11 +45,13 @@ use crate::loom::sync::{Condvar, Mutex, MutexGuard};
 const EMPTY: usize = 0;
 const PARKED: usize = 1;
 const NOTIFIED: usize = 2;
+const PARKED_IN_DRIVER: usize = 3;
 
 /// A one-token park/unpark primitive (see the module docs).
 #[derive(Debug)]
 pub(crate) struct Parker {
-    /// `EMPTY`, `PARKED` or `NOTIFIED`. Any thread may write.
+    /// `EMPTY`, `PARKED`, `NOTIFIED` or `PARKED_IN_DRIVER`. Any thread may
+    /// write.
     state: AtomicUsize,
     /// Held by a sleeper between its state change and its wait.
     lock: Mutex<()>,
@@ -98,6 +110,31 @@ impl Parker {
         }
     }
 
+    /// Sleeps in `block`, which must return soon after the caller of an
+    /// [`unpark`](Parker::unpark) that returned `true` interrupts it (see
+    /// the module docs). Returns without calling `block` if a token is
+    /// waiting; consumes a token that arrives during the call.
+    pub(crate) fn park_in(&self, block: impl FnOnce()) {
+        if self.take_token() {
+            return;
+        }
+        match self
+            .state
+            .compare_exchange(EMPTY, PARKED_IN_DRIVER, SeqCst, SeqCst)
+        {
+            Ok(_) => {}
+            Err(NOTIFIED) => {
+                self.state.swap(EMPTY, SeqCst);
+                return;
+            }
+            Err(other) => unreachable!("parker in state {other} while its owner parks"),
+        }
+        block();
+        // Woken, timed out, or an event: awake either way; a token that
+        // came meanwhile is consumed with the state.
+        self.state.swap(EMPTY, SeqCst);
+    }
+
     /// Step 1 of `park`: consumes a waiting token and returns `None`, or
     /// moves to `PARKED` and returns the lock to wait with.
     fn begin_park(&self) -> Option<MutexGuard<'_, ()>> {
@@ -125,17 +162,22 @@ impl Parker {
             .is_ok()
     }
 
-    /// Deposits the token, waking the owner if it is parked.
-    pub(crate) fn unpark(&self) {
+    /// Deposits the token, waking the owner if it is parked. Returns `true`
+    /// if the owner sleeps in [`Parker::park_in`]: the caller must then
+    /// interrupt its blocking call.
+    #[must_use = "an owner asleep in park_in must be interrupted by the caller"]
+    pub(crate) fn unpark(&self) -> bool {
         match self.state.swap(NOTIFIED, SeqCst) {
-            EMPTY | NOTIFIED => {}
+            EMPTY | NOTIFIED => false,
             PARKED => {
                 // Taking the lock orders this signal after the sleeper's
                 // `wait` began, so the signal cannot fall between its state
                 // change and its wait.
                 drop(lock(&self.lock));
                 self.condvar.notify_one();
+                false
             }
+            PARKED_IN_DRIVER => true,
             other => unreachable!("parker in unknown state {other}"),
         }
     }

@@ -5,29 +5,38 @@
 //! 1. **Stop?** If the runtime is stopping, publish the accounts and exit.
 //! 2. **Pick.** Order the classes by virtual time (the shared clock plus
 //!    this worker's unflushed charge) and take the first class that has a
-//!    task: in this worker's LIFO slot, its deque or the class injector
+//!    task: in this worker's LIFO slot, its events lane, the class injector
 //!    (tried first every [`INJECTOR_INTERVAL`] picks and after a task
 //!    yielded, so tasks woken from outside are not starved by a busy local
-//!    deque); failing that, and every [`STEAL_INTERVAL`] picks, in a
-//!    sibling's deque (steal half).
+//!    deque) or its yields lane (tried first after
+//!    [`EVENT_STREAK`](super::lanes::EVENT_STREAK) picks from elsewhere, see
+//!    [`lanes`](super::lanes)); failing that, and every [`STEAL_INTERVAL`]
+//!    picks, in a sibling's lanes (steal half).
 //!    Classes found empty on the way are pulled up to the picked class's
 //!    virtual time if they lag (see [`class`](super::class)).
 //! 3. **Run.** Poll the task once (or drop it if it was aborted), with
-//!    panics contained. Charge the elapsed time to its class: locally, and
-//!    to the shared clock when the charge window of [`CHARGE_WINDOW_NS`]
-//!    ends. Account the poll and the task's queue delay. Go to 1.
-//! 4. **Search, spin.** Nothing was found: become a searcher (notifiers
-//!    then leave the next wake to us). Spin for the policy's duration,
-//!    watching every queue; if work appears, go to 1.
-//! 5. **Park.** Flush charges and publish the accounts, register as parked,
+//!    panics contained and a fresh coop budget (see
+//!    [`coop`](crate::task::coop)). Charge the elapsed time to its class:
+//!    locally, and to the shared clock when the charge window of
+//!    [`CHARGE_WINDOW_NS`] ends. Account the poll and the task's queue
+//!    delay.
+//! 4. **IO and timers.** If the runtime's `io_interval` has passed since
+//!    any worker last polled the reactor, or this worker ran `io_every`
+//!    polls since it last did, poll the reactor without blocking (unless a
+//!    parked worker is blocked in it) and queue the tasks it wakes in their
+//!    events lanes. Fire due timers if the earliest one may be due. Go to 1.
+//! 5. **Search, spin.** Nothing was found: poll the reactor without
+//!    blocking, then become a searcher (notifiers then leave the next wake
+//!    to us). Spin for the policy's duration, watching every queue; if work
+//!    appears, go to 1.
+//! 6. **Park.** Flush charges and publish the accounts, register as parked,
 //!    re-check the queues if we were the last searcher (see
-//!    [`idle`](super::idle)), then sleep until notified, or until the
-//!    earliest timer if no other parked worker watches it (see
-//!    [`time`](crate::time)). Whatever wakes the worker, it leaves the
-//!    sleepers, fires due timers and goes to 1.
-//!
-//! After every poll the worker also compares the earliest timer with the
-//! time it just read, and fires due timers (accounted as timer time).
+//!    [`idle`](super::idle)). Then sleep until notified: blocked in
+//!    `epoll_wait` if no other worker is (see [`crate::io`]), on the
+//!    parker otherwise; and until the earliest timer if no other parked
+//!    worker watches it (see [`time`](crate::time)). Whatever wakes the
+//!    worker, it leaves the sleepers, wakes the tasks of IO events, fires
+//!    due timers and goes to 1.
 //!
 //! Every transition switches the accounting state at a timestamp the step
 //! takes anyway, so accounting costs two clock reads per poll.
@@ -36,15 +45,18 @@ use std::cell::Cell;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::rc::Rc;
 use std::sync::Arc;
+use std::task::Waker;
 use std::time::Duration;
 
 use super::class::CHARGE_WINDOW_NS;
+use super::lanes::Lane;
+use super::lanes::EVENT_STREAK;
 use super::{Deques, Local, Shared, Watch, MAX_CLASSES};
 use crate::loom::lock;
 use crate::loom::sync::atomic::{fence, Ordering};
 use crate::runtime::context;
 use crate::stats::account::{Account, State};
-use crate::task::Runnable;
+use crate::task::{coop, Runnable};
 use crate::time::driver::{tick_start, NEVER};
 use crate::Handle;
 
@@ -75,6 +87,9 @@ pub(crate) fn run_worker(shared: Arc<Shared>, index: usize, queues: Deques) {
         queues,
         lifo: Cell::new(None),
         yielded: Cell::new(false),
+        dispatching: Cell::new(false),
+        budget_ops: Cell::new(u32::MAX),
+        budget_deadline: Cell::new(u64::MAX),
     });
     let _enter = context::enter(Handle {
         shared: shared.clone(),
@@ -93,13 +108,16 @@ pub(crate) fn run_worker(shared: Arc<Shared>, index: usize, queues: Deques) {
         searching: false,
         ticks: 0,
         lifo_streak: 0,
+        event_streak: 0,
+        polls_since_io: 0,
+        woken: Vec::new(),
         rng: 0x9E37_79B9_7F4A_7C15 ^ (index as u64 + 1),
     };
     worker.run();
     // Leave the slot's task where shutdown will find it, or drop it if the
     // drain has begun (a task of this worker dropped the runtime).
     if let Some(runnable) = worker.local.lifo.take() {
-        worker.local.queues[runnable.metadata().class.index()].push(runnable);
+        worker.local.queues[runnable.metadata().class.index()].push(runnable, Lane::Events);
     }
     worker.shared.drop_if_draining(&worker.local.queues);
     context::set_local(None);
@@ -119,7 +137,22 @@ struct Worker {
     ticks: u32,
     /// LIFO-slot tasks run in a row.
     lifo_streak: u32,
+    /// Picks in a row that passed over a non-empty yields lane.
+    event_streak: u32,
+    /// Task polls since this worker last polled the reactor.
+    polls_since_io: u32,
+    /// Wakers collected from a reactor poll, woken once it is released.
+    woken: Vec<Waker>,
     rng: u64,
+}
+
+/// Where [`Worker::find`] found a task.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Source {
+    Lifo,
+    Yields,
+    /// The events lane, the injector or a sibling.
+    Other,
 }
 
 impl Worker {
@@ -128,6 +161,9 @@ impl Worker {
             if let Some(runnable) = self.pick() {
                 self.leave_searching();
                 self.run_task(runnable);
+                continue;
+            }
+            if self.poll_io(None) {
                 continue;
             }
             self.enter_searching();
@@ -175,9 +211,10 @@ impl Worker {
         if self.lifo_streak >= LIFO_STREAK {
             self.lifo_streak = 0;
             if let Some(runnable) = self.local.lifo.take() {
-                self.local.queues[runnable.metadata().class.index()].push(runnable);
+                self.local.queues[runnable.metadata().class.index()].push(runnable, Lane::Events);
             }
         }
+        let yields_first = self.event_streak >= EVENT_STREAK;
         let steal_first = self.ticks.is_multiple_of(STEAL_INTERVAL);
         let passes: &[bool] = if steal_first { &[true] } else { &[false, true] };
         for &steal in passes {
@@ -188,11 +225,22 @@ impl Worker {
                 0
             };
             for (rank, &class) in order[..classes].iter().enumerate() {
-                let Some((runnable, from_lifo)) = self.find(class, injector_first, steal, start)
+                let Some((runnable, source)) =
+                    self.find(class, injector_first, yields_first, steal, start)
                 else {
                     continue;
                 };
-                self.lifo_streak = if from_lifo { self.lifo_streak + 1 } else { 0 };
+                self.lifo_streak = if source == Source::Lifo {
+                    self.lifo_streak + 1
+                } else {
+                    0
+                };
+                self.event_streak =
+                    if source == Source::Yields || self.local.queues[class].yields.is_empty() {
+                        0
+                    } else {
+                        self.event_streak + 1
+                    };
                 // Classes ranked before the one picked had nothing here.
                 for &idle in &order[..rank] {
                     self.shared.clocks.pull_up(idle, vtime[class]);
@@ -203,34 +251,43 @@ impl Worker {
         None
     }
 
-    /// A task of `class` from this worker's LIFO slot, its deque or the
-    /// injector, and with `steal` from a sibling; and whether it came from
-    /// the LIFO slot. `start` picks the first sibling to steal from.
+    /// A task of `class` from this worker's LIFO slot, its lanes or the
+    /// injector, and with `steal` from a sibling; and where it came from.
+    /// `start` picks the first sibling to steal from.
     fn find(
         &self,
         class: usize,
         injector_first: bool,
+        yields_first: bool,
         steal: bool,
         start: usize,
-    ) -> Option<(Runnable, bool)> {
+    ) -> Option<(Runnable, Source)> {
         let shared = &*self.shared;
-        let deque = &self.local.queues[class];
+        let lanes = &self.local.queues[class];
+        if yields_first {
+            if let Some(runnable) = lanes.yields.pop() {
+                return Some((runnable, Source::Yields));
+            }
+        }
         if injector_first {
-            if let Some(runnable) = shared.steal_injector(class, deque) {
-                return Some((runnable, false));
+            if let Some(runnable) = shared.steal_injector(class, lanes) {
+                return Some((runnable, Source::Other));
             }
         }
         if let Some(runnable) = self.local.lifo.take() {
             if runnable.metadata().class.index() == class {
-                return Some((runnable, true));
+                return Some((runnable, Source::Lifo));
             }
             self.local.lifo.set(Some(runnable));
         }
-        if let Some(runnable) = deque.pop() {
-            return Some((runnable, false));
+        if let Some(runnable) = lanes.events.pop() {
+            return Some((runnable, Source::Other));
         }
-        if let Some(runnable) = shared.steal_injector(class, deque) {
-            return Some((runnable, false));
+        if let Some(runnable) = shared.steal_injector(class, lanes) {
+            return Some((runnable, Source::Other));
+        }
+        if let Some(runnable) = lanes.yields.pop() {
+            return Some((runnable, Source::Yields));
         }
         if !steal {
             return None;
@@ -239,8 +296,8 @@ impl Worker {
         (0..workers)
             .map(|i| start.wrapping_add(i) % workers)
             .filter(|&victim| victim != self.index)
-            .find_map(|victim| shared.steal_from(victim, class, deque))
-            .map(|runnable| (runnable, false))
+            .find_map(|victim| shared.steal_from(victim, class, lanes))
+            .map(|runnable| (runnable, Source::Other))
     }
 
     /// Step 3: polls `runnable` once and accounts for it.
@@ -257,6 +314,7 @@ impl Worker {
         self.account.maybe_publish(start);
 
         context::set_class(Some(class));
+        coop::reset(&self.local, start);
         // Panics inside the future are caught by `Guarded`; what reaches
         // here is a panic in a destructor, which must not end the worker.
         let _ = catch_unwind(AssertUnwindSafe(|| {
@@ -268,19 +326,56 @@ impl Worker {
         }));
         context::set_class(None);
 
+        self.local.budget_ops.set(u32::MAX);
+        self.local.budget_deadline.set(u64::MAX);
+
         let end = self.shared.clock.now();
         self.charge(class.index(), end.saturating_sub(start), end);
         self.account.switch(State::Search, end);
         self.account.maybe_publish(end);
+        self.polls_since_io += 1;
+        let config = &self.shared.config;
+        if self.polls_since_io >= config.io_every
+            || end.saturating_sub(self.shared.reactor.last_poll()) >= config.io_interval
+        {
+            self.poll_io(Some(end));
+        }
         if self.shared.timers.may_be_due(end) {
             self.fire_timers(end);
         }
     }
 
+    /// Polls the reactor without blocking, unless a parked worker is
+    /// blocked in it or another worker is polling it, and queues the tasks
+    /// its events wake. `now` is the current time if the caller has it.
+    /// Returns whether any task was woken.
+    fn poll_io(&mut self, now: Option<u64>) -> bool {
+        self.polls_since_io = 0;
+        let reactor = &self.shared.reactor;
+        if reactor.has_blocker() {
+            return false;
+        }
+        let Some(mut poller) = reactor.try_poller() else {
+            return false;
+        };
+        let start = now.unwrap_or_else(|| self.shared.clock.now());
+        self.account.switch(State::Io, start);
+        reactor.poll(&mut poller, Some(Duration::ZERO), &mut self.woken);
+        drop(poller);
+        let woke = !self.woken.is_empty();
+        wake_collected(&self.local, &mut self.woken);
+        let end = self.shared.clock.now();
+        reactor.polled_at(end);
+        self.account.switch(State::Search, end);
+        woke
+    }
+
     /// Fires due timers, accounted as timer time from `now`.
     fn fire_timers(&mut self, now: u64) {
         self.account.switch(State::Timers, now);
+        self.local.dispatching.set(true);
         self.shared.timers.fire_due();
+        self.local.dispatching.set(false);
         self.account.switch(State::Search, self.shared.clock.now());
     }
 
@@ -363,9 +458,18 @@ impl Worker {
             // (the parker's half of the timer protocol in `crate::time`).
             fence(Ordering::SeqCst);
             let timeout = self.watch_timers();
-            match timeout {
-                Some(timeout) => shared.parkers[self.index].park_timeout(timeout),
-                None => shared.parkers[self.index].park(),
+            let parker = &shared.parkers[self.index];
+            if let Some(mut poller) = Self::blocker(shared) {
+                parker.park_in(|| {
+                    shared.reactor.poll(&mut poller, timeout, &mut self.woken);
+                });
+                shared.reactor.stop_blocking();
+                drop(poller);
+            } else {
+                match timeout {
+                    Some(timeout) => parker.park_timeout(timeout),
+                    None => parker.park(),
+                }
             }
             watched = timeout.is_some();
             // Whatever woke us (a notification, the timer, a stale token),
@@ -386,12 +490,28 @@ impl Worker {
         }
         self.searching = true;
         let now = shared.clock.now();
-        self.account.switch(State::Search, now);
         self.window_start = now;
+        if !self.woken.is_empty() {
+            self.account.switch(State::Io, now);
+            wake_collected(&self.local, &mut self.woken);
+            shared.reactor.polled_at(now);
+        }
+        let now = shared.clock.now();
+        self.account.switch(State::Search, now);
         // A watcher that woke fires on the timers' own clock, not the hint.
         if watched || shared.timers.may_be_due(now) {
             self.fire_timers(now);
         }
+    }
+
+    /// The reactor's poller, if this worker may block in it (see
+    /// [`crate::io`]). Under loom the reactor is not modelled and a worker
+    /// always parks on its parker.
+    fn blocker(shared: &Shared) -> Option<std::sync::MutexGuard<'_, crate::io::reactor::Poller>> {
+        if cfg!(loom) {
+            return None;
+        }
+        shared.reactor.become_blocker()
     }
 
     /// Decides how long to park: until the earliest timer if no parked
@@ -424,4 +544,19 @@ impl Worker {
         self.rng = x;
         x
     }
+}
+
+/// Wakes the tasks a reactor poll collected into `woken`, into the events
+/// lanes of `local`'s worker.
+fn wake_collected(local: &Local, woken: &mut Vec<Waker>) {
+    if woken.is_empty() {
+        return;
+    }
+    local.dispatching.set(true);
+    for waker in woken.drain(..) {
+        // A waker is keel's or a foreign runtime's; a panic in a foreign
+        // one must not end the worker.
+        let _ = catch_unwind(AssertUnwindSafe(|| waker.wake()));
+    }
+    local.dispatching.set(false);
 }

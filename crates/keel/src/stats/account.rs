@@ -57,14 +57,19 @@ pub(crate) enum State {
     Parked,
     /// Firing due timers.
     Timers,
+    /// Polling the reactor without blocking, and waking the tasks of its
+    /// events.
+    Io,
 }
 
 const SEARCH_SLOT: usize = MAX_CLASSES;
 const SPIN_SLOT: usize = MAX_CLASSES + 1;
 const PARKED_SLOT: usize = MAX_CLASSES + 2;
 const TIMERS_SLOT: usize = MAX_CLASSES + 3;
-/// Number of counters: one per class, then search, spin, parked, timers.
-pub(crate) const SLOTS: usize = MAX_CLASSES + 4;
+const IO_SLOT: usize = MAX_CLASSES + 4;
+/// Number of counters: one per class, then search, spin, parked, timers,
+/// io.
+pub(crate) const SLOTS: usize = MAX_CLASSES + 5;
 
 /// Bits of [`WorkerMetrics::current`] that hold the start instant; the
 /// state's slot sits above them. 2^56 ns is over two years of uptime.
@@ -79,6 +84,7 @@ impl State {
             State::Spin => SPIN_SLOT,
             State::Parked => PARKED_SLOT,
             State::Timers => TIMERS_SLOT,
+            State::Io => IO_SLOT,
         }
     }
 }
@@ -142,6 +148,10 @@ impl Published {
 
     pub(crate) fn timers_ns(times: &[u64; SLOTS]) -> u64 {
         times[TIMERS_SLOT]
+    }
+
+    pub(crate) fn io_ns(times: &[u64; SLOTS]) -> u64 {
+        times[IO_SLOT]
     }
 }
 

@@ -40,6 +40,7 @@ pub(crate) fn snapshot(shared: &Shared) -> Stats {
                 spin: Duration::from_nanos(Published::spin_ns(&times)),
                 parked: Duration::from_nanos(Published::parked_ns(&times)),
                 timers: Duration::from_nanos(Published::timers_ns(&times)),
+                io: Duration::from_nanos(Published::io_ns(&times)),
                 polls: p.polls[..classes].to_vec(),
             }
         })

@@ -25,7 +25,7 @@ pub struct Stats {
 
 /// Where one worker's wall time went. The states add up to
 /// [`WorkerStats::wall`], the time since the worker started.
-/// Utilization is `(task + timers) / wall`.
+/// Utilization is `(task + io + timers) / wall`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WorkerStats {
     /// The worker's index.
@@ -43,6 +43,9 @@ pub struct WorkerStats {
     pub parked: Duration,
     /// Time spent firing due timers.
     pub timers: Duration,
+    /// Time spent polling the reactor without blocking and waking the
+    /// tasks of IO events (time blocked in it while idle is `parked`).
+    pub io: Duration,
     /// Polls, per class.
     pub polls: Vec<u64>,
 }
@@ -55,12 +58,12 @@ impl WorkerStats {
 
     /// The sum of all states: the wall time the worker has accounted.
     pub fn wall(&self) -> Duration {
-        self.busy() + self.search + self.spin + self.parked + self.timers
+        self.busy() + self.search + self.spin + self.parked + self.timers + self.io
     }
 
-    /// Task and timer time over wall time, in `0.0..=1.0`.
+    /// Task, IO and timer time over wall time, in `0.0..=1.0`.
     pub fn utilization(&self) -> f64 {
-        ratio(self.busy() + self.timers, self.wall())
+        ratio(self.busy() + self.io + self.timers, self.wall())
     }
 
     /// What happened between `earlier` and `self` (two snapshots of the
@@ -79,6 +82,7 @@ impl WorkerStats {
             spin: self.spin.saturating_sub(earlier.spin),
             parked: self.parked.saturating_sub(earlier.parked),
             timers: self.timers.saturating_sub(earlier.timers),
+            io: self.io.saturating_sub(earlier.io),
             polls: self
                 .polls
                 .iter()

@@ -19,6 +19,7 @@
 //! Dropping a [`JoinHandle`] detaches the task: it runs to completion and
 //! its output is dropped. This is what users of other Rust runtimes expect.
 
+pub(crate) mod coop;
 mod join;
 pub(crate) mod registry;
 mod yield_now;

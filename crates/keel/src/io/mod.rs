@@ -1,0 +1,54 @@
+//! IO: the reactor that tells tasks when their sockets are ready, and the
+//! traits and helpers to read and write them.
+//!
+//! keel's sockets ([`crate::net`]) implement the `futures-io` traits
+//! [`AsyncRead`] and [`AsyncWrite`]; the extension traits
+//! [`AsyncReadExt`] and [`AsyncWriteExt`] (from `futures-util`, re-exported
+//! here) give them `read`, `read_exact`, `write_all`, `close` and the rest.
+//!
+//! ```
+//! use keel::io::{AsyncReadExt, AsyncWriteExt};
+//! use keel::net::{TcpListener, TcpStream};
+//!
+//! let rt = keel::Runtime::new().unwrap();
+//! rt.block_on(async {
+//!     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+//!     let addr = listener.local_addr().unwrap();
+//!     let server = keel::spawn(async move {
+//!         let (mut stream, _) = listener.accept().await.unwrap();
+//!         let mut buf = [0; 5];
+//!         stream.read_exact(&mut buf).await.unwrap();
+//!         stream.write_all(&buf).await.unwrap();
+//!     });
+//!     let mut client = TcpStream::connect(addr).await.unwrap();
+//!     client.write_all(b"hello").await.unwrap();
+//!     let mut echo = [0; 5];
+//!     client.read_exact(&mut echo).await.unwrap();
+//!     assert_eq!(&echo, b"hello");
+//!     server.await.unwrap();
+//! });
+//! ```
+//!
+//! # How readiness reaches a task
+//!
+//! 1. A socket is registered with the runtime's [`reactor`] (edge
+//!    triggered) when it is created; its readiness lives in a
+//!    `ScheduledIo` ([`readiness`]).
+//! 2. A read tries the system call while the socket is believed readable;
+//!    on `WouldBlock` it clears that belief and parks the task's waker.
+//! 3. A worker polls the reactor (between polls every `io_interval`, or
+//!    blocked in `epoll_wait` when idle), sets the readiness and wakes the
+//!    task into its class's events lane, ahead of tasks that yielded.
+//!
+//! Every IO operation first asks the task's coop budget
+//! ([`crate::task`]-level, see [`Builder::task_quota`]) whether it may
+//! proceed.
+//!
+//! [`Builder::task_quota`]: crate::Builder::task_quota
+
+pub(crate) mod reactor;
+pub(crate) mod readiness;
+pub(crate) mod source;
+
+pub use futures_io::{AsyncRead, AsyncWrite};
+pub use futures_util::io::{AsyncReadExt, AsyncWriteExt};

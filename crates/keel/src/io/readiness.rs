@@ -1,0 +1,298 @@
+//! `ScheduledIo`: the readiness of one registered source, and the tasks
+//! waiting for it.
+//!
+//! The reactor asks epoll for edge-triggered events: the kernel reports a
+//! source once when it *becomes* readable, not while it stays readable. So
+//! keel remembers readiness itself, in one atomic word per source:
+//!
+//! - the reactor sets bits when an event arrives and wakes the waiting
+//!   reader and/or writer;
+//! - a task that sees a bit set tries its operation; if the operation
+//!   says `WouldBlock`, the task clears the bit and waits for the next
+//!   event.
+//!
+//! # Why a tick
+//!
+//! Between a task's `WouldBlock` and its clearing of the bit, a new event
+//! may arrive and set the bit again; clearing it then would lose that
+//! event for good (edge-triggered: the kernel will not repeat it). So the
+//! word also counts events (the *tick*), the task remembers the tick it
+//! saw before its operation, and it clears only if no event came since.
+//!
+//! # Waiters
+//!
+//! One reader and one writer may wait at a time (each direction has one
+//! waker slot). That is the contract of `AsyncRead`/`AsyncWrite`: two
+//! tasks reading the same socket at once would race for the bytes anyway.
+
+use std::task::{Context, Poll};
+
+use futures_util::task::AtomicWaker;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// Readiness bits.
+const READABLE: usize = 1;
+const WRITABLE: usize = 1 << 1;
+const READ_CLOSED: usize = 1 << 2;
+const WRITE_CLOSED: usize = 1 << 3;
+const ERROR: usize = 1 << 4;
+const READINESS_MASK: usize = (1 << 5) - 1;
+/// The tick occupies the bits above the readiness bits.
+const TICK_SHIFT: u32 = 8;
+
+/// Which way a task waits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Direction {
+    Read,
+    Write,
+}
+
+impl Direction {
+    /// The bits that satisfy a waiter in this direction. Closed and error
+    /// states satisfy it too: the operation then reports EOF or the error.
+    fn mask(self) -> usize {
+        match self {
+            Direction::Read => READABLE | READ_CLOSED | ERROR,
+            Direction::Write => WRITABLE | WRITE_CLOSED | ERROR,
+        }
+    }
+
+    /// The bits a `WouldBlock` in this direction clears. Closed and error
+    /// states are final and never cleared.
+    fn clearable(self) -> usize {
+        match self {
+            Direction::Read => READABLE,
+            Direction::Write => WRITABLE,
+        }
+    }
+}
+
+/// A snapshot of the readiness word, taken before an operation.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Ready(usize);
+
+impl Ready {
+    /// Whether the source reported an error (the operation will say which).
+    pub(crate) fn is_error(self) -> bool {
+        self.0 & ERROR != 0
+    }
+}
+
+/// What an event from the reactor says about a source.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Event {
+    pub(crate) readable: bool,
+    pub(crate) writable: bool,
+    pub(crate) read_closed: bool,
+    pub(crate) write_closed: bool,
+    pub(crate) error: bool,
+}
+
+impl Event {
+    fn bits(self) -> usize {
+        let mut bits = 0;
+        for (set, bit) in [
+            (self.readable, READABLE),
+            (self.writable, WRITABLE),
+            (self.read_closed, READ_CLOSED),
+            (self.write_closed, WRITE_CLOSED),
+            (self.error, ERROR),
+        ] {
+            if set {
+                bits |= bit;
+            }
+        }
+        bits
+    }
+}
+
+/// The readiness and waiters of one registered source (see module docs).
+#[derive(Debug)]
+pub(crate) struct ScheduledIo {
+    /// Readiness bits, and the tick above them.
+    state: AtomicUsize,
+    reader: AtomicWaker,
+    writer: AtomicWaker,
+}
+
+impl ScheduledIo {
+    /// With `assume_ready`, a fresh registration is assumed readable and
+    /// writable: the first operation is simply tried, and a `WouldBlock`
+    /// clears the guess. That saves a trip through the reactor for the
+    /// first read or write of an accepted connection, which matters when
+    /// every worker is busy. A connecting socket must not assume it: its
+    /// first writability *is* the news that the connection is up.
+    pub(crate) fn new(assume_ready: bool) -> ScheduledIo {
+        let state = if assume_ready { READABLE | WRITABLE } else { 0 };
+        ScheduledIo {
+            state: AtomicUsize::new(state),
+            reader: AtomicWaker::new(),
+            writer: AtomicWaker::new(),
+        }
+    }
+
+    /// Records `event` and returns the wakers to wake (outside any lock).
+    pub(crate) fn set(&self, event: Event, wake: &mut Vec<std::task::Waker>) {
+        let bits = event.bits();
+        if bits == 0 {
+            return;
+        }
+        let mut current = self.state.load(Ordering::Acquire);
+        loop {
+            let tick = (current >> TICK_SHIFT).wrapping_add(1);
+            let next = (current & READINESS_MASK) | bits | (tick << TICK_SHIFT);
+            match self.state.compare_exchange_weak(
+                current,
+                next,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => break,
+                Err(actual) => current = actual,
+            }
+        }
+        if bits & Direction::Read.mask() != 0 {
+            wake.extend(self.reader.take());
+        }
+        if bits & Direction::Write.mask() != 0 {
+            wake.extend(self.writer.take());
+        }
+    }
+
+    /// Ready if the source may be ready in `direction`; otherwise registers
+    /// the task to be woken by the next event and returns `Pending`.
+    pub(crate) fn poll_ready(&self, cx: &mut Context<'_>, direction: Direction) -> Poll<Ready> {
+        let mask = direction.mask();
+        let current = self.state.load(Ordering::Acquire);
+        if current & mask != 0 {
+            return Poll::Ready(Ready(current));
+        }
+        self.waiter(direction).register(cx.waker());
+        // An event may have come between the load and the registration,
+        // and found no waker to wake: look again.
+        let current = self.state.load(Ordering::Acquire);
+        if current & mask != 0 {
+            return Poll::Ready(Ready(current));
+        }
+        Poll::Pending
+    }
+
+    /// The operation tried after `seen` said `WouldBlock`: forget the
+    /// readiness, unless an event arrived since `seen` was taken.
+    pub(crate) fn clear(&self, seen: Ready, direction: Direction) {
+        let seen_tick = seen.0 >> TICK_SHIFT;
+        let _ = self
+            .state
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |current| {
+                (current >> TICK_SHIFT == seen_tick).then_some(current & !direction.clearable())
+            });
+    }
+
+    fn waiter(&self, direction: Direction) -> &AtomicWaker {
+        match direction {
+            Direction::Read => &self.reader,
+            Direction::Write => &self.writer,
+        }
+    }
+
+    /// Wakes both waiters (the source is going away).
+    pub(crate) fn wake_all(&self) {
+        self.reader.wake();
+        self.writer.wake();
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicUsize as StdCounter;
+    use std::sync::Arc;
+    use std::task::{Wake, Waker};
+
+    struct Count(StdCounter);
+    impl Wake for Count {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    fn counting() -> (Arc<Count>, Waker) {
+        let count = Arc::new(Count(StdCounter::new(0)));
+        (count.clone(), Waker::from(count))
+    }
+
+    #[test]
+    fn clear_keeps_an_event_that_came_after_the_snapshot() {
+        let io = ScheduledIo::new(true);
+        let (_, waker) = counting();
+        let mut cx = Context::from_waker(&waker);
+        let Poll::Ready(seen) = io.poll_ready(&mut cx, Direction::Read) else {
+            panic!("a fresh source is assumed ready");
+        };
+        // An event lands between the operation's WouldBlock and the clear.
+        io.set(
+            Event {
+                readable: true,
+                ..Event::default()
+            },
+            &mut Vec::new(),
+        );
+        io.clear(seen, Direction::Read);
+        assert!(io.poll_ready(&mut cx, Direction::Read).is_ready());
+    }
+
+    #[test]
+    fn clear_then_event_wakes_the_waiting_reader_only() {
+        let io = ScheduledIo::new(true);
+        let (reads, read_waker) = counting();
+        let (writes, write_waker) = counting();
+        let Poll::Ready(seen) =
+            io.poll_ready(&mut Context::from_waker(&read_waker), Direction::Read)
+        else {
+            panic!("a fresh source is assumed ready");
+        };
+        io.clear(seen, Direction::Read);
+        assert!(io
+            .poll_ready(&mut Context::from_waker(&read_waker), Direction::Read)
+            .is_pending());
+        // Writing is still assumed possible.
+        assert!(io
+            .poll_ready(&mut Context::from_waker(&write_waker), Direction::Write)
+            .is_ready());
+        let mut wake = Vec::new();
+        io.set(
+            Event {
+                readable: true,
+                ..Event::default()
+            },
+            &mut wake,
+        );
+        wake.into_iter().for_each(Waker::wake);
+        assert_eq!(reads.0.load(Ordering::SeqCst), 1);
+        assert_eq!(writes.0.load(Ordering::SeqCst), 0);
+    }
+
+    #[test]
+    fn closed_and_error_are_never_cleared() {
+        let io = ScheduledIo::new(true);
+        let (_, waker) = counting();
+        let mut cx = Context::from_waker(&waker);
+        io.set(
+            Event {
+                read_closed: true,
+                error: true,
+                ..Event::default()
+            },
+            &mut Vec::new(),
+        );
+        let Poll::Ready(seen) = io.poll_ready(&mut cx, Direction::Read) else {
+            panic!("closed is ready");
+        };
+        assert!(seen.is_error());
+        io.clear(seen, Direction::Read);
+        io.clear(seen, Direction::Write);
+        assert!(io.poll_ready(&mut cx, Direction::Read).is_ready());
+        assert!(io.poll_ready(&mut cx, Direction::Write).is_ready());
+    }
+}

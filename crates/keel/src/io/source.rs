@@ -1,0 +1,130 @@
+//! `IoSource`: a mio source registered with a runtime's reactor, and the
+//! loop every IO operation runs.
+
+use std::io;
+use std::sync::Arc;
+use std::task::{ready, Context, Poll};
+
+use mio::event::Source;
+use mio::{Interest, Token};
+
+use super::readiness::{Direction, Ready, ScheduledIo};
+use crate::runtime::context;
+use crate::sched::Shared;
+use crate::task::coop;
+
+/// A source registered with a runtime's reactor for reading and writing.
+/// Deregisters and closes the source when dropped.
+pub(crate) struct IoSource<E: Source> {
+    /// `Some` until dropped.
+    io: Option<E>,
+    scheduled: Arc<ScheduledIo>,
+    token: Token,
+    /// Keeps the reactor alive as long as the source is registered.
+    shared: Arc<Shared>,
+}
+
+impl<E: Source + std::fmt::Debug> std::fmt::Debug for IoSource<E> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IoSource")
+            .field("io", &self.io)
+            .field("token", &self.token)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The runtime of the calling thread, for registering a new source.
+///
+/// # Errors
+///
+/// `Other` outside a keel runtime.
+pub(crate) fn current_runtime() -> io::Result<Arc<Shared>> {
+    context::current()
+        .map(|handle| handle.shared)
+        .ok_or_else(|| {
+            io::Error::other(
+                "keel IO types must be created inside a keel runtime \
+             (in a task, or in Runtime::block_on)",
+            )
+        })
+}
+
+impl<E: Source> IoSource<E> {
+    /// Registers `io` with `shared`'s reactor; see [`ScheduledIo::new`] for
+    /// `assume_ready`.
+    ///
+    /// # Errors
+    ///
+    /// If epoll refuses the source.
+    pub(crate) fn new(shared: Arc<Shared>, mut io: E, assume_ready: bool) -> io::Result<Self> {
+        let (scheduled, token) = shared.reactor.register(
+            &mut io,
+            Interest::READABLE | Interest::WRITABLE,
+            assume_ready,
+        )?;
+        Ok(IoSource {
+            io: Some(io),
+            scheduled,
+            token,
+            shared,
+        })
+    }
+
+    /// The runtime the source is registered with.
+    pub(crate) fn runtime(&self) -> &Arc<Shared> {
+        &self.shared
+    }
+
+    /// The source itself.
+    pub(crate) fn get_ref(&self) -> &E {
+        self.io.as_ref().expect("present until dropped")
+    }
+
+    /// Runs `op` once the source may be ready in `direction`, until it
+    /// returns something other than `WouldBlock`. Consults the coop budget
+    /// first and counts a completed operation against it.
+    pub(crate) fn poll_io<R>(
+        &self,
+        cx: &mut Context<'_>,
+        direction: Direction,
+        mut op: impl FnMut(&E) -> io::Result<R>,
+    ) -> Poll<io::Result<R>> {
+        ready!(coop::poll_proceed(cx));
+        loop {
+            let seen = ready!(self.scheduled.poll_ready(cx, direction));
+            match op(self.get_ref()) {
+                Err(error) if error.kind() == io::ErrorKind::WouldBlock => {
+                    self.scheduled.clear(seen, direction);
+                }
+                Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
+                result => {
+                    coop::spend();
+                    return Poll::Ready(result);
+                }
+            }
+        }
+    }
+
+    /// Waits until the source may be ready in `direction`, without an
+    /// operation (a non-blocking connect waits for writability this way).
+    pub(crate) fn poll_ready(&self, cx: &mut Context<'_>, direction: Direction) -> Poll<Ready> {
+        self.scheduled.poll_ready(cx, direction)
+    }
+
+    /// Forgets the readiness `seen` showed in `direction` (the caller found
+    /// the source not ready after all).
+    pub(crate) fn clear(&self, seen: Ready, direction: Direction) {
+        self.scheduled.clear(seen, direction);
+    }
+}
+
+impl<E: Source> Drop for IoSource<E> {
+    fn drop(&mut self) {
+        if let Some(mut io) = self.io.take() {
+            // Deregistering a live fd only fails if epoll no longer knows
+            // it, which cannot happen while we own it; closing it (the
+            // drop of `io`) removes it from epoll anyway.
+            let _ = self.shared.reactor.deregister(&mut io, self.token);
+        }
+    }
+}

@@ -1,0 +1,276 @@
+//! `TcpStream`: a TCP connection.
+
+use std::future::poll_fn;
+use std::io::{self, IoSlice, IoSliceMut, Read, Write};
+use std::net::{Shutdown, SocketAddr, ToSocketAddrs};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{ready, Context, Poll};
+use std::time::Duration;
+
+use futures_io::{AsyncRead, AsyncWrite};
+use socket2::SockRef;
+
+use super::split::{OwnedReadHalf, OwnedWriteHalf};
+use crate::io::readiness::Direction;
+use crate::io::source::{current_runtime, IoSource};
+use crate::net::resolve;
+use crate::sched::Shared;
+
+/// A TCP connection, readable and writable through
+/// [`AsyncRead`]/[`AsyncWrite`] (see [`crate::io`] for the helpers).
+///
+/// One task may read while another writes (both traits are implemented for
+/// `&TcpStream`, and [`TcpStream::into_split`] gives owned halves); two
+/// tasks reading at once would race for the bytes, and only the last to
+/// wait is woken.
+#[derive(Debug)]
+pub struct TcpStream {
+    io: IoSource<mio::net::TcpStream>,
+}
+
+impl TcpStream {
+    /// Connects to `addr`, trying each address it resolves to in turn.
+    ///
+    /// # Errors
+    ///
+    /// The OS error of the last address tried: `ConnectionRefused` when
+    /// nothing listens, `TimedOut`, `NetworkUnreachable`, ...; or `Other`
+    /// outside a keel runtime.
+    pub async fn connect(addr: impl ToSocketAddrs) -> io::Result<TcpStream> {
+        let shared = current_runtime()?;
+        let mut last = None;
+        for addr in resolve(addr)? {
+            match TcpStream::connect_one(shared.clone(), addr).await {
+                Ok(stream) => return Ok(stream),
+                Err(error) => last = Some(error),
+            }
+        }
+        Err(last.expect("resolve returns at least one address"))
+    }
+
+    async fn connect_one(shared: Arc<Shared>, addr: SocketAddr) -> io::Result<TcpStream> {
+        let stream = mio::net::TcpStream::connect(addr)?;
+        // Not assumed writable: the first writability is the news that
+        // the handshake finished (or failed).
+        let stream = TcpStream::registered(shared, stream, false)?;
+        poll_fn(|cx| stream.poll_connected(cx)).await?;
+        Ok(stream)
+    }
+
+    /// Ready once the non-blocking connect has finished, with its outcome.
+    fn poll_connected(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        loop {
+            let seen = ready!(self.io.poll_ready(cx, Direction::Write));
+            let socket = self.io.get_ref();
+            if let Some(error) = socket.take_error()? {
+                return Poll::Ready(Err(error));
+            }
+            match socket.peer_addr() {
+                Ok(_) => return Poll::Ready(Ok(())),
+                // Spurious writability before the handshake ended: wait on.
+                Err(error) if error.kind() == io::ErrorKind::NotConnected => {
+                    if seen.is_error() {
+                        // An error event with no pending error and no
+                        // peer: the connection is gone.
+                        return Poll::Ready(Err(error));
+                    }
+                    self.io.clear(seen, Direction::Write);
+                }
+                Err(error) => return Poll::Ready(Err(error)),
+            }
+        }
+    }
+
+    /// Wraps a connected or connecting mio stream.
+    pub(crate) fn registered(
+        shared: Arc<Shared>,
+        stream: mio::net::TcpStream,
+        assume_ready: bool,
+    ) -> io::Result<TcpStream> {
+        Ok(TcpStream {
+            io: IoSource::new(shared, stream, assume_ready)?,
+        })
+    }
+
+    /// Takes over a connected std stream (made non-blocking here).
+    ///
+    /// # Errors
+    ///
+    /// If it cannot be made non-blocking or registered, or outside a keel
+    /// runtime.
+    pub fn from_std(stream: std::net::TcpStream) -> io::Result<TcpStream> {
+        let shared = current_runtime()?;
+        stream.set_nonblocking(true)?;
+        TcpStream::registered(shared, mio::net::TcpStream::from_std(stream), true)
+    }
+
+    /// The local address of the connection.
+    ///
+    /// # Errors
+    ///
+    /// The OS error of `getsockname`.
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.io.get_ref().local_addr()
+    }
+
+    /// The remote address of the connection.
+    ///
+    /// # Errors
+    ///
+    /// `NotConnected` once the peer is gone, or another OS error.
+    pub fn peer_addr(&self) -> io::Result<SocketAddr> {
+        self.io.get_ref().peer_addr()
+    }
+
+    /// Sets `TCP_NODELAY`: send small writes at once instead of waiting to
+    /// coalesce them (Nagle's algorithm). Request/response protocols want
+    /// it on; it is off by default, as in the OS.
+    ///
+    /// # Errors
+    ///
+    /// The OS error of `setsockopt`.
+    pub fn set_nodelay(&self, nodelay: bool) -> io::Result<()> {
+        self.io.get_ref().set_nodelay(nodelay)
+    }
+
+    /// Whether `TCP_NODELAY` is set.
+    ///
+    /// # Errors
+    ///
+    /// The OS error of `getsockopt`.
+    pub fn nodelay(&self) -> io::Result<bool> {
+        self.io.get_ref().nodelay()
+    }
+
+    /// Sets `SO_LINGER`. `Some(Duration::ZERO)` makes dropping the stream
+    /// reset the connection (the peer sees `ConnectionReset`) instead of
+    /// closing it gracefully.
+    ///
+    /// # Errors
+    ///
+    /// The OS error of `setsockopt`.
+    pub fn set_linger(&self, linger: Option<Duration>) -> io::Result<()> {
+        SockRef::from(self.io.get_ref()).set_linger(linger)
+    }
+
+    /// Shuts down the reading half, the writing half, or both. Shutting
+    /// down writing sends FIN: the peer reads end-of-file, and may still
+    /// send (a half-close).
+    ///
+    /// # Errors
+    ///
+    /// The OS error of `shutdown`, e.g. `NotConnected`.
+    pub fn shutdown(&self, how: Shutdown) -> io::Result<()> {
+        self.io.get_ref().shutdown(how)
+    }
+
+    /// Splits the stream into a reading half and a writing half that can
+    /// move to different tasks. Dropping the writing half shuts down the
+    /// writing direction; the socket closes when both halves are dropped.
+    pub fn into_split(self) -> (OwnedReadHalf, OwnedWriteHalf) {
+        let stream = Arc::new(self);
+        (
+            OwnedReadHalf::new(stream.clone()),
+            OwnedWriteHalf::new(stream),
+        )
+    }
+
+    pub(crate) fn poll_read_priv(
+        &self,
+        cx: &mut Context<'_>,
+        buf: &mut [u8],
+    ) -> Poll<io::Result<usize>> {
+        self.io
+            .poll_io(cx, Direction::Read, |mut socket| socket.read(buf))
+    }
+
+    pub(crate) fn poll_read_vectored_priv(
+        &self,
+        cx: &mut Context<'_>,
+        bufs: &mut [IoSliceMut<'_>],
+    ) -> Poll<io::Result<usize>> {
+        self.io
+            .poll_io(cx, Direction::Read, |mut socket| socket.read_vectored(bufs))
+    }
+
+    pub(crate) fn poll_write_priv(
+        &self,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        self.io
+            .poll_io(cx, Direction::Write, |mut socket| socket.write(buf))
+    }
+
+    pub(crate) fn poll_write_vectored_priv(
+        &self,
+        cx: &mut Context<'_>,
+        bufs: &[IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        self.io.poll_io(cx, Direction::Write, |mut socket| {
+            socket.write_vectored(bufs)
+        })
+    }
+
+    /// Shuts down writing; `NotConnected` (the peer is gone) counts as done.
+    pub(crate) fn close_write(&self) -> io::Result<()> {
+        match self.shutdown(Shutdown::Write) {
+            Err(error) if error.kind() == io::ErrorKind::NotConnected => Ok(()),
+            result => result,
+        }
+    }
+}
+
+/// Implements the IO traits for `TcpStream` and `&TcpStream`.
+macro_rules! impl_stream_io {
+    ($($ty:ty),*) => {$(
+        impl AsyncRead for $ty {
+            fn poll_read(
+                self: Pin<&mut Self>,
+                cx: &mut Context<'_>,
+                buf: &mut [u8],
+            ) -> Poll<io::Result<usize>> {
+                self.poll_read_priv(cx, buf)
+            }
+
+            fn poll_read_vectored(
+                self: Pin<&mut Self>,
+                cx: &mut Context<'_>,
+                bufs: &mut [IoSliceMut<'_>],
+            ) -> Poll<io::Result<usize>> {
+                self.poll_read_vectored_priv(cx, bufs)
+            }
+        }
+
+        impl AsyncWrite for $ty {
+            fn poll_write(
+                self: Pin<&mut Self>,
+                cx: &mut Context<'_>,
+                buf: &[u8],
+            ) -> Poll<io::Result<usize>> {
+                self.poll_write_priv(cx, buf)
+            }
+
+            fn poll_write_vectored(
+                self: Pin<&mut Self>,
+                cx: &mut Context<'_>,
+                bufs: &[IoSlice<'_>],
+            ) -> Poll<io::Result<usize>> {
+                self.poll_write_vectored_priv(cx, bufs)
+            }
+
+            /// TCP has no user-space buffer to flush.
+            fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+                Poll::Ready(Ok(()))
+            }
+
+            /// Shuts down the writing direction (the peer reads end-of-file).
+            fn poll_close(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+                Poll::Ready(self.close_write())
+            }
+        }
+    )*};
+}
+
+impl_stream_io!(TcpStream, &TcpStream);

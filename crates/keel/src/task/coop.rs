@@ -1,0 +1,60 @@
+//! The coop budget: how much IO one poll of a task may do.
+//!
+//! A task whose sockets are always ready never returns `Pending` on its
+//! own: a loop of reads on a fast sender, or of writes to a fast reader,
+//! would hold its worker for as long as the data flows, and every task
+//! queued behind it would wait. So each poll of a task on a worker gets a
+//! budget of IO operations ([`Builder::task_io_budget`], 128 by default)
+//! and of time ([`Builder::task_quota`], 500 µs). keel's IO types call
+//! [`poll_proceed`] before each operation: once either is spent, the
+//! operation returns `Pending` and wakes its own task at once, which puts
+//! it at the back of its class's yields lane. The task resumes at its next
+//! poll with a fresh budget, having lost nothing.
+//!
+//! Only completed operations count (a `WouldBlock` leaves the task waiting
+//! anyway). Code polled outside a worker (`block_on`) has no budget.
+//!
+//! [`Builder::task_io_budget`]: crate::Builder::task_io_budget
+//! [`Builder::task_quota`]: crate::Builder::task_quota
+
+use std::task::{Context, Poll};
+
+use crate::runtime::context;
+use crate::sched::Local;
+
+/// Gives the task about to be polled on `local`'s worker a full budget;
+/// `start` is when its poll begins.
+pub(crate) fn reset(local: &Local, start: u64) {
+    let config = &local.shared.config;
+    local.budget_ops.set(config.task_io_budget);
+    local
+        .budget_deadline
+        .set(start.saturating_add(config.task_quota));
+}
+
+/// `Ready` if the current poll may perform one more IO operation;
+/// otherwise wakes the task (so it runs again soon) and returns `Pending`.
+pub(crate) fn poll_proceed(cx: &mut Context<'_>) -> Poll<()> {
+    let spent = context::with_local(|local| {
+        local.is_some_and(|local| {
+            local.budget_ops.get() == 0 || local.shared.clock.now() >= local.budget_deadline.get()
+        })
+    });
+    if spent {
+        cx.waker().wake_by_ref();
+        Poll::Pending
+    } else {
+        Poll::Ready(())
+    }
+}
+
+/// Counts one completed IO operation against the current poll's budget.
+pub(crate) fn spend() {
+    context::with_local(|local| {
+        if let Some(local) = local {
+            local
+                .budget_ops
+                .set(local.budget_ops.get().saturating_sub(1));
+        }
+    });
+}
