@@ -56,6 +56,25 @@ fn loom_two_unparks_wake_one_park() {
     });
 }
 
+#[test]
+fn loom_unpark_interrupts_a_park_in_the_reactor() {
+    // The reactor's blocking call is modelled by a second parker: the
+    // owner sleeps in it, and an unpark that reports a reactor sleeper
+    // "writes the eventfd" by unparking it. A lost interrupt is a deadlock.
+    loom::model(|| {
+        let parker = Arc::new(Parker::new());
+        let reactor = Arc::new(Parker::new());
+        let (p, r) = (parker.clone(), reactor.clone());
+        let thread = thread::spawn(move || {
+            if p.unpark() {
+                let _ = r.unpark();
+            }
+        });
+        parker.park_in(|| reactor.park());
+        thread.join().unwrap();
+    });
+}
+
 /// The protocol's participants, as in `Shared`.
 struct Model {
     idle: Idle,
