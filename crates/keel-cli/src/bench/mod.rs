@@ -137,8 +137,7 @@ pub fn run(args: &BenchArgs) -> Result<(), Error> {
                 slice_us: args.slice_us,
                 interval_us: args.interval_us,
                 payload: 64,
-            })
-            .map_err(|e| e.context("s1"))?,
+            })?,
             other => return Err(Error::usage(format!("scenario {other} has no runner"))),
         };
         outcomes.push(outcome);

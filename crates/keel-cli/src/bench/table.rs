@@ -49,7 +49,13 @@ pub fn render(outcome: &Outcome) -> String {
         let labels: Vec<String> = outcome
             .verdicts
             .iter()
-            .map(|v| format!("{} ({})", v.name, v.runtime))
+            .map(|v| {
+                if v.name.contains(v.runtime) {
+                    v.name.to_string()
+                } else {
+                    format!("{} ({})", v.name, v.runtime)
+                }
+            })
             .collect();
         let vwidth = labels.iter().map(String::len).max().unwrap_or(7).max(7) + 2;
         let _ = writeln!(
@@ -89,13 +95,14 @@ pub fn render(outcome: &Outcome) -> String {
     out
 }
 
-/// A number with fewer decimals the larger it is.
+/// A number with fewer decimals the larger it is (none for whole numbers,
+/// such as counts).
 pub fn number(value: f64) -> String {
     if !value.is_finite() {
         return "-".to_string();
     }
     let magnitude = value.abs();
-    if magnitude >= 1000.0 {
+    if value.fract() == 0.0 || magnitude >= 1000.0 {
         format!("{value:.0}")
     } else if magnitude >= 10.0 {
         format!("{value:.1}")
@@ -115,6 +122,8 @@ mod tests {
         assert_eq!(number(0.5), "0.500");
         assert_eq!(number(41.04), "41.0");
         assert_eq!(number(9512.6), "9513");
+        assert_eq!(number(943.0), "943");
+        assert_eq!(number(0.0), "0");
         assert_eq!(number(f64::NAN), "-");
     }
 
@@ -163,7 +172,7 @@ mod tests {
             "{text}"
         );
         assert!(
-            lines[2].starts_with("idle_p99_us") && lines[2].contains("41.0"),
+            lines[2].starts_with("idle_p99_us") && lines[2].contains(" 41 "),
             "{text}"
         );
         assert!(
