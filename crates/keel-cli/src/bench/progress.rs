@@ -26,7 +26,7 @@ impl PhaseBar {
             .unwrap_or(u64::MAX)
             .max(1);
         let bar = ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::stderr());
-        let style = ProgressStyle::with_template("{prefix:<28} [{bar:30}] {elapsed:>4} {msg}")
+        let style = ProgressStyle::with_template("{prefix:<24} [{bar:24}] {elapsed:>3} {msg}")
             .unwrap_or_else(|_| ProgressStyle::default_bar())
             .progress_chars("=> ");
         bar.set_style(style);
