@@ -1,11 +1,24 @@
 //! `keel`: the command-line companion of the keel runtime.
 //!
-//! It will reproduce the seed failures against keel and tokio (`bench`),
-//! serve the scenario servers (`serve`), generate load (`load`) and show a
-//! live view of a running server (`top`). None of those exists yet: for
-//! now it describes itself and the runtime it is built on.
+//! It reproduces the seed failures against keel and tokio (`bench`), and
+//! for that serves the scenario servers (`serve`) and generates their load
+//! (`load`) as separate processes, so that the measuring side never shares
+//! a scheduler, an allocator or a CPU budget with the measured side.
+//! `keel --defaults` describes the runtime it is built on.
+//!
+//! Layout: [`bench`] drives scenarios and writes reports, [`serve`] holds
+//! the servers (a tokio peer and a keel variant behind one signature),
+//! [`load`] holds the load generators and latency probes, [`error`] the one
+//! error type.
 
-use clap::Parser;
+#![warn(clippy::missing_docs_in_private_items)]
+
+mod bench;
+mod error;
+mod load;
+mod serve;
+
+use clap::{Parser, Subcommand};
 
 /// keel: an async runtime for network servers that stays responsive under
 /// any mix of load.
@@ -15,6 +28,26 @@ struct Cli {
     /// Print the runtime's default configuration and exit.
     #[arg(long)]
     defaults: bool,
+
+    /// What to do.
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the seed-suite scenarios against keel and tokio, print a table
+    /// and write report.json and report.md.
+    Bench(bench::BenchArgs),
+    /// Run a scenario server (used by `bench`; speaks one JSON object per
+    /// line on stdout and takes `mark`/`stop` on stdin).
+    #[command(subcommand)]
+    Serve(serve::ServeCommand),
+    /// Run a scenario's load generator or latency probe (used by `bench`;
+    /// prints one JSON line of results).
+    #[command(subcommand)]
+    Load(load::LoadCommand),
 }
 
 fn main() {
@@ -23,10 +56,22 @@ fn main() {
         print_defaults();
         return;
     }
-    // No subcommand exists yet: show the help, as `keel --help` would.
-    let mut command = <Cli as clap::CommandFactory>::command();
-    command.print_help().expect("stdout is writable");
-    println!();
+    let result = match cli.command {
+        Some(Command::Bench(args)) => bench::run(&args),
+        Some(Command::Serve(command)) => serve::run(&command),
+        Some(Command::Load(command)) => load::run(&command),
+        None => {
+            // No subcommand: show the help, as `keel --help` would.
+            let mut command = <Cli as clap::CommandFactory>::command();
+            command.print_help().expect("stdout is writable");
+            println!();
+            Ok(())
+        }
+    };
+    if let Err(error) = result {
+        eprintln!("keel: {error}");
+        std::process::exit(error.code());
+    }
 }
 
 /// Prints the defaults a `keel::Runtime::builder()` starts from, read from

@@ -1,0 +1,195 @@
+//! `keel bench`: run the seed-suite scenarios and report.
+//!
+//! The harness itself measures nothing in-process except the CPU slice
+//! calibration: every server and every probe is a child process (this same
+//! executable, `keel serve ...` and `keel load ...`), so that the server's
+//! CPU time can be read from `/proc`, the probe never shares a scheduler
+//! with what it measures, and a misbehaving server can be killed. A run
+//! prints one table per scenario, writes `report.json` and `report.md`,
+//! and prints the path of `report.json` last.
+//!
+//! Exit status: 0 when every figure was produced (failed goals are part of
+//! the report, not an error), 1 when a figure is missing or a child failed,
+//! 2 for a usage error such as an unknown scenario.
+
+pub mod calibrate;
+pub mod child;
+pub mod outcome;
+pub mod phase;
+pub mod proc;
+pub mod progress;
+pub mod report;
+pub mod s1;
+pub mod stats;
+pub mod table;
+
+use std::path::PathBuf;
+use std::time::SystemTime;
+
+use clap::Args;
+
+use crate::error::{Context, Error};
+use crate::load::parse_seconds;
+use crate::serve::{default_workers, RuntimeKind};
+use report::{Machine, Report};
+
+/// Scenarios that can run in this build.
+pub const AVAILABLE: &[&str] = &["s1"];
+
+/// Scenarios described in SCENARIOS.md that do not exist yet.
+pub const PLANNED: &[&str] = &["s0", "s2", "s3", "s4", "s5"];
+
+/// Flags of `keel bench`.
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    /// Scenarios to run (s1); all available ones when none is given.
+    #[arg(value_name = "SCENARIO")]
+    pub scenarios: Vec<String>,
+    /// About a second per phase and one round: checks that the figures
+    /// are produced, not their values.
+    #[arg(long)]
+    pub quick: bool,
+    /// Rounds per scenario; figures are medians across rounds.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=100))]
+    pub runs: u32,
+    /// Worker threads of every server, keel and tokio alike.
+    #[arg(long, default_value_t = default_workers(), value_parser = clap::value_parser!(u64).range(1..=1024))]
+    pub workers: u64,
+    /// Directory under which each run writes `<timestamp>/report.json`.
+    #[arg(long, default_value = "target/keel-bench")]
+    pub out: PathBuf,
+    /// S1: measured seconds per phase.
+    #[arg(long, default_value_t = 10.0, value_parser = parse_seconds)]
+    pub duration_s: f64,
+    /// S1: CPU tasks in the loaded phases.
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u64).range(1..=4096))]
+    pub cpu_tasks: u64,
+    /// S1: target duration of one CPU slice, µs.
+    #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    pub slice_us: u64,
+    /// S1: probe interval, µs.
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(10..=1_000_000))]
+    pub interval_us: u64,
+    /// Runtimes to measure, comma-separated (for development: measuring
+    /// one runtime gives no keel-vs-tokio verdicts).
+    #[arg(
+        long,
+        hide = true,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "keel,tokio"
+    )]
+    pub runtimes: Vec<RuntimeKind>,
+}
+
+/// Which scenarios to run: the named ones (deduplicated, in order), or all
+/// available ones.
+pub fn select(names: &[String]) -> Result<Vec<&'static str>, Error> {
+    if names.is_empty() {
+        return Ok(AVAILABLE.to_vec());
+    }
+    let mut chosen = Vec::new();
+    for name in names {
+        let wanted = name.trim().to_ascii_lowercase();
+        let available = AVAILABLE.join(", ");
+        if let Some(&id) = AVAILABLE.iter().find(|&&id| id == wanted) {
+            if !chosen.contains(&id) {
+                chosen.push(id);
+            }
+        } else if PLANNED.contains(&wanted.as_str()) {
+            return Err(Error::usage(format!(
+                "scenario {wanted} is not available in this build yet; available: {available}"
+            )));
+        } else {
+            return Err(Error::usage(format!(
+                "unknown scenario {name:?}; available: {available}"
+            )));
+        }
+    }
+    Ok(chosen)
+}
+
+/// Runs `keel bench`.
+pub fn run(args: &BenchArgs) -> Result<(), Error> {
+    let scenarios = select(&args.scenarios)?;
+    let mut runtimes = args.runtimes.clone();
+    runtimes.sort();
+    runtimes.dedup();
+    let exe = std::env::current_exe().context(|| "finding the keel executable")?;
+    let started = report::rfc3339(SystemTime::now());
+    let (runs, duration_s, warmup_ms) = if args.quick {
+        (1, 1.0, 200)
+    } else {
+        (args.runs, args.duration_s, 500)
+    };
+
+    let mut outcomes = Vec::new();
+    for id in scenarios {
+        let outcome = match id {
+            "s1" => s1::run(&s1::S1Config {
+                exe: exe.clone(),
+                runtimes: runtimes.clone(),
+                runs,
+                workers: args.workers,
+                duration_s,
+                warmup_ms,
+                cpu_tasks: args.cpu_tasks,
+                slice_us: args.slice_us,
+                interval_us: args.interval_us,
+                payload: 64,
+            })?,
+            other => return Err(Error::usage(format!("scenario {other} has no runner"))),
+        };
+        outcomes.push(outcome);
+    }
+
+    let report = Report {
+        started,
+        machine: Machine::this(),
+        quick: args.quick,
+        scenarios: outcomes,
+    };
+    for outcome in &report.scenarios {
+        print!("{}", table::render(outcome));
+        println!();
+    }
+    let path = report::write(&report, &args.out)?;
+    let problems: Vec<String> = report
+        .scenarios
+        .iter()
+        .flat_map(|o| o.problems.iter().map(move |p| format!("{}: {p}", o.id)))
+        .collect();
+    println!("{}", path.display());
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(Error::new(format!(
+            "figures are missing ({} problem{}): {}",
+            problems.len(),
+            if problems.len() == 1 { "" } else { "s" },
+            problems.join("; ")
+        )))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Named, default, deduplicated, planned and unknown scenarios.
+    #[test]
+    fn selects_scenarios() {
+        assert_eq!(select(&[]).unwrap(), vec!["s1"]);
+        assert_eq!(select(&["S1".into(), "s1".into()]).unwrap(), vec!["s1"]);
+        let planned = select(&["s3".into()]).unwrap_err();
+        assert_eq!(planned.code(), 2);
+        assert!(planned.to_string().contains("not available"), "{planned}");
+        assert!(planned.to_string().contains("available: s1"), "{planned}");
+        let unknown = select(&["s9".into()]).unwrap_err();
+        assert_eq!(unknown.code(), 2);
+        assert!(
+            unknown.to_string().contains("unknown scenario"),
+            "{unknown}"
+        );
+    }
+}

@@ -1,0 +1,214 @@
+//! One measured phase: a server process, a probe process, two marks.
+//!
+//! A phase starts a fresh server (so no phase inherits another's heap,
+//! connections or runtime state), lets its CPU tasks spin up, takes a mark
+//! (slice counter, monotonic clock, runtime accounting) and the process's
+//! CPU time, runs the probe to completion, and takes a second mark and CPU
+//! reading. Everything derived (slices per second, CPU seconds) is a
+//! difference between the two marks, so start-up and shutdown never count.
+
+use std::path::Path;
+use std::time::Duration;
+
+use serde::Serialize;
+
+use super::child::Child;
+use super::proc;
+use super::progress::PhaseBar;
+use crate::error::Error;
+use crate::load::summary::ProbeSummary;
+use crate::serve::control::{AddrLine, Mark};
+use crate::serve::RuntimeKind;
+
+/// How long a server may stay silent before the harness gives up on it.
+const SERVER_SILENCE: Duration = Duration::from_secs(10);
+
+/// How long CPU tasks get to spin up before the first mark.
+const SPIN_UP: Duration = Duration::from_millis(300);
+
+/// How long a server may take to exit after `stop` before it is killed.
+const STOP_GRACE: Duration = Duration::from_secs(5);
+
+/// What one phase runs.
+#[derive(Debug, Clone)]
+pub struct PhaseSpec {
+    /// A label for progress and messages ("round 1 tokio loaded").
+    pub label: String,
+    /// The server's runtime.
+    pub runtime: RuntimeKind,
+    /// Worker threads of the server's runtime.
+    pub workers: u64,
+    /// CPU tasks in the server (0 for an idle phase).
+    pub cpu_tasks: u64,
+    /// Iterations of one CPU slice.
+    pub slice_iters: u64,
+    /// Probe: µs between sends.
+    pub interval_us: u64,
+    /// Probe: measured seconds.
+    pub duration_s: f64,
+    /// Probe: warm-up milliseconds.
+    pub warmup_ms: u64,
+    /// Probe: bytes per send.
+    pub payload: u64,
+}
+
+/// What one phase measured.
+#[derive(Debug, Clone, Serialize)]
+pub struct PhaseFigures {
+    /// The server's runtime.
+    pub runtime: RuntimeKind,
+    /// CPU tasks in the server.
+    pub cpu_tasks: u64,
+    /// The probe's results.
+    pub probe: ProbeSummary,
+    /// Seconds between the two marks (by the server's monotonic clock).
+    pub window_s: f64,
+    /// CPU-task slices completed between the marks.
+    pub slices: u64,
+    /// `slices / window_s`.
+    pub slices_per_s: f64,
+    /// Server process CPU seconds between the marks.
+    pub cpu_s: f64,
+    /// The runtime's own accounting at the first mark.
+    pub runtime_start: serde_json::Value,
+    /// The runtime's own accounting at the second mark.
+    pub runtime_end: serde_json::Value,
+}
+
+/// Runs one phase, showing its progress.
+pub fn run(exe: &Path, spec: &PhaseSpec) -> Result<PhaseFigures, Error> {
+    let expected =
+        SPIN_UP + Duration::from_millis(spec.warmup_ms) + Duration::from_secs_f64(spec.duration_s);
+    let bar = PhaseBar::new(&spec.label, expected);
+    match measure(exe, spec, &bar) {
+        Ok(figures) => {
+            bar.finish(&format!(
+                "{:<28} p50 {:>8.1} us  p99 {:>8.1} us  max {:>8.1} us  n {:>6}  slices/s {:>8.0}  cpu {:.2} s",
+                spec.label,
+                figures.probe.p50_us,
+                figures.probe.p99_us,
+                figures.probe.max_us,
+                figures.probe.count,
+                figures.slices_per_s,
+                figures.cpu_s,
+            ));
+            Ok(figures)
+        }
+        Err(error) => {
+            bar.abandon();
+            Err(error.context(&spec.label))
+        }
+    }
+}
+
+/// The body of [`run`]; the children are killed on any early return.
+fn measure(exe: &Path, spec: &PhaseSpec, bar: &PhaseBar) -> Result<PhaseFigures, Error> {
+    bar.step("starting the server");
+    let mut server = Child::spawn(
+        format!("keel serve s1 ({})", spec.runtime),
+        exe,
+        &[
+            "serve".into(),
+            "s1".into(),
+            "--runtime".into(),
+            spec.runtime.to_string(),
+            "--workers".into(),
+            spec.workers.to_string(),
+            "--cpu-tasks".into(),
+            spec.cpu_tasks.to_string(),
+            "--slice-iters".into(),
+            spec.slice_iters.to_string(),
+            "--addr".into(),
+            "127.0.0.1:0".into(),
+        ],
+    )?;
+    let tick = || bar.tick();
+    let addr: AddrLine = server.recv_json(SERVER_SILENCE, "its address", tick)?;
+
+    bar.step("spinning up");
+    std::thread::sleep(SPIN_UP);
+    let (mark0, cpu0) = mark(&mut server, bar)?;
+
+    bar.step("probing");
+    let mut probe = Child::spawn(
+        "keel load s1",
+        exe,
+        &[
+            "load".into(),
+            "s1".into(),
+            "--addr".into(),
+            addr.addr.to_string(),
+            "--interval-us".into(),
+            spec.interval_us.to_string(),
+            "--duration-s".into(),
+            spec.duration_s.to_string(),
+            "--payload".into(),
+            spec.payload.to_string(),
+            "--warmup-ms".into(),
+            spec.warmup_ms.to_string(),
+        ],
+    )?;
+    let probe_budget = Duration::from_millis(spec.warmup_ms)
+        + Duration::from_secs_f64(spec.duration_s)
+        + Duration::from_secs(15);
+    let summary: ProbeSummary = probe.recv_json(probe_budget, "its results", tick)?;
+    let (status, _) = probe.finish(Duration::from_secs(5))?;
+    if !status.success() {
+        return Err(Error::new(format!(
+            "{} printed results but then exited ({status}): {}",
+            probe.name(),
+            probe.stderr_tail()
+        )));
+    }
+    if summary.errors > 0 {
+        // Shown with the phase; the report keeps the count.
+        bar.step("probe had errors");
+    }
+
+    let (mark1, cpu1) = mark(&mut server, bar)?;
+
+    bar.step("stopping");
+    server.send_line("stop")?;
+    let (status, killed) = server.finish(STOP_GRACE)?;
+    if killed {
+        eprintln!(
+            "warning: {}: {} did not exit within {STOP_GRACE:?} of stop and was killed",
+            spec.label,
+            server.name()
+        );
+    } else if !status.success() {
+        eprintln!(
+            "warning: {}: {} exited ({status}) after stop: {}",
+            spec.label,
+            server.name(),
+            server.stderr_tail()
+        );
+    }
+
+    let window_s = mark1.t_ns.saturating_sub(mark0.t_ns) as f64 / 1e9;
+    let slices = mark1.slices.saturating_sub(mark0.slices);
+    let slices_per_s = if window_s > 0.0 {
+        slices as f64 / window_s
+    } else {
+        f64::NAN
+    };
+    Ok(PhaseFigures {
+        runtime: spec.runtime,
+        cpu_tasks: spec.cpu_tasks,
+        probe: summary,
+        window_s,
+        slices,
+        slices_per_s,
+        cpu_s: (cpu1 - cpu0).max(0.0),
+        runtime_start: mark0.runtime,
+        runtime_end: mark1.runtime,
+    })
+}
+
+/// Asks the server for a mark and reads its CPU time right after.
+fn mark(server: &mut Child, bar: &PhaseBar) -> Result<(Mark, f64), Error> {
+    server.send_line("mark")?;
+    let mark: Mark = server.recv_json(SERVER_SILENCE, "the answer to mark", || bar.tick())?;
+    let cpu = proc::cpu_seconds(server.pid())?;
+    Ok((mark, cpu))
+}

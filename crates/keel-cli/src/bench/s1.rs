@@ -1,0 +1,404 @@
+//! S1, IO starvation under CPU load: does a busy runtime still answer?
+//!
+//! The server runs an echo service next to CPU tasks that compute in
+//! slices and yield between them; a probe measures echo RTTs once per
+//! interval, first with no CPU tasks (idle) and then with them (loaded).
+//! Rounds interleave the runtimes and alternate which goes first, so slow
+//! drift on a shared machine (another build, thermal state) lands on both
+//! alike. Per runtime the figures are medians across rounds; the verdicts
+//! are ratios of those medians, computed within one run, never absolute
+//! times.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::Serialize;
+use serde_json::json;
+
+use super::calibrate::calibrate;
+use super::outcome::{Goal, Outcome, Pairs, RunFigures, Verdict};
+use super::phase::{self, PhaseFigures, PhaseSpec};
+use super::stats::{median, ratio};
+use crate::error::Error;
+use crate::serve::RuntimeKind;
+
+/// What the scenario measures, for the table.
+const TITLE: &str = "IO starvation under CPU load";
+
+/// The sizes and setup of one S1 run.
+#[derive(Debug, Clone)]
+pub struct S1Config {
+    /// The `keel` executable to run servers and probes from.
+    pub exe: PathBuf,
+    /// Runtimes to measure, in canonical order.
+    pub runtimes: Vec<RuntimeKind>,
+    /// Rounds (each runs every phase once).
+    pub runs: u32,
+    /// Worker threads of each server.
+    pub workers: u64,
+    /// Measured seconds per phase.
+    pub duration_s: f64,
+    /// Warm-up milliseconds per phase (not measured).
+    pub warmup_ms: u64,
+    /// CPU tasks in the loaded phases.
+    pub cpu_tasks: u64,
+    /// Target duration of one CPU slice, µs.
+    pub slice_us: u64,
+    /// Probe interval, µs.
+    pub interval_us: u64,
+    /// Probe payload, bytes.
+    pub payload: u64,
+}
+
+/// One phase's figures with where it sat in the run.
+#[derive(Debug, Clone, Serialize)]
+struct PhaseRecord {
+    /// Round number, from 1.
+    round: u32,
+    /// `idle` or `loaded`.
+    phase: &'static str,
+    /// What it measured.
+    #[serde(flatten)]
+    figures: PhaseFigures,
+}
+
+/// Runs S1 and judges it.
+pub fn run(config: &S1Config) -> Result<Outcome, Error> {
+    let calibration = calibrate(Duration::from_micros(config.slice_us));
+    eprintln!(
+        "s1: one CPU slice = {} iterations ({:.1} us measured, target {} us)",
+        calibration.iters,
+        calibration.measured.as_secs_f64() * 1e6,
+        config.slice_us
+    );
+    let mut records = Vec::new();
+    for round in 0..config.runs {
+        // Alternate which runtime goes first.
+        let mut order = config.runtimes.clone();
+        if round % 2 == 1 {
+            order.reverse();
+        }
+        for (phase_name, cpu_tasks) in [("idle", 0), ("loaded", config.cpu_tasks)] {
+            for &runtime in &order {
+                let spec = PhaseSpec {
+                    label: format!("s1 r{}/{} {runtime} {phase_name}", round + 1, config.runs),
+                    runtime,
+                    workers: config.workers,
+                    cpu_tasks,
+                    slice_iters: calibration.iters,
+                    interval_us: config.interval_us,
+                    duration_s: config.duration_s,
+                    warmup_ms: config.warmup_ms,
+                    payload: config.payload,
+                };
+                let figures = phase::run(&config.exe, &spec)?;
+                records.push(PhaseRecord {
+                    round: round + 1,
+                    phase: phase_name,
+                    figures,
+                });
+            }
+        }
+    }
+
+    let runs: Vec<RunFigures> = config
+        .runtimes
+        .iter()
+        .map(|&runtime| RunFigures {
+            runtime: runtime.to_string(),
+            mode: "default".into(),
+            metrics: medians(&records, runtime),
+        })
+        .collect();
+    let verdicts = verdicts(&runs, &config.runtimes);
+    let (problems, notes) = check(&records, &runs, config.cpu_tasks);
+    let sizes = Pairs(vec![
+        ("cpu_tasks", json!(config.cpu_tasks)),
+        ("slice_us", json!(config.slice_us)),
+        ("duration_s", json!(config.duration_s)),
+        ("interval_us", json!(config.interval_us)),
+        ("payload_bytes", json!(config.payload)),
+        ("warmup_ms", json!(config.warmup_ms)),
+        ("workers", json!(config.workers)),
+        ("runs", json!(config.runs)),
+        ("slice_iters", json!(calibration.iters)),
+        (
+            "slice_measured_us",
+            json!((calibration.measured.as_secs_f64() * 1e7).round() / 10.0),
+        ),
+    ]);
+    Ok(Outcome {
+        id: "s1",
+        title: TITLE,
+        sizes,
+        runs,
+        verdicts,
+        rounds: serde_json::to_value(&records)?,
+        problems,
+        notes,
+    })
+}
+
+/// The metrics of one round of one runtime, from its idle and loaded
+/// phases.
+fn round_metrics(idle: &PhaseFigures, loaded: &PhaseFigures) -> Vec<(&'static str, f64)> {
+    vec![
+        ("idle_p50_us", idle.probe.p50_us),
+        ("idle_p99_us", idle.probe.p99_us),
+        ("loaded_p50_us", loaded.probe.p50_us),
+        ("loaded_p99_us", loaded.probe.p99_us),
+        ("loaded_p999_us", loaded.probe.p999_us),
+        ("loaded_max_us", loaded.probe.max_us),
+        ("slices_per_s", loaded.slices_per_s),
+        ("cpu_s", loaded.cpu_s),
+        ("idle_cpu_s", idle.cpu_s),
+        ("idle_samples", idle.probe.count as f64),
+        ("loaded_samples", loaded.probe.count as f64),
+        (
+            "probe_errors",
+            (idle.probe.errors + loaded.probe.errors) as f64,
+        ),
+    ]
+}
+
+/// Per metric, the median across rounds of one runtime.
+fn medians(records: &[PhaseRecord], runtime: RuntimeKind) -> Pairs<f64> {
+    let find = |round: u32, phase: &str| {
+        records
+            .iter()
+            .find(|r| r.round == round && r.phase == phase && r.figures.runtime == runtime)
+    };
+    let mut rounds = Vec::new();
+    let last_round = records.iter().map(|r| r.round).max().unwrap_or(0);
+    for round in 1..=last_round {
+        if let (Some(idle), Some(loaded)) = (find(round, "idle"), find(round, "loaded")) {
+            rounds.push(round_metrics(&idle.figures, &loaded.figures));
+        }
+    }
+    let Some(first) = rounds.first() else {
+        return Pairs::default();
+    };
+    let names: Vec<&'static str> = first.iter().map(|(name, _)| *name).collect();
+    Pairs(
+        names
+            .into_iter()
+            .enumerate()
+            .map(|(i, name)| {
+                let values: Vec<f64> = rounds.iter().map(|r| r[i].1).collect();
+                (name, median(&values).unwrap_or(f64::NAN))
+            })
+            .collect(),
+    )
+}
+
+/// The S1 verdicts, from the medians.
+fn verdicts(runs: &[RunFigures], runtimes: &[RuntimeKind]) -> Vec<Verdict> {
+    let metric = |runtime: RuntimeKind, name: &str| {
+        runs.iter()
+            .find(|r| r.runtime == runtime.name())
+            .and_then(|r| r.metric(name))
+    };
+    let why = |needed: &[RuntimeKind]| {
+        let absent: Vec<&str> = needed
+            .iter()
+            .filter(|r| !runtimes.contains(r))
+            .map(|r| r.name())
+            .collect();
+        if absent.is_empty() {
+            "a figure is missing".to_string()
+        } else {
+            format!("{} not run", absent.join(" and "))
+        }
+    };
+    let (keel, tokio) = (RuntimeKind::Keel, RuntimeKind::Tokio);
+    vec![
+        Verdict::new(
+            "loaded_p99/idle_p99",
+            "keel",
+            ratio(metric(keel, "loaded_p99_us"), metric(keel, "idle_p99_us")),
+            Some(Goal::AtMost(3.0)),
+        )
+        .missing_because(why(&[keel])),
+        Verdict::new(
+            "loaded_p99/idle_p99",
+            "tokio",
+            ratio(metric(tokio, "loaded_p99_us"), metric(tokio, "idle_p99_us")),
+            None,
+        )
+        .missing_because(why(&[tokio])),
+        Verdict::new(
+            "loaded_p99 keel/tokio",
+            "keel",
+            ratio(
+                metric(keel, "loaded_p99_us"),
+                metric(tokio, "loaded_p99_us"),
+            ),
+            Some(Goal::AtMost(0.333)),
+        )
+        .missing_because(why(&[keel, tokio])),
+        Verdict::new(
+            "slices_per_s keel/tokio",
+            "keel",
+            ratio(metric(keel, "slices_per_s"), metric(tokio, "slices_per_s")),
+            Some(Goal::AtLeast(0.97)),
+        )
+        .missing_because(why(&[keel, tokio])),
+    ]
+}
+
+/// Figures that should exist and do not (problems), and other remarks
+/// (notes).
+fn check(
+    records: &[PhaseRecord],
+    runs: &[RunFigures],
+    cpu_tasks: u64,
+) -> (Vec<String>, Vec<String>) {
+    let mut problems = Vec::new();
+    let mut notes = Vec::new();
+    for record in records {
+        let f = &record.figures;
+        let at = format!("round {} {} {}", record.round, f.runtime, record.phase);
+        if f.probe.count == 0 {
+            problems.push(format!("{at}: the probe recorded no round trips"));
+        }
+        let latencies = [
+            f.probe.p50_us,
+            f.probe.p99_us,
+            f.probe.p999_us,
+            f.probe.max_us,
+        ];
+        if f.probe.count > 0 && latencies.iter().any(|v| !v.is_finite() || *v <= 0.0) {
+            problems.push(format!("{at}: the probe reported an impossible latency"));
+        }
+        if !(f.window_s > 0.0 && f.window_s.is_finite()) {
+            problems.push(format!("{at}: the two marks span no time"));
+        }
+        if !f.cpu_s.is_finite() {
+            problems.push(format!("{at}: no CPU time could be read"));
+        }
+        if record.phase == "loaded" && cpu_tasks > 0 && f.slices == 0 {
+            problems.push(format!("{at}: the CPU tasks completed no slice"));
+        }
+        if f.probe.errors > 0 {
+            notes.push(format!(
+                "{at}: {} probe exchanges failed (see the log)",
+                f.probe.errors
+            ));
+        }
+    }
+    for run in runs {
+        if run.metrics.0.is_empty() {
+            problems.push(format!("{}: no complete round", run.runtime));
+        }
+        for (name, value) in &run.metrics.0 {
+            if !value.is_finite() {
+                problems.push(format!("{}: {name} is not a number", run.runtime));
+            }
+        }
+    }
+    (problems, notes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::load::summary::ProbeSummary;
+
+    /// Figures of a phase with p99 `p99` and `slices_per_s` slices per second.
+    fn figures(runtime: RuntimeKind, p99: f64, slices_per_s: f64) -> PhaseFigures {
+        PhaseFigures {
+            runtime,
+            cpu_tasks: 8,
+            probe: ProbeSummary {
+                count: 100,
+                p50_us: p99 / 2.0,
+                p99_us: p99,
+                p999_us: p99 * 1.5,
+                max_us: p99 * 2.0,
+                errors: 0,
+            },
+            window_s: 1.0,
+            slices: slices_per_s as u64,
+            slices_per_s,
+            cpu_s: 1.9,
+            runtime_start: serde_json::Value::Null,
+            runtime_end: serde_json::Value::Null,
+        }
+    }
+
+    /// Records for `rounds` rounds of one runtime, loaded p99 varying.
+    fn records(runtime: RuntimeKind, loaded_p99: &[f64]) -> Vec<PhaseRecord> {
+        let mut out = Vec::new();
+        for (i, &p99) in loaded_p99.iter().enumerate() {
+            let round = i as u32 + 1;
+            out.push(PhaseRecord {
+                round,
+                phase: "idle",
+                figures: figures(runtime, 40.0, 0.0),
+            });
+            out.push(PhaseRecord {
+                round,
+                phase: "loaded",
+                figures: figures(runtime, p99, 9000.0),
+            });
+        }
+        out
+    }
+
+    /// Metrics are medians across rounds, per runtime.
+    #[test]
+    fn medians_across_rounds() {
+        let mut all = records(RuntimeKind::Tokio, &[300.0, 100.0, 200.0]);
+        all.extend(records(RuntimeKind::Keel, &[50.0, 70.0, 60.0]));
+        let tokio = medians(&all, RuntimeKind::Tokio);
+        assert_eq!(tokio.get("loaded_p99_us"), Some(200.0));
+        assert_eq!(tokio.get("idle_p99_us"), Some(40.0));
+        assert_eq!(tokio.get("loaded_samples"), Some(100.0));
+        let keel = medians(&all, RuntimeKind::Keel);
+        assert_eq!(keel.get("loaded_p99_us"), Some(60.0));
+        assert_eq!(keel.get("slices_per_s"), Some(9000.0));
+    }
+
+    /// Verdicts are ratios of medians; without keel, keel's are n/a.
+    #[test]
+    fn verdicts_from_medians() {
+        let mut all = records(RuntimeKind::Tokio, &[400.0]);
+        all.extend(records(RuntimeKind::Keel, &[100.0]));
+        let both = [RuntimeKind::Keel, RuntimeKind::Tokio];
+        let runs: Vec<RunFigures> = both
+            .iter()
+            .map(|&rt| RunFigures {
+                runtime: rt.to_string(),
+                mode: "default".into(),
+                metrics: medians(&all, rt),
+            })
+            .collect();
+        let v = verdicts(&runs, &both);
+        assert_eq!(v[0].value, Some(2.5));
+        assert_eq!(v[0].pass, Some(true));
+        assert_eq!(v[1].value, Some(10.0));
+        assert_eq!(v[1].pass, None);
+        assert_eq!(v[2].value, Some(0.25));
+        assert_eq!(v[2].pass, Some(true));
+        assert_eq!(v[3].value, Some(1.0));
+
+        let tokio_only = verdicts(&runs[1..], &[RuntimeKind::Tokio]);
+        assert_eq!(tokio_only[0].value, None);
+        assert_eq!(tokio_only[0].missing.as_deref(), Some("keel not run"));
+        assert_eq!(tokio_only[1].value, Some(10.0));
+    }
+
+    /// Missing figures are problems; probe errors are notes.
+    #[test]
+    fn checks_figures() {
+        let mut all = records(RuntimeKind::Tokio, &[400.0]);
+        all[1].figures.slices = 0;
+        all[0].figures.probe.count = 0;
+        all[0].figures.probe.errors = 3;
+        let (problems, notes) = check(&all, &[], 8);
+        assert_eq!(problems.len(), 2, "{problems:?}");
+        assert!(problems[0].contains("no round trips"));
+        assert!(problems[1].contains("no slice"));
+        assert_eq!(notes.len(), 1);
+    }
+}

@@ -1,0 +1,187 @@
+//! The printed table: metrics by runtime side by side, then verdicts.
+//!
+//! Plain text with fixed-width columns, so it reads the same in a
+//! terminal, a CI log and the Markdown report. Numbers get fewer decimals
+//! as they grow, so a column of latencies and one of rates both stay
+//! readable; a missing figure prints as `-` and a verdict without a value
+//! as `n/a`, never as `NaN`.
+
+use std::fmt::Write;
+
+use super::outcome::Outcome;
+
+/// Renders one scenario's table (ending with a newline).
+pub fn render(outcome: &Outcome) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "{}: {}", outcome.id, outcome.title);
+
+    // Metric rows, in order of first appearance across runs.
+    let mut names: Vec<&'static str> = Vec::new();
+    for run in &outcome.runs {
+        for (name, _) in &run.metrics.0 {
+            if !names.contains(name) {
+                names.push(name);
+            }
+        }
+    }
+    let width = names.iter().map(|n| n.len()).max().unwrap_or(6).max(6) + 2;
+    let _ = write!(out, "{:<width$}", "metric");
+    for run in &outcome.runs {
+        let header = if run.mode == "default" {
+            run.runtime.clone()
+        } else {
+            format!("{} ({})", run.runtime, run.mode)
+        };
+        let _ = write!(out, "{header:>14}");
+    }
+    out.push('\n');
+    for name in &names {
+        let _ = write!(out, "{name:<width$}");
+        for run in &outcome.runs {
+            let cell = run.metric(name).map_or_else(|| "-".to_string(), number);
+            let _ = write!(out, "{cell:>14}");
+        }
+        out.push('\n');
+    }
+
+    if !outcome.verdicts.is_empty() {
+        out.push('\n');
+        let labels: Vec<String> = outcome
+            .verdicts
+            .iter()
+            .map(|v| {
+                if v.name.contains(v.runtime) {
+                    v.name.to_string()
+                } else {
+                    format!("{} ({})", v.name, v.runtime)
+                }
+            })
+            .collect();
+        let vwidth = labels.iter().map(String::len).max().unwrap_or(7).max(7) + 2;
+        let _ = writeln!(
+            out,
+            "{:<vwidth$}{:>10}  {:<10}result",
+            "verdict", "value", "goal"
+        );
+        for (verdict, label) in outcome.verdicts.iter().zip(&labels) {
+            let value = verdict.value.map_or_else(|| "n/a".to_string(), number);
+            let goal = verdict
+                .goal
+                .map_or_else(|| "-".to_string(), |g| g.to_string());
+            let result = match (verdict.pass, &verdict.missing) {
+                (Some(true), _) => "pass".to_string(),
+                (Some(false), _) => "FAIL".to_string(),
+                (None, Some(why)) => format!("n/a ({why})"),
+                (None, None) => "-".to_string(),
+            };
+            let _ = writeln!(out, "{label:<vwidth$}{value:>10}  {goal:<10}{result}");
+        }
+    }
+
+    out.push('\n');
+    let sizes: Vec<String> = outcome
+        .sizes
+        .0
+        .iter()
+        .map(|(name, value)| format!("{name}={value}"))
+        .collect();
+    let _ = writeln!(out, "sizes: {}", sizes.join(" "));
+    for note in &outcome.notes {
+        let _ = writeln!(out, "note: {note}");
+    }
+    for problem in &outcome.problems {
+        let _ = writeln!(out, "MISSING: {problem}");
+    }
+    out
+}
+
+/// A number with fewer decimals the larger it is (none for whole numbers,
+/// such as counts).
+pub fn number(value: f64) -> String {
+    if !value.is_finite() {
+        return "-".to_string();
+    }
+    let magnitude = value.abs();
+    if value.fract() == 0.0 || magnitude >= 1000.0 {
+        format!("{value:.0}")
+    } else if magnitude >= 10.0 {
+        format!("{value:.1}")
+    } else {
+        format!("{value:.3}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bench::outcome::{Goal, Pairs, RunFigures, Verdict};
+
+    /// Decimals shrink as numbers grow; non-finite values print as `-`.
+    #[test]
+    fn numbers() {
+        assert_eq!(number(0.5), "0.500");
+        assert_eq!(number(41.04), "41.0");
+        assert_eq!(number(9512.6), "9513");
+        assert_eq!(number(943.0), "943");
+        assert_eq!(number(0.0), "0");
+        assert_eq!(number(f64::NAN), "-");
+    }
+
+    /// Two runtimes side by side, a missing cell, verdicts and sizes.
+    #[test]
+    fn renders_side_by_side() {
+        let outcome = Outcome {
+            id: "s1",
+            title: "IO starvation under CPU load",
+            sizes: Pairs(vec![("cpu_tasks", 8.into())]),
+            runs: vec![
+                RunFigures {
+                    runtime: "keel".into(),
+                    mode: "default".into(),
+                    metrics: Pairs(vec![("idle_p99_us", 41.0)]),
+                },
+                RunFigures {
+                    runtime: "tokio".into(),
+                    mode: "default".into(),
+                    metrics: Pairs(vec![("idle_p99_us", 45.0), ("cpu_s", 1.5)]),
+                },
+            ],
+            verdicts: vec![
+                Verdict::new(
+                    "loaded_p99/idle_p99",
+                    "keel",
+                    Some(2.0),
+                    Some(Goal::AtMost(3.0)),
+                ),
+                Verdict::new(
+                    "slices_per_s keel/tokio",
+                    "keel",
+                    None,
+                    Some(Goal::AtLeast(0.97)),
+                )
+                .missing_because("keel was not run"),
+            ],
+            rounds: serde_json::Value::Null,
+            problems: vec![],
+            notes: vec!["a note".into()],
+        };
+        let text = render(&outcome);
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(
+            lines[1].contains("keel") && lines[1].contains("tokio"),
+            "{text}"
+        );
+        assert!(
+            lines[2].starts_with("idle_p99_us") && lines[2].contains(" 41 "),
+            "{text}"
+        );
+        assert!(
+            lines[3].starts_with("cpu_s") && lines[3].contains('-'),
+            "{text}"
+        );
+        assert!(text.contains("<= 3") && text.contains("pass"), "{text}");
+        assert!(text.contains("n/a (keel was not run)"), "{text}");
+        assert!(text.contains("sizes: cpu_tasks=8"), "{text}");
+        assert!(text.contains("note: a note"), "{text}");
+    }
+}

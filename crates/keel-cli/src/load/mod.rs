@@ -1,0 +1,99 @@
+//! Load generators and latency probes, run as their own process.
+//!
+//! They never use keel (or any async runtime): a probe is a plain blocking
+//! thread, so its own wake-ups are not what gets measured, and running it
+//! in a separate process keeps its CPU time out of the server's figures.
+//! Each prints one JSON line of results ([`summary::ProbeSummary`]) for the
+//! harness to read. They only ever target loopback addresses.
+
+pub mod s1;
+pub mod summary;
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use clap::{Args, Subcommand};
+
+use crate::error::Error;
+
+/// `keel load <scenario>`.
+#[derive(Debug, Subcommand)]
+pub enum LoadCommand {
+    /// S1: one connection sends a payload on a fixed grid and times each
+    /// echo.
+    S1(LoadS1Args),
+}
+
+/// Flags of `keel load s1`.
+#[derive(Debug, Args)]
+pub struct LoadS1Args {
+    /// The echo server to probe (a loopback address).
+    #[arg(long)]
+    pub addr: SocketAddr,
+    /// Microseconds between sends (an absolute grid).
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
+    pub interval_us: u64,
+    /// Seconds of measurement, after the warm-up.
+    #[arg(long, default_value_t = 10.0, value_parser = parse_seconds)]
+    pub duration_s: f64,
+    /// Bytes per send.
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..=65_536))]
+    pub payload: u64,
+    /// Milliseconds of sends before measuring (not recorded).
+    #[arg(long, default_value_t = 500, value_parser = clap::value_parser!(u64).range(0..=600_000))]
+    pub warmup_ms: u64,
+    /// Milliseconds a connect, send or receive may take before it counts
+    /// as an error.
+    #[arg(long, default_value_t = 2000, value_parser = clap::value_parser!(u64).range(1..=60_000))]
+    pub timeout_ms: u64,
+}
+
+/// Parses a duration in seconds: finite, positive, at most an hour.
+pub fn parse_seconds(text: &str) -> Result<f64, String> {
+    let value: f64 = text
+        .trim()
+        .parse()
+        .map_err(|_| format!("{text:?} is not a number of seconds"))?;
+    if !value.is_finite() || value <= 0.0 || value > 3600.0 {
+        return Err(format!(
+            "{text} must be more than 0 and at most 3600 seconds"
+        ));
+    }
+    Ok(value)
+}
+
+/// Runs `keel load ...` and prints its JSON line.
+pub fn run(command: &LoadCommand) -> Result<(), Error> {
+    match command {
+        LoadCommand::S1(args) => {
+            let opts = s1::ProbeOpts {
+                addr: args.addr,
+                interval: Duration::from_micros(args.interval_us),
+                duration: Duration::from_secs_f64(args.duration_s),
+                warmup: Duration::from_millis(args.warmup_ms),
+                payload: usize::try_from(args.payload).unwrap_or(64),
+                io_timeout: Duration::from_millis(args.timeout_ms),
+            };
+            let summary = s1::probe(&opts).map_err(|e| e.context("load s1"))?;
+            println!("{}", serde_json::to_string(&summary)?);
+            Ok(())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Seconds must be positive, finite and bounded.
+    #[test]
+    fn seconds_are_validated() {
+        assert_eq!(parse_seconds("1.5"), Ok(1.5));
+        assert!(parse_seconds("0").is_err());
+        assert!(parse_seconds("-1").is_err());
+        assert!(parse_seconds("inf").is_err());
+        assert!(parse_seconds("NaN").is_err());
+        assert!(parse_seconds("ten").is_err());
+        assert!(parse_seconds("7200").is_err());
+    }
+}

@@ -1,0 +1,121 @@
+//! The control protocol between `keel bench` and a server process.
+//!
+//! It is line-based JSON over the child's stdin and stdout, because that
+//! needs no port, no extra dependency and no runtime on either side, and a
+//! person can drive a server by hand to debug it. The server prints
+//! [`AddrLine`] once it is bound; each `mark` on stdin is answered with a
+//! [`Mark`] (slice counter, monotonic clock, runtime accounting) so that
+//! the harness can difference two marks over exactly the measured window;
+//! `stop` or the end of stdin makes it exit 0, so a harness that dies never
+//! leaves a server behind.
+
+use std::io::{BufRead, Write};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use serde::{Deserialize, Serialize};
+
+use super::Running;
+use crate::error::{Context, Error};
+
+/// The first line a server prints: where it listens.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct AddrLine {
+    /// The bound address of the service.
+    pub addr: SocketAddr,
+}
+
+/// The answer to `mark`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Mark {
+    /// CPU-task slices completed since start.
+    pub slices: u64,
+    /// `CLOCK_MONOTONIC` in nanoseconds when the counter was read.
+    pub t_ns: u64,
+    /// The runtime's own accounting, or `null`.
+    pub runtime: serde_json::Value,
+}
+
+/// Prints the address, then answers `mark` lines until `stop` or the end of
+/// stdin.
+pub fn serve_until_stop(running: Running, slices: &AtomicU64) -> Result<(), Error> {
+    let stdout = std::io::stdout();
+    send(&mut stdout.lock(), &AddrLine { addr: running.addr })?;
+    let stdin = std::io::stdin();
+    for line in stdin.lock().lines() {
+        let line = line.context(|| "reading the control stdin")?;
+        match line.trim() {
+            "mark" => {
+                let t_ns = monotonic_ns();
+                let mark = Mark {
+                    slices: slices.load(Ordering::Relaxed),
+                    t_ns,
+                    runtime: (running.runtime_stats)(),
+                };
+                send(&mut stdout.lock(), &mark)?;
+            }
+            "stop" => break,
+            "" => {}
+            other => {
+                eprintln!("keel serve: ignoring unknown command {other:?} (known: mark, stop)")
+            }
+        }
+    }
+    // Stop the runtime before returning, so the process exits promptly.
+    drop(running.guard);
+    Ok(())
+}
+
+/// Writes one JSON line and flushes it, so the harness sees it at once.
+fn send(out: &mut impl Write, value: &impl Serialize) -> Result<(), Error> {
+    let mut line = serde_json::to_vec(value)?;
+    line.push(b'\n');
+    out.write_all(&line)
+        .and_then(|()| out.flush())
+        .context(|| "writing to the control stdout")
+}
+
+/// `CLOCK_MONOTONIC` in nanoseconds.
+pub fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec for the duration of the
+    // call, and CLOCK_MONOTONIC is always available on Linux.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    if rc != 0 {
+        return 0;
+    }
+    let secs = u64::try_from(ts.tv_sec).unwrap_or(0);
+    let nanos = u64::try_from(ts.tv_nsec).unwrap_or(0);
+    secs.saturating_mul(1_000_000_000).saturating_add(nanos)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The clock moves forward.
+    #[test]
+    fn monotonic_clock_advances() {
+        let a = monotonic_ns();
+        std::thread::sleep(std::time::Duration::from_millis(2));
+        let b = monotonic_ns();
+        assert!(a > 0 && b >= a + 1_000_000, "{a} {b}");
+    }
+
+    /// A mark line round-trips through JSON with its field names.
+    #[test]
+    fn mark_wire_shape() {
+        let mark = Mark {
+            slices: 7,
+            t_ns: 9,
+            runtime: serde_json::Value::Null,
+        };
+        let text = serde_json::to_string(&mark).unwrap();
+        assert_eq!(text, r#"{"slices":7,"t_ns":9,"runtime":null}"#);
+        let back: Mark = serde_json::from_str(&text).unwrap();
+        assert_eq!(back.slices, 7);
+    }
+}

@@ -1,0 +1,147 @@
+//! Scenario servers, run as their own process by `keel bench`.
+//!
+//! Each scenario has one server written twice: once on keel and once on
+//! tokio, the way a competent tokio user would write it. Both variants sit
+//! behind the same function signature (see [`S1Start`]) so the harness
+//! treats them identically: same process layout, same flags, same control
+//! protocol ([`control`]), same CPU work ([`cpu`]). A server runs in its
+//! own process so its CPU time can be read from `/proc` and so it never
+//! shares a scheduler with the load generator or the harness.
+
+pub mod control;
+pub mod cpu;
+pub mod s1_keel;
+pub mod s1_tokio;
+
+use std::any::Any;
+use std::fmt;
+use std::net::SocketAddr;
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
+
+use clap::{Args, Subcommand, ValueEnum};
+use serde::{Deserialize, Serialize};
+
+use crate::error::Error;
+
+/// Which runtime a server runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, ValueEnum, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RuntimeKind {
+    /// keel, the runtime under test.
+    Keel,
+    /// tokio's multi-thread runtime, the peer.
+    Tokio,
+}
+
+impl RuntimeKind {
+    /// The name used on the command line and in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Keel => "keel",
+            Self::Tokio => "tokio",
+        }
+    }
+}
+
+impl fmt::Display for RuntimeKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// `keel serve <scenario>`.
+#[derive(Debug, Subcommand)]
+pub enum ServeCommand {
+    /// S1: an echo service plus CPU tasks that yield between slices.
+    S1(ServeS1Args),
+}
+
+/// Flags of `keel serve s1`.
+#[derive(Debug, Args)]
+pub struct ServeS1Args {
+    /// The runtime to serve on.
+    #[arg(long, value_enum)]
+    pub runtime: RuntimeKind,
+    /// Worker threads of the runtime.
+    #[arg(long, default_value_t = default_workers(), value_parser = clap::value_parser!(u64).range(1..=1024))]
+    pub workers: u64,
+    /// CPU tasks that loop forever doing slices of arithmetic.
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u64).range(0..=4096))]
+    pub cpu_tasks: u64,
+    /// Iterations of one CPU slice (see `keel bench`, which calibrates it).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    pub slice_iters: u64,
+    /// Address to bind the echo service to.
+    #[arg(long, default_value = "127.0.0.1:0")]
+    pub addr: SocketAddr,
+}
+
+/// The default worker count: the available parallelism of this machine.
+pub fn default_workers() -> u64 {
+    std::thread::available_parallelism().map_or(1, |n| n.get() as u64)
+}
+
+/// What an S1 server is asked to run.
+#[derive(Debug, Clone)]
+pub struct S1Opts {
+    /// Worker threads of the runtime.
+    pub workers: usize,
+    /// CPU tasks to start (0 for the idle phase).
+    pub cpu_tasks: usize,
+    /// Iterations of [`cpu::slice`] per slice.
+    pub slice_iters: u64,
+    /// Address to bind the echo service to.
+    pub addr: SocketAddr,
+}
+
+/// A started server: where it listens, how to read its runtime's own
+/// accounting, and what keeps it alive.
+pub struct Running {
+    /// The bound address of the echo service.
+    pub addr: SocketAddr,
+    /// The runtime's own accounting, as JSON (`null` if it has none); it is
+    /// reported as the `runtime` field of each `mark` answer.
+    pub runtime_stats: Box<dyn Fn() -> serde_json::Value + Send>,
+    /// Keeps the runtime alive; dropping it stops the server.
+    pub guard: Box<dyn Any + Send>,
+}
+
+impl fmt::Debug for Running {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Running")
+            .field("addr", &self.addr)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The signature every S1 server variant implements: start the echo
+/// service and `opts.cpu_tasks` CPU tasks, each of which adds one to
+/// `slices` after every slice; return once the service is bound.
+pub type S1Start = fn(&S1Opts, Arc<AtomicU64>) -> Result<Running, Error>;
+
+/// The S1 server variant for a runtime.
+pub fn s1_start(runtime: RuntimeKind) -> S1Start {
+    match runtime {
+        RuntimeKind::Keel => s1_keel::start,
+        RuntimeKind::Tokio => s1_tokio::start,
+    }
+}
+
+/// Runs `keel serve ...` until `stop` or the end of stdin.
+pub fn run(command: &ServeCommand) -> Result<(), Error> {
+    match command {
+        ServeCommand::S1(args) => {
+            let opts = S1Opts {
+                workers: usize::try_from(args.workers).unwrap_or(usize::MAX),
+                cpu_tasks: usize::try_from(args.cpu_tasks).unwrap_or(usize::MAX),
+                slice_iters: args.slice_iters,
+                addr: args.addr,
+            };
+            let slices = Arc::new(AtomicU64::new(0));
+            let running = s1_start(args.runtime)(&opts, Arc::clone(&slices))
+                .map_err(|e| e.context(format!("serve s1 --runtime {}", args.runtime)))?;
+            control::serve_until_stop(running, &slices)
+        }
+    }
+}

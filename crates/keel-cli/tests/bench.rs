@@ -1,0 +1,102 @@
+//! `keel bench` end to end, on tokio alone (keel's server is not in this
+//! build yet): a quick run must produce every figure and a report, and
+//! scenarios that do not exist must be usage errors.
+
+mod support;
+
+use std::path::Path;
+use std::time::Duration;
+
+use support::{keel, scratch_dir};
+
+/// A quick S1 run on tokio exits 0, prints the table, and ends with the
+/// path of a report.json that holds tokio's S1 figures.
+#[test]
+fn quick_s1_on_tokio_writes_a_report() {
+    let out = scratch_dir("bench");
+    let run = keel(
+        &[
+            "bench",
+            "s1",
+            "--quick",
+            "--runtimes",
+            "tokio",
+            "--out",
+            out.to_str().unwrap(),
+        ],
+        Duration::from_secs(120),
+    );
+    assert!(
+        run.status.success(),
+        "exit {:?}\nstdout:\n{}\nstderr:\n{}",
+        run.status,
+        run.stdout,
+        run.stderr
+    );
+    assert!(run.stdout.contains("loaded_p99_us"), "{}", run.stdout);
+    assert!(run.stdout.contains("verdict"), "{}", run.stdout);
+
+    let last = run.stdout.lines().last().expect("some output");
+    let path = Path::new(last.trim());
+    assert!(path.ends_with("report.json"), "{last}");
+    assert!(path.is_file(), "{last} does not exist");
+    assert!(
+        path.starts_with(&out),
+        "{last} is not under {}",
+        out.display()
+    );
+    assert!(path.with_file_name("report.md").is_file());
+
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    assert!(report["started"].as_str().unwrap().ends_with('Z'));
+    assert!(report["machine"]["cores"].as_u64().unwrap() >= 1);
+    assert!(report["machine"]["kernel"].is_string());
+    let s1 = &report["scenarios"][0];
+    assert_eq!(s1["id"], "s1");
+    assert_eq!(s1["sizes"]["cpu_tasks"], 8);
+    let runs = s1["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 1, "only tokio was asked for");
+    assert_eq!(runs[0]["runtime"], "tokio");
+    let metrics = &runs[0]["metrics"];
+    for counted in [
+        "idle_samples",
+        "loaded_samples",
+        "slices_per_s",
+        "cpu_s",
+        "idle_p99_us",
+        "loaded_p99_us",
+    ] {
+        let value = metrics[counted].as_f64().unwrap_or(0.0);
+        assert!(value > 0.0, "{counted} = {value} in {metrics}");
+    }
+    for name in [
+        "idle_p50_us",
+        "loaded_p50_us",
+        "loaded_p999_us",
+        "loaded_max_us",
+    ] {
+        assert!(metrics[name].as_f64().unwrap().is_finite(), "{name}");
+    }
+    assert!(s1["verdicts"].as_array().unwrap().len() >= 2);
+    assert_eq!(s1["rounds"].as_array().unwrap().len(), 2, "idle + loaded");
+    std::fs::remove_dir_all(&out).unwrap();
+}
+
+/// An unknown scenario is a usage error that names the available ones.
+#[test]
+fn unknown_scenario_exits_2() {
+    let run = keel(&["bench", "s9"], Duration::from_secs(30));
+    assert_eq!(run.status.code(), Some(2), "{}", run.stderr);
+    assert!(run.stderr.contains("unknown scenario"), "{}", run.stderr);
+    assert!(run.stderr.contains("available: s1"), "{}", run.stderr);
+    assert!(run.stdout.is_empty(), "{}", run.stdout);
+}
+
+/// A scenario that is described but not built yet is a usage error too.
+#[test]
+fn planned_scenario_exits_2() {
+    let run = keel(&["bench", "s3"], Duration::from_secs(30));
+    assert_eq!(run.status.code(), Some(2), "{}", run.stderr);
+    assert!(run.stderr.contains("not available"), "{}", run.stderr);
+}

@@ -1,0 +1,123 @@
+//! `keel serve s1` driven by hand over its control protocol.
+
+mod support;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use support::keel;
+
+/// Reads one stdout line of the server, with a deadline.
+fn line(lines: &mpsc::Receiver<String>) -> serde_json::Value {
+    let text = lines
+        .recv_timeout(Duration::from_secs(10))
+        .expect("the server answers within 10 s");
+    serde_json::from_str(&text).unwrap()
+}
+
+/// The tokio server prints its address, echoes, counts slices between two
+/// marks, and exits 0 on `stop`.
+#[test]
+fn tokio_server_speaks_the_protocol() {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_keel"))
+        .args([
+            "serve",
+            "s1",
+            "--runtime",
+            "tokio",
+            "--workers",
+            "2",
+            "--cpu-tasks",
+            "2",
+            "--slice-iters",
+            "1000",
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let (tx, lines) = mpsc::channel();
+    std::thread::spawn(move || {
+        for l in BufReader::new(stdout).lines().map_while(Result::ok) {
+            let _ = tx.send(l);
+        }
+    });
+    let addr: std::net::SocketAddr = line(&lines)["addr"].as_str().unwrap().parse().unwrap();
+    assert!(addr.ip().is_loopback());
+
+    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    stream.write_all(b"hello keel").unwrap();
+    let mut echo = [0u8; 10];
+    stream.read_exact(&mut echo).unwrap();
+    assert_eq!(&echo, b"hello keel");
+
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(b"mark\n").unwrap();
+    let first = line(&lines);
+    std::thread::sleep(Duration::from_millis(200));
+    stdin.write_all(b"mark\n").unwrap();
+    let second = line(&lines);
+    assert!(second["slices"].as_u64() > first["slices"].as_u64());
+    assert!(second["t_ns"].as_u64() > first["t_ns"].as_u64());
+    assert_eq!(second["runtime"]["workers"], 2);
+
+    stdin.write_all(b"stop\n").unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            panic!("the server did not exit after stop");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(status.success());
+}
+
+/// A port that is taken is a clear error, not a panic.
+#[test]
+fn bind_failure_is_clear() {
+    let taken = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let run = keel(
+        &[
+            "serve",
+            "s1",
+            "--runtime",
+            "tokio",
+            "--slice-iters",
+            "10",
+            "--addr",
+            &addr,
+        ],
+        Duration::from_secs(30),
+    );
+    assert_eq!(run.status.code(), Some(1));
+    assert!(run.stderr.contains("cannot bind"), "{}", run.stderr);
+    assert!(!run.stderr.contains("panicked"), "{}", run.stderr);
+}
+
+/// The keel variant says plainly that it is not in this build.
+#[test]
+fn keel_placeholder_is_clear() {
+    let run = keel(
+        &["serve", "s1", "--runtime", "keel", "--slice-iters", "10"],
+        Duration::from_secs(30),
+    );
+    assert_eq!(run.status.code(), Some(1));
+    assert!(
+        run.stderr.contains("not available in this build"),
+        "{}",
+        run.stderr
+    );
+}
