@@ -1,6 +1,6 @@
-//! `keel bench` end to end, on tokio alone (keel's server is not in this
-//! build yet): a quick run must produce every figure and a report, and
-//! scenarios that do not exist must be usage errors.
+//! `keel bench` end to end: a quick run (what CI runs) must produce every
+//! figure for keel and tokio and a report, and scenarios that do not exist
+//! must be usage errors.
 
 mod support;
 
@@ -9,21 +9,13 @@ use std::time::Duration;
 
 use support::{keel, scratch_dir};
 
-/// A quick S1 run on tokio exits 0, prints the table, and ends with the
-/// path of a report.json that holds tokio's S1 figures.
+/// `keel bench --quick` exits 0, prints the table, and ends with the path
+/// of a report.json that holds S1's figures for both runtimes.
 #[test]
-fn quick_s1_on_tokio_writes_a_report() {
+fn quick_bench_writes_a_report_for_both_runtimes() {
     let out = scratch_dir("bench");
     let run = keel(
-        &[
-            "bench",
-            "s1",
-            "--quick",
-            "--runtimes",
-            "tokio",
-            "--out",
-            out.to_str().unwrap(),
-        ],
+        &["bench", "--quick", "--out", out.to_str().unwrap()],
         Duration::from_secs(120),
     );
     assert!(
@@ -56,9 +48,26 @@ fn quick_s1_on_tokio_writes_a_report() {
     assert_eq!(s1["id"], "s1");
     assert_eq!(s1["sizes"]["cpu_tasks"], 8);
     let runs = s1["runs"].as_array().unwrap();
-    assert_eq!(runs.len(), 1, "only tokio was asked for");
-    assert_eq!(runs[0]["runtime"], "tokio");
-    let metrics = &runs[0]["metrics"];
+    assert_eq!(runs.len(), 2, "keel and tokio");
+    assert_eq!(runs[0]["runtime"], "keel");
+    assert_eq!(runs[1]["runtime"], "tokio");
+    for run in runs {
+        check_s1_metrics(&run["metrics"]);
+    }
+    assert!(s1["verdicts"].as_array().unwrap().len() >= 4);
+    for verdict in s1["verdicts"].as_array().unwrap() {
+        assert!(verdict["value"].as_f64().unwrap().is_finite(), "{verdict}");
+    }
+    assert_eq!(
+        s1["rounds"].as_array().unwrap().len(),
+        4,
+        "idle + loaded, per runtime"
+    );
+    std::fs::remove_dir_all(&out).unwrap();
+}
+
+/// The figures of one runtime's S1 run were produced.
+fn check_s1_metrics(metrics: &serde_json::Value) {
     for counted in [
         "idle_samples",
         "loaded_samples",
@@ -78,9 +87,6 @@ fn quick_s1_on_tokio_writes_a_report() {
     ] {
         assert!(metrics[name].as_f64().unwrap().is_finite(), "{name}");
     }
-    assert!(s1["verdicts"].as_array().unwrap().len() >= 2);
-    assert_eq!(s1["rounds"].as_array().unwrap().len(), 2, "idle + loaded");
-    std::fs::remove_dir_all(&out).unwrap();
 }
 
 /// An unknown scenario is a usage error that names the available ones.

@@ -1,39 +1,89 @@
-//! The S1 server on keel.
+//! The S1 server on keel: the same server as `s1_tokio`, line for line.
 //!
-//! PLACEHOLDER: keel's networking (`keel::net::TcpListener`) is not part of
-//! this build yet, so [`start`] only reports that. The real server replaces
-//! the body of [`start`] and nothing else: the harness, the control
-//! protocol and the report already treat both runtimes alike.
-//!
-//! What the real one must do, to mirror `s1_tokio` exactly:
-//! - build a keel runtime with `opts.workers` workers;
-//! - bind `opts.addr` and spawn an accept loop with one task per
-//!   connection that sets `TCP_NODELAY`, reads up to 64 KiB and writes it
-//!   all back until end of stream;
-//! - spawn `opts.cpu_tasks` tasks that loop forever:
-//!   `cpu::slice(opts.slice_iters)`, `slices.fetch_add(1, Relaxed)`,
-//!   `keel::yield_now().await`;
-//! - return a [`Running`] with the bound address, as `runtime_stats` a
-//!   closure over a `keel::Handle` returning `stats_json(&handle.stats())`,
-//!   and the `keel::Runtime` itself as the guard.
+//! A runtime with `opts.workers` workers and every other setting at its
+//! default; an accept loop with one task per connection (`TCP_NODELAY`,
+//! `read` into a 64 KiB buffer, `write_all` back, until end of stream);
+//! and `opts.cpu_tasks` tasks that loop: one CPU slice, count it,
+//! `keel::yield_now()`. Every task runs in the default class, as in the
+//! tokio peer: what S1 measures is the scheduler's IO policy within one
+//! class, not the classes.
 
-use std::sync::atomic::AtomicU64;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use keel::io::{AsyncReadExt, AsyncWriteExt};
+use keel::net::{TcpListener, TcpStream};
 use serde_json::{json, Value};
 
-use super::{Running, S1Opts};
+use super::{cpu, Running, S1Opts};
 use crate::error::Error;
 
 /// Starts the keel S1 server (see [`super::S1Start`]).
-///
-/// PLACEHOLDER: always fails until keel's networking is merged.
 pub fn start(opts: &S1Opts, slices: Arc<AtomicU64>) -> Result<Running, Error> {
-    let _ = (opts, slices);
-    Err(Error::new(
-        "the keel S1 server is not available in this build",
-    ))
+    let rt = keel::Runtime::builder()
+        .workers(opts.workers)
+        .build()
+        .map_err(|e| Error::new(format!("cannot start a keel runtime: {e}")))?;
+    let listener = rt
+        .block_on(async { TcpListener::bind(opts.addr) })
+        .map_err(|e| Error::new(format!("cannot bind {}: {e}", opts.addr)))?;
+    let addr = listener
+        .local_addr()
+        .map_err(|e| Error::new(format!("cannot read the bound address: {e}")))?;
+    rt.spawn(accept_loop(listener));
+    for _ in 0..opts.cpu_tasks {
+        rt.spawn(cpu_task(opts.slice_iters, Arc::clone(&slices)));
+    }
+    let handle = rt.handle().clone();
+    Ok(Running {
+        addr,
+        runtime_stats: Box::new(move || stats_json(&handle.stats())),
+        guard: Box::new(rt),
+    })
+}
+
+/// Accepts connections forever, one task each.
+async fn accept_loop(listener: TcpListener) {
+    loop {
+        match listener.accept().await {
+            Ok((stream, peer)) => {
+                keel::spawn(echo(stream, peer));
+            }
+            Err(error) => {
+                // Out of descriptors and the like: say so, back off briefly.
+                eprintln!("keel serve: accept failed: {error}");
+                keel::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
+    }
+}
+
+/// Echoes everything a connection sends until it closes.
+async fn echo(mut stream: TcpStream, peer: SocketAddr) {
+    if let Err(error) = stream.set_nodelay(true) {
+        eprintln!("keel serve: {peer}: cannot set TCP_NODELAY: {error}");
+    }
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        let n = match stream.read(&mut buf).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => n,
+        };
+        if stream.write_all(&buf[..n]).await.is_err() {
+            return;
+        }
+    }
+}
+
+/// One CPU task: slices forever, counting each and yielding between them.
+async fn cpu_task(iters: u64, slices: Arc<AtomicU64>) {
+    loop {
+        cpu::slice(iters);
+        slices.fetch_add(1, Ordering::Relaxed);
+        keel::yield_now().await;
+    }
 }
 
 /// keel's own accounting as the `runtime` field of a `mark` answer.
@@ -41,7 +91,6 @@ pub fn start(opts: &S1Opts, slices: Arc<AtomicU64>) -> Result<Running, Error> {
 /// Counters are cumulative since the runtime was built, so the harness can
 /// difference the two marks around a measured window. Durations are in
 /// seconds (`_s`) or microseconds (`_us`), as the report's metric names.
-#[cfg_attr(not(test), allow(dead_code))] // used by the real `start`
 pub fn stats_json(stats: &keel::stats::Stats) -> Value {
     let secs = |d: Duration| d.as_secs_f64();
     let micros = |d: Duration| d.as_secs_f64() * 1e6;
@@ -56,6 +105,7 @@ pub fn stats_json(stats: &keel::stats::Stats) -> Value {
                 "spin_s": secs(w.spin),
                 "parked_s": secs(w.parked),
                 "timers_s": secs(w.timers),
+                "io_s": secs(w.io),
                 "wall_s": secs(w.wall()),
                 "polls": w.polls.iter().sum::<u64>(),
             })
@@ -89,17 +139,33 @@ pub fn stats_json(stats: &keel::stats::Stats) -> Value {
 mod tests {
     use super::*;
 
-    /// The placeholder says plainly that keel's server is missing.
+    /// The keel server answers an echo and runs its CPU tasks.
     #[test]
-    fn placeholder_reports_clearly() {
+    fn serves_echo_and_counts_slices() {
+        use std::io::{Read, Write};
         let opts = S1Opts {
-            workers: 1,
-            cpu_tasks: 0,
-            slice_iters: 1,
+            workers: 2,
+            cpu_tasks: 2,
+            slice_iters: 1000,
             addr: "127.0.0.1:0".parse().unwrap(),
         };
-        let error = start(&opts, Arc::new(AtomicU64::new(0))).unwrap_err();
-        assert!(error.to_string().contains("not available in this build"));
+        let slices = Arc::new(AtomicU64::new(0));
+        let running = start(&opts, slices.clone()).unwrap();
+        let mut client = std::net::TcpStream::connect(running.addr).unwrap();
+        client
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        client.write_all(b"ping").unwrap();
+        let mut echo = [0u8; 4];
+        client.read_exact(&mut echo).unwrap();
+        assert_eq!(&echo, b"ping");
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while slices.load(Ordering::Relaxed) == 0 && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert!(slices.load(Ordering::Relaxed) > 0);
+        let stats = (running.runtime_stats)();
+        assert_eq!(stats["workers"].as_array().unwrap().len(), 2);
     }
 
     /// The accounting JSON of a real keel runtime has one entry per worker
