@@ -3,9 +3,9 @@
 //!
 //! There is no IO thread. A worker polls the reactor
 //!
-//! - *without blocking*, between two task polls, once the runtime's
-//!   `io_interval` has passed since the last poll by any worker, or after
-//!   `io_every` task polls of its own, whichever comes first (see
+//! - *without blocking*, between two task polls, once `io_interval` has
+//!   passed since its own last poll, or after `io_every` task polls,
+//!   whichever comes first (see
 //!   [`worker`](crate::sched)); and when it runs out of tasks;
 //! - *blocking*, when it parks: at most one parked worker blocks in
 //!   `epoll_wait` at a time (the *blocker*); the others sleep on their
@@ -78,8 +78,6 @@ pub(crate) struct Reactor {
     /// A parked worker is blocked in `epoll_wait`: busy workers need not
     /// poll, the blocker sees every event as it arrives.
     blocked: AtomicBool,
-    /// When (runtime clock, ns) the last poll ended.
-    last_poll: AtomicU64,
     entries: Mutex<Slab<Entry>>,
     next_generation: AtomicU64,
 }
@@ -97,7 +95,6 @@ impl Reactor {
                 events: Events::with_capacity(EVENTS_CAPACITY),
             }),
             blocked: AtomicBool::new(false),
-            last_poll: AtomicU64::new(0),
             entries: Mutex::new(Slab::new()),
             next_generation: AtomicU64::new(0),
         })
@@ -182,16 +179,6 @@ impl Reactor {
     /// Whether a parked worker is blocked in `epoll_wait`.
     pub(crate) fn has_blocker(&self) -> bool {
         self.blocked.load(Ordering::Relaxed)
-    }
-
-    /// When the last poll ended (runtime clock).
-    pub(crate) fn last_poll(&self) -> u64 {
-        self.last_poll.load(Ordering::Relaxed)
-    }
-
-    /// Records that a poll ended at `now`.
-    pub(crate) fn polled_at(&self, now: u64) {
-        self.last_poll.fetch_max(now, Ordering::Relaxed);
     }
 
     /// Interrupts the blocker's `epoll_wait`.

@@ -164,14 +164,16 @@ impl Builder {
 
     /// How often busy workers look at socket readiness: a worker polls the
     /// reactor (without blocking) at the first poll boundary once this much
-    /// time has passed since any worker last did. Default
+    /// time has passed since it last did. Default
     /// [100 µs](DEFAULT_IO_INTERVAL).
     ///
     /// Prevents IO starvation: with every worker busy on CPU work, a
     /// runtime that polls for IO only when a worker runs out of tasks
     /// leaves sockets unread for as long as the queues stay full. Shorter
     /// intervals answer sooner at the cost of one `epoll_wait` system call
-    /// (about a microsecond) per interval.
+    /// (about a microsecond) per interval and worker. A poll that runs
+    /// longer than the interval cannot be interrupted: IO then waits for
+    /// the next poll boundary of any worker.
     pub fn io_interval(&mut self, interval: Duration) -> &mut Builder {
         self.io_interval = interval;
         self

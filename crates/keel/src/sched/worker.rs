@@ -21,10 +21,14 @@
 //!    [`CHARGE_WINDOW_NS`] ends. Account the poll and the task's queue
 //!    delay.
 //! 4. **IO and timers.** If the runtime's `io_interval` has passed since
-//!    any worker last polled the reactor, or this worker ran `io_every`
-//!    polls since it last did, poll the reactor without blocking (unless a
-//!    parked worker is blocked in it) and queue the tasks it wakes in their
-//!    events lanes. Fire due timers if the earliest one may be due. Go to 1.
+//!    this worker last polled the reactor, or it ran `io_every` polls since
+//!    then, poll the reactor without blocking (unless a parked worker is
+//!    blocked in it) and queue the tasks it wakes in their events lanes.
+//!    The interval is per worker, not per runtime, so that every poll
+//!    boundary of a long poll (a CPU slice) is a chance to see IO: with a
+//!    shared interval, a second worker's boundary that falls soon after the
+//!    first's would be skipped, and a socket would wait for a whole slice
+//!    more. Fire due timers if the earliest one may be due. Go to 1.
 //! 5. **Search, spin.** Nothing was found: poll the reactor without
 //!    blocking, then become a searcher (notifiers then leave the next wake
 //!    to us). Spin for the policy's duration, watching every queue; if work
@@ -110,6 +114,7 @@ pub(crate) fn run_worker(shared: Arc<Shared>, index: usize, queues: Deques) {
         lifo_streak: 0,
         event_streak: 0,
         polls_since_io: 0,
+        last_io: now,
         woken: Vec::new(),
         rng: 0x9E37_79B9_7F4A_7C15 ^ (index as u64 + 1),
     };
@@ -141,6 +146,9 @@ struct Worker {
     event_streak: u32,
     /// Task polls since this worker last polled the reactor.
     polls_since_io: u32,
+    /// When this worker last polled the reactor (or woke from blocking in
+    /// it).
+    last_io: u64,
     /// Wakers collected from a reactor poll, woken once it is released.
     woken: Vec<Waker>,
     rng: u64,
@@ -336,7 +344,7 @@ impl Worker {
         self.polls_since_io += 1;
         let config = &self.shared.config;
         if self.polls_since_io >= config.io_every
-            || end.saturating_sub(self.shared.reactor.last_poll()) >= config.io_interval
+            || end.saturating_sub(self.last_io) >= config.io_interval
         {
             self.poll_io(Some(end));
         }
@@ -351,6 +359,8 @@ impl Worker {
     /// Returns whether any task was woken.
     fn poll_io(&mut self, now: Option<u64>) -> bool {
         self.polls_since_io = 0;
+        let start = now.unwrap_or_else(|| self.shared.clock.now());
+        self.last_io = start;
         let reactor = &self.shared.reactor;
         if reactor.has_blocker() {
             return false;
@@ -358,14 +368,12 @@ impl Worker {
         let Some(mut poller) = reactor.try_poller() else {
             return false;
         };
-        let start = now.unwrap_or_else(|| self.shared.clock.now());
         self.account.switch(State::Io, start);
         reactor.poll(&mut poller, Some(Duration::ZERO), &mut self.woken);
         drop(poller);
         let woke = !self.woken.is_empty();
         wake_collected(&self.local, &mut self.woken);
         let end = self.shared.clock.now();
-        reactor.polled_at(end);
         self.account.switch(State::Search, end);
         woke
     }
@@ -494,8 +502,8 @@ impl Worker {
         if !self.woken.is_empty() {
             self.account.switch(State::Io, now);
             wake_collected(&self.local, &mut self.woken);
-            shared.reactor.polled_at(now);
         }
+        self.last_io = now;
         let now = shared.clock.now();
         self.account.switch(State::Search, now);
         // A watcher that woke fires on the timers' own clock, not the hint.
