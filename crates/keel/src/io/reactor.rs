@@ -118,7 +118,9 @@ impl Reactor {
                 generation,
                 io: io.clone(),
             });
-            if index > INDEX_MASK {
+            // The last index is not used: with the largest generation its
+            // token would equal WAKER_TOKEN.
+            if index >= INDEX_MASK {
                 entries.remove(index);
                 return Err(io::Error::other("too many registered IO sources"));
             }
@@ -199,11 +201,10 @@ impl Reactor {
         wake: &mut Vec<Waker>,
     ) -> usize {
         let Poller { poll, events } = poller;
-        if let Err(error) = poll.poll(events, timeout) {
-            // EINTR: a signal arrived; the caller polls again soon. Any
-            // other error of epoll_wait means a bad epoll fd, which keel
-            // never closes while the runtime lives.
-            debug_assert_eq!(error.kind(), io::ErrorKind::Interrupted, "{error}");
+        if poll.poll(events, timeout).is_err() {
+            // EINTR: a signal arrived; the caller polls again soon. The
+            // other errors of epoll_wait (a bad epoll fd or buffer) cannot
+            // happen while the runtime owns both; treated the same way.
             return 0;
         }
         let mut count = 0;

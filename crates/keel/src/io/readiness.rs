@@ -19,17 +19,31 @@
 //! word also counts events (the *tick*), the task remembers the tick it
 //! saw before its operation, and it clears only if no event came since.
 //!
+//! # Errors are not final
+//!
+//! An error event (`EPOLLERR`) means the socket has a pending error, which
+//! the next operation returns and thereby consumes; a connected UDP socket
+//! that got an ICMP error is readable-with-error once, then empty again.
+//! So a `WouldBlock` clears the error bit along with the direction's
+//! readiness. Only the closed bits are final (a closed direction never
+//! opens again, and its operations return end-of-file or an error rather
+//! than `WouldBlock`). That is what guarantees an operation loop ends: a
+//! `WouldBlock` always clears every bit that made the source look ready,
+//! unless a newer event set them again.
+//!
 //! # Waiters
 //!
-//! One reader and one writer may wait at a time (each direction has one
-//! waker slot). That is the contract of `AsyncRead`/`AsyncWrite`: two
-//! tasks reading the same socket at once would race for the bytes anyway.
-
-use std::task::{Context, Poll};
-
-use futures_util::task::AtomicWaker;
+//! Each direction keeps a list of wakers: several tasks may wait on one
+//! source (acceptor tasks sharing a listener, receivers sharing a UDP
+//! socket). An event wakes all the waiters of its direction, and those
+//! that lose the race for the data wait again. A task that polls again
+//! replaces its own entry rather than adding one; a waiter that is dropped
+//! before an event leaves its waker until the next event, which then wakes
+//! it once for nothing.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Mutex, MutexGuard};
+use std::task::{Context, Poll, Waker};
 
 /// Readiness bits.
 const READABLE: usize = 1;
@@ -58,12 +72,12 @@ impl Direction {
         }
     }
 
-    /// The bits a `WouldBlock` in this direction clears. Closed and error
-    /// states are final and never cleared.
+    /// The bits a `WouldBlock` in this direction clears: its readiness
+    /// and the error (see the module docs). Closed states are final.
     fn clearable(self) -> usize {
         match self {
-            Direction::Read => READABLE,
-            Direction::Write => WRITABLE,
+            Direction::Read => READABLE | ERROR,
+            Direction::Write => WRITABLE | ERROR,
         }
     }
 }
@@ -76,6 +90,11 @@ impl Ready {
     /// Whether the source reported an error (the operation will say which).
     pub(crate) fn is_error(self) -> bool {
         self.0 & ERROR != 0
+    }
+
+    /// Whether the writing direction is closed.
+    pub(crate) fn is_write_closed(self) -> bool {
+        self.0 & WRITE_CLOSED != 0
     }
 }
 
@@ -112,8 +131,8 @@ impl Event {
 pub(crate) struct ScheduledIo {
     /// Readiness bits, and the tick above them.
     state: AtomicUsize,
-    reader: AtomicWaker,
-    writer: AtomicWaker,
+    readers: Mutex<Vec<Waker>>,
+    writers: Mutex<Vec<Waker>>,
 }
 
 impl ScheduledIo {
@@ -127,13 +146,13 @@ impl ScheduledIo {
         let state = if assume_ready { READABLE | WRITABLE } else { 0 };
         ScheduledIo {
             state: AtomicUsize::new(state),
-            reader: AtomicWaker::new(),
-            writer: AtomicWaker::new(),
+            readers: Mutex::new(Vec::new()),
+            writers: Mutex::new(Vec::new()),
         }
     }
 
     /// Records `event` and returns the wakers to wake (outside any lock).
-    pub(crate) fn set(&self, event: Event, wake: &mut Vec<std::task::Waker>) {
+    pub(crate) fn set(&self, event: Event, wake: &mut Vec<Waker>) {
         let bits = event.bits();
         if bits == 0 {
             return;
@@ -153,10 +172,10 @@ impl ScheduledIo {
             }
         }
         if bits & Direction::Read.mask() != 0 {
-            wake.extend(self.reader.take());
+            wake.append(&mut self.waiters(Direction::Read));
         }
         if bits & Direction::Write.mask() != 0 {
-            wake.extend(self.writer.take());
+            wake.append(&mut self.waiters(Direction::Write));
         }
     }
 
@@ -168,9 +187,17 @@ impl ScheduledIo {
         if current & mask != 0 {
             return Poll::Ready(Ready(current));
         }
-        self.waiter(direction).register(cx.waker());
+        {
+            let mut waiters = self.waiters(direction);
+            match waiters.iter_mut().find(|w| w.will_wake(cx.waker())) {
+                Some(waiter) => waiter.clone_from(cx.waker()),
+                None => waiters.push(cx.waker().clone()),
+            }
+        }
         // An event may have come between the load and the registration,
-        // and found no waker to wake: look again.
+        // and found no waker to wake: look again. (The event sets the
+        // state before it takes the wakers under the same lock, so either
+        // it finds ours or we see its bits.)
         let current = self.state.load(Ordering::Acquire);
         if current & mask != 0 {
             return Poll::Ready(Ready(current));
@@ -189,17 +216,22 @@ impl ScheduledIo {
             });
     }
 
-    fn waiter(&self, direction: Direction) -> &AtomicWaker {
-        match direction {
-            Direction::Read => &self.reader,
-            Direction::Write => &self.writer,
-        }
+    fn waiters(&self, direction: Direction) -> MutexGuard<'_, Vec<Waker>> {
+        let waiters = match direction {
+            Direction::Read => &self.readers,
+            Direction::Write => &self.writers,
+        };
+        // A waker's clone or drop cannot leave the list half-changed.
+        waiters
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// Wakes both waiters (the source is going away).
+    /// Wakes every waiter (the source is going away).
     pub(crate) fn wake_all(&self) {
-        self.reader.wake();
-        self.writer.wake();
+        let mut wake = std::mem::take(&mut *self.waiters(Direction::Read));
+        wake.append(&mut self.waiters(Direction::Write));
+        wake.into_iter().for_each(Waker::wake);
     }
 }
 

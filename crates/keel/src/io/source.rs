@@ -83,12 +83,18 @@ impl<E: Source> IoSource<E> {
     /// Runs `op` once the source may be ready in `direction`, until it
     /// returns something other than `WouldBlock`. Consults the coop budget
     /// first and counts a completed operation against it.
+    ///
+    /// Fails once the runtime the source belongs to has shut down: nobody
+    /// polls its reactor any more, so waiting would never end.
     pub(crate) fn poll_io<R>(
         &self,
         cx: &mut Context<'_>,
         direction: Direction,
         mut op: impl FnMut(&E) -> io::Result<R>,
     ) -> Poll<io::Result<R>> {
+        if self.shared.is_stopping() {
+            return Poll::Ready(Err(runtime_gone()));
+        }
         ready!(coop::poll_proceed(cx));
         loop {
             let seen = ready!(self.scheduled.poll_ready(cx, direction));
@@ -107,8 +113,19 @@ impl<E: Source> IoSource<E> {
 
     /// Waits until the source may be ready in `direction`, without an
     /// operation (a non-blocking connect waits for writability this way).
-    pub(crate) fn poll_ready(&self, cx: &mut Context<'_>, direction: Direction) -> Poll<Ready> {
-        self.scheduled.poll_ready(cx, direction)
+    ///
+    /// # Errors
+    ///
+    /// Once the runtime has shut down (see [`IoSource::poll_io`]).
+    pub(crate) fn poll_ready(
+        &self,
+        cx: &mut Context<'_>,
+        direction: Direction,
+    ) -> Poll<io::Result<Ready>> {
+        if self.shared.is_stopping() {
+            return Poll::Ready(Err(runtime_gone()));
+        }
+        self.scheduled.poll_ready(cx, direction).map(Ok)
     }
 
     /// Forgets the readiness `seen` showed in `direction` (the caller found
@@ -116,6 +133,11 @@ impl<E: Source> IoSource<E> {
     pub(crate) fn clear(&self, seen: Ready, direction: Direction) {
         self.scheduled.clear(seen, direction);
     }
+}
+
+/// The error of an operation on a source whose runtime has shut down.
+fn runtime_gone() -> io::Error {
+    io::Error::other("the keel runtime this socket belongs to has shut down")
 }
 
 impl<E: Source> Drop for IoSource<E> {

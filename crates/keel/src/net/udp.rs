@@ -99,8 +99,9 @@ impl UdpSocket {
     ///
     /// # Errors
     ///
-    /// `NotConnected` without [`connect`](UdpSocket::connect), or the OS
-    /// error of `send`.
+    /// Without [`connect`](UdpSocket::connect), the OS error for a missing
+    /// destination (`EDESTADDRREQ` on Linux); otherwise the OS error of
+    /// `send`.
     pub async fn send(&self, buf: &[u8]) -> io::Result<usize> {
         poll_fn(|cx| {
             self.io

@@ -250,7 +250,9 @@ impl Shared {
             let runnable = runnable.take().expect("not yet placed");
             let lanes = &local.queues[class];
             match placement {
-                Placement::Wake if local.dispatching.get() => {
+                // Woken by the reactor or a timer, including while it was
+                // being polled elsewhere: it waited for an event.
+                Placement::Wake | Placement::Yield if local.dispatching.get() => {
                     Some(lanes.push(runnable, Lane::Events))
                 }
                 Placement::Wake => {

@@ -85,11 +85,12 @@ impl Parker {
     }
 
     /// Like [`Parker::park`], but returns after `timeout` at the latest
-    /// (consuming the token if one arrived meanwhile).
-    pub(crate) fn park_timeout(&self, timeout: Duration) {
+    /// (consuming the token if one arrived meanwhile). Returns `true` if a
+    /// token ended the wait, `false` if the time ran out first.
+    pub(crate) fn park_timeout(&self, timeout: Duration) -> bool {
         let deadline = Instant::now() + timeout;
         let Some(mut guard) = self.begin_park() else {
-            return;
+            return true;
         };
         loop {
             let remaining = deadline.saturating_duration_since(Instant::now());
@@ -99,13 +100,12 @@ impl Parker {
                 .unwrap_or_else(|poisoned| poisoned.into_inner())
                 .0;
             if self.take_token() {
-                return;
+                return true;
             }
             if Instant::now() >= deadline {
                 // Timed out: PARKED → EMPTY, or consume a token that just
                 // arrived; either way the owner is awake now.
-                self.state.swap(EMPTY, SeqCst);
-                return;
+                return self.state.swap(EMPTY, SeqCst) == NOTIFIED;
             }
         }
     }

@@ -50,7 +50,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::rc::Rc;
 use std::sync::Arc;
 use std::task::Waker;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::class::CHARGE_WINDOW_NS;
 use super::lanes::Lane;
@@ -72,6 +72,18 @@ const INJECTOR_INTERVAL: u32 = 61;
 /// microsecond, short next to any spin policy, long enough that the looks
 /// do not flood the queues' cache lines.
 const SPINS_PER_CHECK: u32 = 128;
+
+/// How long a parked worker that is not blocked in the reactor sleeps
+/// before it looks whether the reactor needs a new blocker (5 ms).
+///
+/// The worker blocked in the reactor leaves it to run the tasks of the
+/// events it saw; if one of them polls for long while every other worker
+/// sleeps, nobody would poll for IO although workers are idle. Waking the
+/// sleepers to take over at once costs a thread wake per event, and on a
+/// small machine the woken worker takes the core a client needs (measured:
+/// S1's idle latency tripled). A sleeper that wakes every 5 ms costs some
+/// 200 wake-ups a second and bounds that wait to 5 ms.
+const REACTOR_CHECK_NS: u64 = 5_000_000;
 
 /// Every this many picks, a worker looks at its siblings' deques for the
 /// classes that are owed CPU before running local work of a class that is
@@ -468,15 +480,31 @@ impl Worker {
             let timeout = self.watch_timers();
             let parker = &shared.parkers[self.index];
             if let Some(mut poller) = Self::blocker(shared) {
+                let blocking = StopBlocking(&shared.reactor);
                 parker.park_in(|| {
                     shared.reactor.poll(&mut poller, timeout, &mut self.woken);
                 });
-                shared.reactor.stop_blocking();
+                drop(blocking);
                 drop(poller);
             } else {
-                match timeout {
-                    Some(timeout) => parker.park_timeout(timeout),
-                    None => parker.park(),
+                // Another worker blocks in the reactor, but it may leave to
+                // run a task that then polls for long: wake up now and then,
+                // and get up to take over the reactor if nobody holds it.
+                // A check that finds the reactor held goes straight back to
+                // sleep, without searching or spinning: on a small machine
+                // even that would take a core from someone who needs it.
+                let check = Duration::from_nanos(REACTOR_CHECK_NS);
+                let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
+                loop {
+                    let left = deadline.map_or(Duration::MAX, |d| {
+                        d.saturating_duration_since(Instant::now())
+                    });
+                    if parker.park_timeout(left.min(check))
+                        || left <= check
+                        || !shared.reactor.has_blocker()
+                    {
+                        break;
+                    }
                 }
             }
             watched = timeout.is_some();
@@ -551,6 +579,16 @@ impl Worker {
         x ^= x << 17;
         self.rng = x;
         x
+    }
+}
+
+/// Gives up the reactor's blocker role when dropped, so a panic on the way
+/// cannot leave the role taken and IO unpolled.
+struct StopBlocking<'a>(&'a crate::io::reactor::Reactor);
+
+impl Drop for StopBlocking<'_> {
+    fn drop(&mut self) {
+        self.0.stop_blocking();
     }
 }
 

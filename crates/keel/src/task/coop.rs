@@ -12,7 +12,11 @@
 //! poll with a fresh budget, having lost nothing.
 //!
 //! Only completed operations count (a `WouldBlock` leaves the task waiting
-//! anyway). Code polled outside a worker (`block_on`) has no budget.
+//! anyway). The time quota applies only once the poll has completed one
+//! operation: every poll may make at least one IO step, however much CPU
+//! it spent before reaching it (otherwise a task that computes for longer
+//! than the quota and then reads would never read). Code polled outside a
+//! worker (`block_on`) has no budget.
 //!
 //! [`Builder::task_io_budget`]: crate::Builder::task_io_budget
 //! [`Builder::task_quota`]: crate::Builder::task_quota
@@ -37,7 +41,10 @@ pub(crate) fn reset(local: &Local, start: u64) {
 pub(crate) fn poll_proceed(cx: &mut Context<'_>) -> Poll<()> {
     let spent = context::with_local(|local| {
         local.is_some_and(|local| {
-            local.budget_ops.get() == 0 || local.shared.clock.now() >= local.budget_deadline.get()
+            let ops = local.budget_ops.get();
+            ops == 0
+                || (ops < local.shared.config.task_io_budget
+                    && local.shared.clock.now() >= local.budget_deadline.get())
         })
     });
     if spent {

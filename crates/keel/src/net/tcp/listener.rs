@@ -142,7 +142,10 @@ impl TcpListener {
     ///
     /// The OS error of `accept`: notably `EMFILE`/`ENFILE` when out of file
     /// descriptors, or `ConnectionAborted` for a connection reset before it
-    /// was accepted. The listener stays usable after any of them.
+    /// was accepted. The listener stays usable after any of them. Out of
+    /// descriptors, the listener stays readable (the connection waits in
+    /// the backlog), so an accept loop should pause before retrying rather
+    /// than retry at once.
     pub async fn accept(&self) -> io::Result<(TcpStream, SocketAddr)> {
         poll_fn(|cx| self.poll_accept(cx)).await
     }

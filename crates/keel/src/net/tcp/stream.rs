@@ -36,7 +36,8 @@ impl TcpStream {
     ///
     /// The OS error of the last address tried: `ConnectionRefused` when
     /// nothing listens, `TimedOut`, `NetworkUnreachable`, ...; or `Other`
-    /// outside a keel runtime.
+    /// outside a keel runtime. A connection that was established and then
+    /// reset before `connect` noticed it reports the reset here.
     pub async fn connect(addr: impl ToSocketAddrs) -> io::Result<TcpStream> {
         let shared = current_runtime()?;
         let mut last = None;
@@ -61,7 +62,7 @@ impl TcpStream {
     /// Ready once the non-blocking connect has finished, with its outcome.
     fn poll_connected(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         loop {
-            let seen = ready!(self.io.poll_ready(cx, Direction::Write));
+            let seen = ready!(self.io.poll_ready(cx, Direction::Write))?;
             let socket = self.io.get_ref();
             if let Some(error) = socket.take_error()? {
                 return Poll::Ready(Err(error));
@@ -70,8 +71,8 @@ impl TcpStream {
                 Ok(_) => return Poll::Ready(Ok(())),
                 // Spurious writability before the handshake ended: wait on.
                 Err(error) if error.kind() == io::ErrorKind::NotConnected => {
-                    if seen.is_error() {
-                        // An error event with no pending error and no
+                    if seen.is_error() || seen.is_write_closed() {
+                        // An error or hang-up with no pending error and no
                         // peer: the connection is gone.
                         return Poll::Ready(Err(error));
                     }
