@@ -11,7 +11,11 @@
 //!   `epoll_wait` at a time (the *blocker*); the others sleep on their
 //!   parker. A notification for a blocker writes to the reactor's
 //!   [`mio::Waker`] (an eventfd) instead of signalling a condition
-//!   variable.
+//!   variable. The blocker leaves `epoll_wait` to run the tasks its events
+//!   woke; the other sleepers wake every few milliseconds to take the role
+//!   over if it stays vacant (see `REACTOR_CHECK_NS` in the worker), so a
+//!   long poll on the former blocker cannot keep sockets unpolled while
+//!   workers sleep.
 //!
 //! The first is what keeps sockets served when every worker is busy with
 //! CPU work (the seed's "eager check io"): readiness is looked at every

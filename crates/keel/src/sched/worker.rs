@@ -37,8 +37,10 @@
 //!    re-check the queues if we were the last searcher (see
 //!    [`idle`](super::idle)). Then sleep until notified: blocked in
 //!    `epoll_wait` if no other worker is (see [`crate::io`]), on the
-//!    parker otherwise; and until the earliest timer if no other parked
-//!    worker watches it (see [`time`](crate::time)). Whatever wakes the
+//!    parker otherwise, looking every [`REACTOR_CHECK_NS`] whether the
+//!    reactor was left without a blocker; and until the earliest timer if
+//!    no other parked worker watches it (see [`time`](crate::time)).
+//!    Whatever wakes the
 //!    worker, it leaves the sleepers, wakes the tasks of IO events, fires
 //!    due timers and goes to 1.
 //!
