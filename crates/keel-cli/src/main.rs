@@ -6,7 +6,7 @@
 //! a scheduler, an allocator or a CPU budget with the measured side.
 //! `keel --defaults` describes the runtime it is built on.
 //!
-//! Layout: [`bench`] drives scenarios and writes reports, [`serve`] holds
+//! Layout: [`bench`](mod@bench) drives scenarios and writes reports, [`serve`] holds
 //! the servers (a tokio peer and a keel variant behind one signature),
 //! [`load`] holds the load generators and latency probes, [`error`] the one
 //! error type.

@@ -24,7 +24,7 @@ pub fn slice(iters: u64) -> u64 {
     black_box(x)
 }
 
-/// How long one [`slice`] of `iters` takes right now, on this thread.
+/// How long one [`slice()`] of `iters` takes right now, on this thread.
 pub fn time_slice(iters: u64) -> Duration {
     let start = Instant::now();
     slice(iters);

@@ -31,18 +31,17 @@
 //!
 //! # How readiness reaches a task
 //!
-//! 1. A socket is registered with the runtime's [`reactor`] (edge
-//!    triggered) when it is created; its readiness lives in a
-//!    `ScheduledIo` ([`readiness`]).
+//! 1. A socket is registered with the runtime's reactor (`io::reactor`,
+//!    edge triggered) when it is created; its readiness lives in a
+//!    `ScheduledIo` (`io::readiness`).
 //! 2. A read tries the system call while the socket is believed readable;
 //!    on `WouldBlock` it clears that belief and parks the task's waker.
 //! 3. A worker polls the reactor (between polls every `io_interval`, or
 //!    blocked in `epoll_wait` when idle), sets the readiness and wakes the
 //!    task into its class's events lane, ahead of tasks that yielded.
 //!
-//! Every IO operation first asks the task's coop budget
-//! ([`crate::task`]-level, see [`Builder::task_quota`]) whether it may
-//! proceed.
+//! Every IO operation first asks the task's coop budget (see
+//! [`Builder::task_quota`]) whether it may proceed.
 //!
 //! [`Builder::task_quota`]: crate::Builder::task_quota
 

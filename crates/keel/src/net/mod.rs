@@ -13,9 +13,9 @@
 //! while a task waits on it; a pending `accept`, `read` or `connect`
 //! future may simply be dropped.
 //!
-//! Address arguments take [`ToSocketAddrs`](std::net::ToSocketAddrs) like
+//! Address arguments take [`ToSocketAddrs`] like
 //! `std::net`; a host name is resolved with the blocking system resolver,
-//! so pass a [`SocketAddr`](std::net::SocketAddr) from inside tasks.
+//! so pass a [`SocketAddr`] from inside tasks.
 
 mod tcp;
 mod udp;
