@@ -30,8 +30,8 @@
 //!    first's would be skipped, and a socket would wait for a whole slice
 //!    more. Fire due timers if the earliest one may be due. Go to 1.
 //! 5. **Search, spin.** Nothing was found: poll the reactor without
-//!    blocking, then become a searcher (notifiers then leave the next wake
-//!    to us). Spin for the policy's duration, watching every queue; if work
+//!    blocking if this worker has not for `io_interval`, then become a
+//!    searcher (notifiers then leave the next wake to us). Spin for the policy's duration, watching every queue; if work
 //!    appears, go to 1.
 //! 6. **Park.** Flush charges and publish the accounts, register as parked,
 //!    re-check the queues if we were the last searcher (see
@@ -185,7 +185,14 @@ impl Worker {
                 self.run_task(runnable);
                 continue;
             }
-            if self.poll_io(None) {
+            // Out of tasks: IO may have work, if it was not looked at
+            // lately. (Not every time: a worker that runs dry between the
+            // hops of a message exchange would pay a system call per hop;
+            // a spinning worker finds the rest when it parks.)
+            let now = self.shared.clock.now();
+            if now.saturating_sub(self.last_io) >= self.shared.config.io_interval
+                && self.poll_io(Some(now))
+            {
                 continue;
             }
             self.enter_searching();
