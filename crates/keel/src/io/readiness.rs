@@ -306,7 +306,7 @@ mod tests {
     }
 
     #[test]
-    fn closed_and_error_are_never_cleared() {
+    fn closed_is_final_but_an_error_clears_with_a_would_block() {
         let io = ScheduledIo::new(true);
         let (_, waker) = counting();
         let mut cx = Context::from_waker(&waker);
@@ -324,7 +324,13 @@ mod tests {
         assert!(seen.is_error());
         io.clear(seen, Direction::Read);
         io.clear(seen, Direction::Write);
-        assert!(io.poll_ready(&mut cx, Direction::Read).is_ready());
-        assert!(io.poll_ready(&mut cx, Direction::Write).is_ready());
+        // Reading stays ready (closed: the read returns end-of-file)...
+        let Poll::Ready(after) = io.poll_ready(&mut cx, Direction::Read) else {
+            panic!("a closed direction stays ready");
+        };
+        // ...but the error, consumed by the operation, is gone; writing,
+        // which was only ready for the error, waits again.
+        assert!(!after.is_error());
+        assert!(io.poll_ready(&mut cx, Direction::Write).is_pending());
     }
 }
