@@ -228,3 +228,30 @@ fn huge_durations_saturate() {
         assert!(never.is_err());
     });
 }
+
+/// An abort that lands between a worker's check of the abort flag and the
+/// start of the poll finds the task already scheduled, so its wake changes
+/// nothing; the poll must still see the flag, or the task runs on,
+/// un-aborted, and its handle never resolves. Found by a stress loop (two
+/// hangs in about 100k aborts); a window this narrow is hit only by
+/// repetition, so this loops, and fails by hanging under the watchdog.
+#[test]
+fn an_abort_racing_with_the_poll_still_cancels() {
+    support::within(Duration::from_secs(120), || {
+        let rt = Runtime::builder()
+            .workers(4)
+            .spin(SpinPolicy::None)
+            .build()
+            .unwrap();
+        for round in 0..30_000u32 {
+            let handle = rt.spawn(std::future::pending::<()>());
+            if round % 3 == 0 {
+                // Vary where in the worker's pick the abort lands.
+                std::thread::yield_now();
+            }
+            handle.abort();
+            let error = rt.block_on(handle).unwrap_err();
+            assert!(error.is_cancelled(), "round {round}: {error}");
+        }
+    });
+}

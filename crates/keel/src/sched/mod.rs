@@ -212,7 +212,7 @@ impl Shared {
         let make = |entry| {
             let (runnable, task) = async_task::Builder::new()
                 .metadata(meta)
-                .spawn(move |_| Guarded::new(future, entry), schedule);
+                .spawn(move |meta| Guarded::new(future, entry, meta), schedule);
             (runnable.waker(), (runnable, task))
         };
         match self.registry.insert(id, make) {

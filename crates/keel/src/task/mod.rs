@@ -15,6 +15,11 @@
 //! - aborting sets the flag and wakes the task; a worker that picks up an
 //!   aborted task drops its `Runnable` instead of polling it, which drops
 //!   the future and resolves the `JoinHandle` to a cancelled [`JoinError`].
+//!   `Guarded` checks the flag too, at the start of every poll: an abort
+//!   that lands after the worker's check but before the poll begins finds
+//!   the task already scheduled, so its wake changes nothing, and only
+//!   the poll itself can still see it. (`async_task` publishes the waker's
+//!   memory to the poll that follows, so the flag is visible there.)
 //!
 //! Dropping a [`JoinHandle`] detaches the task: it runs to completion and
 //! its output is dropped. This is what users of other Rust runtimes expect.
@@ -31,6 +36,7 @@ use std::any::Any;
 use std::future::Future;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::pin::Pin;
+use std::ptr::NonNull;
 use std::task::{Context, Poll};
 
 use crate::loom::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -65,7 +71,8 @@ pub(crate) struct TaskMeta {
     /// Nanoseconds since the runtime's epoch at the last schedule. Written
     /// by whoever schedules the task, read by the worker that polls it.
     pub(crate) scheduled_at: AtomicU64,
-    /// Set once by `JoinHandle::abort`; read by workers before polling.
+    /// Set once by `JoinHandle::abort`; read by workers before polling,
+    /// and by [`Guarded`] at the start of each poll.
     pub(crate) aborted: AtomicBool,
 }
 
@@ -131,13 +138,31 @@ pub(crate) struct Guarded<F> {
     /// it in place, as pinning allows.
     future: DropGuard<F>,
     _entry: registry::Entry,
+    meta: OwnMeta,
 }
 
+/// The metadata of the task whose future holds this pointer.
+///
+/// Invariant: it points at the metadata in the header of the task
+/// allocation that stores the `Guarded` holding it. `async_task` keeps the
+/// header in place until the allocation is freed, which happens only after
+/// the future has been dropped; so the pointer is valid whenever the
+/// future can run or be dropped.
+struct OwnMeta(NonNull<TaskMeta>);
+
+// SAFETY: `TaskMeta` is `Sync` (atomics and plain values), so a pointer to
+// it may cross threads as `&TaskMeta` may; validity is the invariant above,
+// which does not depend on the thread.
+unsafe impl Send for OwnMeta {}
+
 impl<F> Guarded<F> {
-    pub(crate) fn new(future: F, entry: registry::Entry) -> Guarded<F> {
+    /// `meta` must be the metadata of the task that will store this future
+    /// (the reference `async_task` passes to the future's constructor).
+    pub(crate) fn new(future: F, entry: registry::Entry, meta: &TaskMeta) -> Guarded<F> {
         Guarded {
             future: DropGuard::new(future),
             _entry: entry,
+            meta: OwnMeta(NonNull::from(meta)),
         }
     }
 }
@@ -146,6 +171,20 @@ impl<F: Future> Future for Guarded<F> {
     type Output = Output<F::Output>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        // SAFETY: by the invariant of `OwnMeta`, the header outlives this
+        // future, and the reference does not outlive this call.
+        let meta = unsafe { self.meta.0.as_ref() };
+        if meta.is_aborted() {
+            let id = meta.id;
+            // SAFETY: the future is dropped in place (assigning `None`
+            // drops the old value where it lies) and never moved, as
+            // structural pinning requires.
+            let guard = unsafe { &mut self.get_unchecked_mut().future };
+            // As in `DropGuard::drop`: a panicking destructor costs only
+            // its own task.
+            let _ = catch_unwind(AssertUnwindSafe(|| guard.0 = None));
+            return Poll::Ready(DropGuard::new(Err(JoinError::cancelled(id))));
+        }
         // SAFETY: `future` is structurally pinned: the value inside the
         // guard is never moved out of `self` (`into_inner` is never called
         // on it; the guard's `Drop` drops it in place), neither `Guarded`
