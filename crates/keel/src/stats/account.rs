@@ -17,9 +17,13 @@
 //! cooperation, and the only error is the attribution of at most one
 //! publication interval.
 //!
-//! Queue delays (wake → first poll) are recorded into local histograms,
-//! merged into the shared ones every [`HISTOGRAM_PUBLISH_NS`] and before
-//! parking, because merging costs more than copying counters.
+//! Queue delays (wake → first poll) are kept in a local list per class and
+//! recorded into the shared histograms every [`HISTOGRAM_PUBLISH_NS`] and
+//! before parking. A list, not a local histogram: merging two histograms
+//! walks every bucket (thousands), which a worker that parks after each
+//! request would pay a thousand times a second, while recording the few
+//! values gathered since the last publication costs only those values.
+//! A list that reaches [`MAX_PENDING_DELAYS`] is published early.
 
 use std::sync::Arc;
 
@@ -36,6 +40,10 @@ pub(crate) const PUBLISH_NS: u64 = 1_000_000;
 
 /// How often a busy worker merges its queue-delay histograms (10 ms).
 pub(crate) const HISTOGRAM_PUBLISH_NS: u64 = 10_000_000;
+
+/// Queue delays a worker gathers before it publishes them regardless of
+/// the interval: bounds its memory and the time it holds the lock.
+const MAX_PENDING_DELAYS: usize = 4096;
 
 /// Longest queue delay recorded exactly (60 s); longer ones are clamped.
 const DELAY_MAX_NS: u64 = 60_000_000_000;
@@ -197,7 +205,8 @@ pub(crate) struct Account {
     shared: Arc<WorkerMetrics>,
     times: [u64; SLOTS],
     polls: [u64; MAX_CLASSES],
-    delays: Vec<Histogram<u64>>,
+    /// Queue delays (ns) per class, not yet published.
+    delays: Vec<Vec<u64>>,
     state: State,
     since: u64,
     last_publish: u64,
@@ -218,7 +227,7 @@ impl Account {
             shared,
             times: [0; SLOTS],
             polls: [0; MAX_CLASSES],
-            delays: (0..classes).map(|_| new_delay_histogram()).collect(),
+            delays: vec![Vec::new(); classes],
             state: State::Search,
             since: now,
             last_publish: now,
@@ -238,7 +247,11 @@ impl Account {
     /// Counts one poll of `class` that waited `delay_ns` in its queue.
     pub(crate) fn poll(&mut self, class: usize, delay_ns: u64) {
         self.polls[class] += 1;
-        self.delays[class].saturating_record(delay_ns.clamp(1, DELAY_MAX_NS));
+        let pending = &mut self.delays[class];
+        pending.push(delay_ns);
+        if pending.len() >= MAX_PENDING_DELAYS {
+            self.publish_delays();
+        }
     }
 
     /// Publishes if the last publication is older than [`PUBLISH_NS`].
@@ -266,16 +279,27 @@ impl Account {
         published.state = self.state;
         published.since = self.since;
         if histograms {
-            for (shared, local) in published.delays.iter_mut().zip(&mut self.delays) {
-                if !local.is_empty() {
-                    shared
-                        .add(&*local)
-                        .expect("histograms share bounds, so adding cannot fail");
-                    local.reset();
-                }
-            }
+            record_delays(&mut published.delays, &mut self.delays);
             self.last_histogram_publish = now;
         }
         self.last_publish = now;
+    }
+}
+
+impl Account {
+    /// Records the pending queue delays into the shared histograms now.
+    fn publish_delays(&mut self) {
+        let mut published = lock(&self.shared.published);
+        record_delays(&mut published.delays, &mut self.delays);
+    }
+}
+
+/// Records each class's pending delays into its shared histogram and
+/// empties the lists.
+fn record_delays(shared: &mut [Histogram<u64>], pending: &mut [Vec<u64>]) {
+    for (histogram, delays) in shared.iter_mut().zip(pending) {
+        for delay in delays.drain(..) {
+            histogram.saturating_record(delay.clamp(1, DELAY_MAX_NS));
+        }
     }
 }
