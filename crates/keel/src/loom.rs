@@ -1,9 +1,12 @@
-//! The one door through which keel reaches synchronisation primitives.
+//! The door through which keel's modelled code reaches synchronisation
+//! primitives.
 //!
-//! Every atomic, lock and condition variable keel uses comes from here: `std` in normal builds, [`loom`] when the crate is
-//! built with `--cfg loom`. Loom then explores every interleaving of the
-//! park/unpark and notification protocols in `sched::{park, idle}`, which
-//! are written against these names only.
+//! Every atomic, lock and condition variable of the scheduler, the timers
+//! and the accounting comes from here: `std` in normal builds, [`loom`]
+//! when the crate is built with `--cfg loom`. Loom then explores every
+//! interleaving of the park/unpark and notification protocols in
+//! `sched::{park, idle}`, which are written against these names only. The
+//! reactor (`io`) is not modelled and uses `std` directly.
 //!
 //! [`loom`]: https://docs.rs/loom
 

@@ -51,3 +51,18 @@ pub(crate) mod source;
 
 pub use futures_io::{AsyncRead, AsyncWrite};
 pub use futures_util::io::{AsyncReadExt, AsyncWriteExt};
+
+use std::sync::{Mutex, MutexGuard};
+
+/// Locks one of the reactor's `std` mutexes, ignoring poison.
+///
+/// The reactor is not modelled under loom, so it uses `std` locks rather
+/// than [`crate::loom`]'s. Its locks guard the slab of registrations, the
+/// poller and each source's waker lists; none is left half-changed by a
+/// panic (wakers are woken outside them, and a waker's clone or drop
+/// cannot break a list), so a poisoned lock carries no broken invariant.
+pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}

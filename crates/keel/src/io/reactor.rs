@@ -46,6 +46,7 @@ use mio::event::Source;
 use mio::{Events, Interest, Poll, Registry, Token};
 use slab::Slab;
 
+use super::lock;
 use super::readiness::{Event, ScheduledIo};
 
 /// The token of the reactor's own waker.
@@ -239,12 +240,4 @@ impl Reactor {
         }
         count
     }
-}
-
-/// Locks `mutex`, ignoring poison: the reactor's state stays consistent
-/// across a panic in a waker (wakers run outside its locks).
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }

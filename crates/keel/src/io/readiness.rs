@@ -43,6 +43,8 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
+
+use super::lock;
 use std::task::{Context, Poll, Waker};
 
 /// Readiness bits.
@@ -221,10 +223,7 @@ impl ScheduledIo {
             Direction::Read => &self.readers,
             Direction::Write => &self.writers,
         };
-        // A waker's clone or drop cannot leave the list half-changed.
-        waiters
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        lock(waiters)
     }
 
     /// Wakes every waiter (the source is going away).

@@ -31,8 +31,8 @@
 //!    more. Fire due timers if the earliest one may be due. Go to 1.
 //! 5. **Search, spin.** Nothing was found: poll the reactor without
 //!    blocking if this worker has not for `io_interval`, then become a
-//!    searcher (notifiers then leave the next wake to us). Spin for the policy's duration, watching every queue; if work
-//!    appears, go to 1.
+//!    searcher (notifiers then leave the next wake to us). Spin for the
+//!    policy's duration, watching every queue; if work appears, go to 1.
 //! 6. **Park.** Flush charges and publish the accounts, register as parked,
 //!    re-check the queues if we were the last searcher (see
 //!    [`idle`](super::idle)). Then sleep until notified: blocked in
@@ -40,9 +40,8 @@
 //!    parker otherwise, looking every [`REACTOR_CHECK_NS`] whether the
 //!    reactor was left without a blocker; and until the earliest timer if
 //!    no other parked worker watches it (see [`time`](crate::time)).
-//!    Whatever wakes the
-//!    worker, it leaves the sleepers, wakes the tasks of IO events, fires
-//!    due timers and goes to 1.
+//!    Whatever wakes the worker, it leaves the sleepers, wakes the tasks of
+//!    IO events, fires due timers and goes to 1.
 //!
 //! Every transition switches the accounting state at a timestamp the step
 //! takes anyway, so accounting costs two clock reads per poll.
@@ -190,9 +189,7 @@ impl Worker {
             // hops of a message exchange would pay a system call per hop;
             // a spinning worker finds the rest when it parks.)
             let now = self.shared.clock.now();
-            if now.saturating_sub(self.last_io) >= self.shared.config.io_interval
-                && self.poll_io(Some(now))
-            {
+            if self.io_interval_passed(now) && self.poll_io(Some(now)) {
                 continue;
             }
             self.enter_searching();
@@ -355,18 +352,14 @@ impl Worker {
         }));
         context::set_class(None);
 
-        self.local.budget_ops.set(u32::MAX);
-        self.local.budget_deadline.set(u64::MAX);
+        coop::clear(&self.local);
 
         let end = self.shared.clock.now();
         self.charge(class.index(), end.saturating_sub(start), end);
         self.account.switch(State::Search, end);
         self.account.maybe_publish(end);
         self.polls_since_io += 1;
-        let config = &self.shared.config;
-        if self.polls_since_io >= config.io_every
-            || end.saturating_sub(self.last_io) >= config.io_interval
-        {
+        if self.polls_since_io >= self.shared.config.io_every || self.io_interval_passed(end) {
             self.poll_io(Some(end));
         }
         if self.shared.timers.may_be_due(end) {
@@ -374,7 +367,13 @@ impl Worker {
         }
     }
 
-    /// Polls the reactor without blocking, unless a parked worker is
+    /// Whether `io_interval` has passed since this worker last polled the
+    /// reactor.
+    fn io_interval_passed(&self, now: u64) -> bool {
+        now.saturating_sub(self.last_io) >= self.shared.config.io_interval
+    }
+
+    /// Step 4: polls the reactor without blocking, unless a parked worker is
     /// blocked in it or another worker is polling it, and queues the tasks
     /// its events wake. `now` is the current time if the caller has it.
     /// Returns whether any task was woken.
@@ -402,9 +401,9 @@ impl Worker {
     /// Fires due timers, accounted as timer time from `now`.
     fn fire_timers(&mut self, now: u64) {
         self.account.switch(State::Timers, now);
-        self.local.dispatching.set(true);
-        self.shared.timers.fire_due();
-        self.local.dispatching.set(false);
+        dispatching(&self.local, || {
+            self.shared.timers.fire_due();
+        });
         self.account.switch(State::Search, self.shared.clock.now());
     }
 
@@ -444,7 +443,7 @@ impl Worker {
         }
     }
 
-    /// Step 4: busy-waits for work under the spin policy. Returns `true` if
+    /// Step 5: busy-waits for work under the spin policy. Returns `true` if
     /// work (or a stop request) appeared.
     fn spin(&mut self) -> bool {
         let limit = u64::try_from(self.shared.config.spin.as_nanos()).unwrap_or(u64::MAX);
@@ -469,7 +468,7 @@ impl Worker {
         found
     }
 
-    /// Step 5: sleeps until notified, or until the earliest timer if this
+    /// Step 6: sleeps until notified, or until the earliest timer if this
     /// worker watches it (see the module docs of `idle` and `time`).
     fn park(&mut self) {
         let now = self.shared.clock.now();
@@ -607,11 +606,19 @@ fn wake_collected(local: &Local, woken: &mut Vec<Waker>) {
     if woken.is_empty() {
         return;
     }
+    dispatching(local, || {
+        for waker in woken.drain(..) {
+            // A waker is keel's or a foreign runtime's; a panic in a
+            // foreign one must not end the worker.
+            let _ = catch_unwind(AssertUnwindSafe(|| waker.wake()));
+        }
+    });
+}
+
+/// Runs `wake` with `local`'s dispatching flag set, so the tasks it wakes
+/// (events of the reactor or the timers) go to the events lanes.
+fn dispatching(local: &Local, wake: impl FnOnce()) {
     local.dispatching.set(true);
-    for waker in woken.drain(..) {
-        // A waker is keel's or a foreign runtime's; a panic in a foreign
-        // one must not end the worker.
-        let _ = catch_unwind(AssertUnwindSafe(|| waker.wake()));
-    }
+    wake();
     local.dispatching.set(false);
 }

@@ -36,6 +36,13 @@ pub(crate) fn reset(local: &Local, start: u64) {
         .set(start.saturating_add(config.task_quota));
 }
 
+/// Lifts the budget once the poll has ended: what runs on the worker
+/// between polls (waking the tasks of IO events) is not a task's poll.
+pub(crate) fn clear(local: &Local) {
+    local.budget_ops.set(u32::MAX);
+    local.budget_deadline.set(u64::MAX);
+}
+
 /// `Ready` if the current poll may perform one more IO operation;
 /// otherwise wakes the task (so it runs again soon) and returns `Pending`.
 pub(crate) fn poll_proceed(cx: &mut Context<'_>) -> Poll<()> {
