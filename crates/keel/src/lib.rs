@@ -26,6 +26,8 @@
 //! - `task`: tasks on `async-task`, [`JoinHandle`], [`yield_now`].
 //! - [`stats`]: per-worker state accounting and snapshots.
 //! - [`time`]: `sleep`, `timeout`, `interval` on a timer wheel.
+//! - [`wal`]: a group-commit log, [`wal::Log`], that acknowledges only
+//!   durable records.
 
 #![warn(missing_docs)]
 #![deny(unsafe_op_in_unsafe_fn)]
@@ -38,6 +40,8 @@ pub(crate) mod sched;
 pub mod stats;
 pub(crate) mod task;
 pub mod time;
+#[cfg(unix)]
+pub mod wal;
 
 pub use runtime::{Builder, Handle, Runtime, SpinPolicy};
 pub use sched::{Class, MAX_CLASSES};

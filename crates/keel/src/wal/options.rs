@@ -1,0 +1,131 @@
+//! [`Options`]: the knobs of a [`Log`](super::Log), with their defaults.
+
+use std::io;
+use std::time::Duration;
+
+use super::format::{FORMAT_MAX_RECORD, HEADER_LEN};
+
+/// Default [`Options::segment_size`]: 64 MiB.
+pub const DEFAULT_SEGMENT_SIZE: u64 = 64 * 1024 * 1024;
+
+/// Default [`Options::commit_delay`]: zero, so the writer never waits for
+/// more records before it writes.
+pub const DEFAULT_COMMIT_DELAY: Duration = Duration::ZERO;
+
+/// Default [`Options::max_record`]: 16 MiB.
+pub const DEFAULT_MAX_RECORD: usize = 16 * 1024 * 1024;
+
+/// How a [`Log`](super::Log) is opened and how it batches.
+///
+/// Every setter consumes and returns the options, so they chain:
+///
+/// ```
+/// use std::time::Duration;
+/// use keel::wal::Options;
+///
+/// let opts = Options::default()
+///     .segment_size(8 << 20)
+///     .commit_delay(Duration::from_micros(200))
+///     .max_record(64 * 1024);
+/// # drop(opts);
+/// ```
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub(crate) segment_size: u64,
+    pub(crate) commit_delay: Duration,
+    pub(crate) max_record: usize,
+    pub(crate) max_batch_bytes: Option<usize>,
+}
+
+impl Default for Options {
+    fn default() -> Options {
+        Options {
+            segment_size: DEFAULT_SEGMENT_SIZE,
+            commit_delay: DEFAULT_COMMIT_DELAY,
+            max_record: DEFAULT_MAX_RECORD,
+            max_batch_bytes: None,
+        }
+    }
+}
+
+impl Options {
+    /// The size, in bytes, past which the log starts a new segment file.
+    /// Default: [`DEFAULT_SEGMENT_SIZE`] (64 MiB).
+    ///
+    /// A batch that would take the current segment past this size goes to
+    /// a new segment instead, so segments stay at most this large, unless
+    /// one record alone is larger (it then fills a segment by itself).
+    /// Smaller segments cost a file creation and a directory sync more
+    /// often; larger ones make each file bigger to copy or archive.
+    pub fn segment_size(mut self, bytes: u64) -> Options {
+        self.segment_size = bytes;
+        self
+    }
+
+    /// How long the writer waits for more records after the first one of a
+    /// batch arrives, before it writes the batch. Default:
+    /// [`DEFAULT_COMMIT_DELAY`] (zero: no waiting).
+    ///
+    /// Group commit needs no delay to work: the records that arrive while a
+    /// batch is being synced form the next batch. A delay helps only when
+    /// appends trickle in one at a time and an `fdatasync` per record costs
+    /// more than the wait; it adds up to this much latency to every append.
+    /// The wait ends early once the pending records fill a batch (see
+    /// [`max_batch_bytes`](Options::max_batch_bytes)) or the log closes.
+    pub fn commit_delay(mut self, delay: Duration) -> Options {
+        self.commit_delay = delay;
+        self
+    }
+
+    /// The largest record, in bytes, that [`Log::append`] accepts; larger
+    /// ones fail at once with [`io::ErrorKind::InvalidInput`]. Default:
+    /// [`DEFAULT_MAX_RECORD`] (16 MiB). At most `u32::MAX`, the largest
+    /// length the format can store.
+    ///
+    /// Open a log with a `max_record` at least as large as any record it
+    /// already holds: a valid record over the limit makes
+    /// [`Log::open`] fail rather than guess whether it is garbage.
+    ///
+    /// [`Log::append`]: super::Log::append
+    /// [`Log::open`]: super::Log::open
+    pub fn max_record(mut self, bytes: usize) -> Options {
+        self.max_record = bytes;
+        self
+    }
+
+    /// The most bytes (records and their 8-byte frames) the writer puts in
+    /// one batch, that is in one write and one `fdatasync`. Default: no
+    /// limit of its own, only the segment size (a batch never holds more
+    /// than fits in an empty segment).
+    ///
+    /// A batch always takes at least one record, however large. A smaller
+    /// limit shortens the time the first record of a big batch waits for
+    /// the last one to be written, at the cost of more `fdatasync` calls.
+    pub fn max_batch_bytes(mut self, bytes: usize) -> Options {
+        self.max_batch_bytes = Some(bytes);
+        self
+    }
+
+    /// Checks the options before a log is opened with them.
+    pub(crate) fn validate(&self) -> io::Result<()> {
+        if self.max_record > FORMAT_MAX_RECORD {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "wal: max_record of {} bytes is over the format's limit of {FORMAT_MAX_RECORD}",
+                    self.max_record
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The most bytes the writer takes into one batch (at least one record
+    /// is always taken): [`max_batch_bytes`](Options::max_batch_bytes), and
+    /// never more than the records an empty segment has room for.
+    pub(crate) fn batch_limit(&self) -> usize {
+        let room = self.segment_size.saturating_sub(HEADER_LEN);
+        let room = usize::try_from(room).unwrap_or(usize::MAX);
+        self.max_batch_bytes.unwrap_or(usize::MAX).min(room)
+    }
+}

@@ -1,0 +1,244 @@
+//! Unit tests of the writer against a disk that fails on demand
+//! (`disk::FaultyDisk`), polled by a minimal executor of their own: the
+//! futures need no runtime.
+
+use std::error::Error;
+use std::future::Future;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::pin::pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Wake, Waker};
+use std::thread::{self, Thread};
+
+use super::disk::{Faults, FaultyDisk};
+use super::format::{segment_name, FRAME_LEN, HEADER_LEN};
+use super::{lock, Log, Options};
+
+/// Runs `future` to completion on this thread, parking between polls.
+fn block_on<F: Future>(future: F) -> F::Output {
+    struct Unpark(Thread);
+    impl Wake for Unpark {
+        fn wake(self: Arc<Self>) {
+            self.0.unpark();
+        }
+    }
+    let waker = Waker::from(Arc::new(Unpark(thread::current())));
+    let mut cx = Context::from_waker(&waker);
+    let mut future = pin!(future);
+    loop {
+        if let Poll::Ready(out) = future.as_mut().poll(&mut cx) {
+            return out;
+        }
+        thread::park();
+    }
+}
+
+/// A fresh directory under the system's temporary directory, removed on
+/// drop.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(name: &str) -> TempDir {
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let path =
+            std::env::temp_dir().join(format!("keel-wal-unit-{name}-{}-{n}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&path);
+        TempDir(path)
+    }
+
+    fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A log in `dir` whose writer uses a faulty disk, and that disk's faults.
+fn faulty_log(dir: &Path, opts: Options) -> (Log, Arc<Mutex<Faults>>) {
+    let (disk, faults) = FaultyDisk::new();
+    let log = Log::open_with(dir, opts, Box::new(disk)).expect("log opens");
+    (log, faults)
+}
+
+/// Every record the log holds, as (LSN, data).
+fn contents(log: &Log) -> Vec<(u64, Vec<u8>)> {
+    log.iter()
+        .expect("iter")
+        .map(|r| r.map(|r| (r.lsn.get(), r.data)).expect("record reads"))
+        .collect()
+}
+
+fn os_cause(error: &io::Error) -> Option<i32> {
+    error
+        .source()
+        .and_then(|s| s.downcast_ref::<io::Error>())
+        .and_then(|e| e.raw_os_error())
+}
+
+fn first_segment_len(dir: &Path) -> u64 {
+    std::fs::metadata(dir.join(segment_name(1)))
+        .expect("segment exists")
+        .len()
+}
+
+#[test]
+fn a_write_error_fails_its_batch_and_the_log_goes_on() {
+    let dir = TempDir::new("write-error");
+    let (log, faults) = faulty_log(dir.path(), Options::default());
+    assert_eq!(block_on(log.append(b"a")).unwrap().get(), 1);
+
+    lock(&faults).fail_writes = 1;
+    let error = block_on(log.append(b"b")).expect_err("the write fails");
+    assert_eq!(error.kind(), io::ErrorKind::StorageFull);
+    assert_eq!(os_cause(&error), Some(libc::ENOSPC), "{error}");
+    let text = error.to_string();
+    assert!(text.contains("writing 1 records"), "{text}");
+    assert!(!text.contains("closed"), "{text}");
+
+    assert_eq!(block_on(log.append(b"c")).unwrap().get(), 2);
+    assert_eq!(contents(&log), [(1, b"a".to_vec()), (2, b"c".to_vec())]);
+    let stats = log.stats();
+    assert_eq!((stats.appends, stats.failed_appends), (2, 1));
+    log.close().expect("closes cleanly");
+
+    let log = Log::open(dir.path(), Options::default()).unwrap();
+    assert!(log.recovery().is_clean(), "{:?}", log.recovery());
+    assert_eq!(contents(&log), [(1, b"a".to_vec()), (2, b"c".to_vec())]);
+}
+
+#[test]
+fn a_torn_write_is_cut_back_to_the_durable_length() {
+    let dir = TempDir::new("torn-write");
+    let (log, faults) = faulty_log(dir.path(), Options::default());
+    block_on(log.append(b"a")).unwrap();
+    let durable = HEADER_LEN + (FRAME_LEN + 1) as u64;
+    assert_eq!(first_segment_len(dir.path()), durable);
+
+    {
+        let mut faults = lock(&faults);
+        faults.fail_writes = 1;
+        faults.torn_writes = true;
+    }
+    block_on(log.append(&[7u8; 4000])).expect_err("the write fails");
+    assert_eq!(lock(&faults).truncates, 1);
+    // Half of the record reached the file and was cut off again.
+    assert_eq!(first_segment_len(dir.path()), durable);
+
+    assert_eq!(block_on(log.append(b"c")).unwrap().get(), 2);
+    log.close().unwrap();
+    let log = Log::open(dir.path(), Options::default()).unwrap();
+    assert!(log.recovery().is_clean(), "{:?}", log.recovery());
+    assert_eq!(contents(&log), [(1, b"a".to_vec()), (2, b"c".to_vec())]);
+}
+
+#[test]
+fn a_sync_error_closes_the_log() {
+    let dir = TempDir::new("sync-error");
+    let (log, faults) = faulty_log(dir.path(), Options::default());
+    assert_eq!(block_on(log.append(b"a")).unwrap().get(), 1);
+
+    lock(&faults).fail_syncs = 1;
+    // Queued together: the first batch fails its sync, and whatever was
+    // still pending fails with it. None may succeed.
+    let appends: Vec<_> = (0..50u8).map(|i| log.append(&[i])).collect();
+    for append in appends {
+        let error = block_on(append).expect_err("no append survives a failed sync");
+        let text = error.to_string();
+        assert!(text.contains("log closed after an IO error"), "{text}");
+        assert!(text.contains("fdatasync"), "{text}");
+        assert_eq!(os_cause(&error), Some(libc::EIO), "{text}");
+    }
+    let later = block_on(log.append(b"later")).expect_err("the log is closed");
+    assert!(
+        later.to_string().contains("log closed after an IO error"),
+        "{later}"
+    );
+    assert_eq!(log.stats().failed_appends, 51);
+    assert_eq!(log.stats().last_lsn.map(|l| l.get()), Some(1));
+
+    let closed = log.close().expect_err("close reports the error");
+    assert!(closed.to_string().contains("fdatasync"), "{closed}");
+    // The directory is free again, and the acknowledged record is there.
+    let log = Log::open(dir.path(), Options::default()).unwrap();
+    assert_eq!(contents(&log)[0], (1, b"a".to_vec()));
+}
+
+#[test]
+fn a_failed_truncate_after_a_failed_write_closes_the_log() {
+    let dir = TempDir::new("truncate-error");
+    let (log, faults) = faulty_log(dir.path(), Options::default());
+    block_on(log.append(b"a")).unwrap();
+    {
+        let mut faults = lock(&faults);
+        faults.fail_writes = 1;
+        faults.torn_writes = true;
+        faults.fail_truncates = 1;
+    }
+    let error = block_on(log.append(&[1u8; 100])).expect_err("the write fails");
+    let text = error.to_string();
+    assert!(text.contains("log closed after an IO error"), "{text}");
+    assert!(text.contains("truncating"), "{text}");
+    block_on(log.append(b"c")).expect_err("the log is closed");
+    assert!(log.close().is_err());
+}
+
+#[test]
+fn a_failed_segment_creation_fails_its_batch_and_the_log_goes_on() {
+    let dir = TempDir::new("create-error");
+    let opts = || Options::default().segment_size(HEADER_LEN + 2 * (FRAME_LEN as u64 + 10));
+    let (log, faults) = faulty_log(dir.path(), opts());
+    for _ in 0..2 {
+        block_on(log.append(&[1; 10])).unwrap();
+    }
+    assert_eq!(log.stats().segments, 1);
+
+    lock(&faults).fail_creates = 1;
+    let error = block_on(log.append(&[2; 10])).expect_err("no room and no new segment");
+    assert!(error.to_string().contains("creating segment"), "{error}");
+    assert_eq!(log.stats().segments, 1);
+
+    assert_eq!(block_on(log.append(&[3; 10])).unwrap().get(), 3);
+    assert_eq!(log.stats().segments, 2);
+    log.close().unwrap();
+
+    let log = Log::open(dir.path(), opts()).unwrap();
+    assert!(log.recovery().is_clean());
+    let data: Vec<_> = contents(&log).into_iter().map(|(_, d)| d[0]).collect();
+    assert_eq!(data, [1, 1, 3]);
+}
+
+#[test]
+fn max_batch_bytes_bounds_every_batch() {
+    let dir = TempDir::new("batch-limit");
+    let (log, faults) = faulty_log(dir.path(), Options::default().max_batch_bytes(1));
+    let appends: Vec<_> = (0..20u8).map(|i| log.append(&[i; 16])).collect();
+    for (i, append) in appends.into_iter().enumerate() {
+        assert_eq!(block_on(append).unwrap().get(), i as u64 + 1);
+    }
+    // A batch takes at least one record, and here no more.
+    assert_eq!(log.stats().batches, 20);
+    // The first segment's header, then one write per batch.
+    assert_eq!(lock(&faults).writes, 1 + 20);
+}
+
+#[test]
+fn an_append_polled_after_completion_errs_instead_of_panicking() {
+    let dir = TempDir::new("poll-after");
+    let log = Log::open(dir.path(), Options::default()).unwrap();
+    let waker = Waker::noop();
+    let mut cx = Context::from_waker(waker);
+    let mut append = pin!(log.append(b"x"));
+    let lsn = block_on(append.as_mut()).unwrap();
+    assert_eq!(lsn.get(), 1);
+    match append.as_mut().poll(&mut cx) {
+        Poll::Ready(Err(e)) => assert!(e.to_string().contains("polled after"), "{e}"),
+        other => panic!("expected an error, got {other:?}"),
+    }
+}

@@ -1,0 +1,297 @@
+//! The writer thread: takes every pending record at once, writes them with
+//! one `pwrite`, syncs them with one `fdatasync`, and only then gives them
+//! LSNs and completes their futures.
+//!
+//! # One batch, step by step
+//!
+//! 1. Take the batch (see [`Shared::next_batch`]).
+//! 2. If the batch would take a non-empty segment past `segment_size`,
+//!    start a new segment: create the file, write its header, `fsync` it,
+//!    `fsync` the directory. The old segment needs no sync of its own:
+//!    every batch in it ended with an `fdatasync`, which also made its
+//!    length durable.
+//! 3. Write the whole batch at the segment's durable length.
+//! 4. `fdatasync` the segment.
+//! 5. Publish: the segment's new durable length (for `Log::iter`), the
+//!    counters, then the LSNs to the futures, in queue order.
+//!
+//! # When a step fails
+//!
+//! - Step 2, creating or writing the new file: the batch fails, the
+//!   half-made file is removed, and the log goes on in the old segment.
+//! - Step 3: the batch fails. Whatever part of it reached the file is cut
+//!   off again (`ftruncate` to the durable length, then `fsync`), so no
+//!   later record lands behind bytes that were never acknowledged, and the
+//!   log goes on.
+//! - Any `fsync` or `fdatasync`, the `ftruncate` of step 3, or removing the
+//!   half-made file of step 2: the log closes. After a failed sync Linux
+//!   may have dropped the dirty pages and cleared the error, so a retry
+//!   could "succeed" without the data ever reaching the disk; and a file
+//!   that could not be cut back holds bytes that recovery would read as
+//!   records. Going on could acknowledge records that are not durable, so
+//!   every pending and later append fails instead.
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::append::Pending;
+use super::dirlock::DirLock;
+use super::disk::Disk;
+use super::error::Failure;
+use super::format::{segment_name, SegmentHeader, HEADER_LEN};
+use super::shared::{SegmentSpan, Shared};
+use super::{lock, Lsn};
+
+/// The capacity of the write buffer kept between batches: enough for the
+/// batches of a busy log of small records, small enough not to matter.
+const KEEP_BUFFER: usize = 1 << 20;
+
+/// The writer thread's state. Only the writer thread touches it.
+pub(crate) struct Writer {
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) disk: Box<dyn Disk>,
+    pub(crate) dir: PathBuf,
+    /// The segment records are appended to.
+    pub(crate) segment: Current,
+    /// The LSN the next durable record gets.
+    pub(crate) next_lsn: u64,
+    pub(crate) segment_size: u64,
+    pub(crate) commit_delay: Duration,
+    /// Held while the writer runs: the lock on the log's directory.
+    pub(crate) _dir_lock: DirLock,
+}
+
+/// The segment being written.
+pub(crate) struct Current {
+    file: File,
+    path: PathBuf,
+    first_lsn: u64,
+    /// Durable length: header and synced records.
+    len: u64,
+    /// Records in the durable length.
+    records: u64,
+}
+
+/// How a step of a batch failed.
+pub(crate) enum StepError {
+    /// The batch failed; the log goes on.
+    Recoverable(Failure),
+    /// The log must close.
+    Fatal(Failure),
+}
+
+impl StepError {
+    /// The failure, whichever kind.
+    pub(crate) fn into_failure(self) -> Failure {
+        match self {
+            StepError::Recoverable(failure) | StepError::Fatal(failure) => failure,
+        }
+    }
+}
+
+impl Current {
+    /// Continues the durable segment `span` (found by recovery).
+    pub(crate) fn open(disk: &mut dyn Disk, span: &SegmentSpan) -> std::io::Result<Current> {
+        let file = disk
+            .open(&span.path)
+            .map_err(|e| super::error::context("opening", &span.path, e))?;
+        Ok(Current {
+            file,
+            path: span.path.clone(),
+            first_lsn: span.first_lsn,
+            len: span.len,
+            records: span.records,
+        })
+    }
+
+    /// Creates a segment in `dir` whose first record will be `first_lsn`,
+    /// and makes it durable: header written and synced, directory synced.
+    pub(crate) fn create(
+        disk: &mut dyn Disk,
+        dir: &Path,
+        first_lsn: u64,
+    ) -> Result<Current, StepError> {
+        let path = dir.join(segment_name(first_lsn));
+        let file = disk.create(&path).map_err(|e| {
+            StepError::Recoverable(Failure::new(
+                format!("creating segment {} failed", path.display()),
+                e,
+            ))
+        })?;
+        let header = SegmentHeader { first_lsn }.encode();
+        if let Err(e) = disk.write_all_at(&file, &header, 0) {
+            let failure = Failure::new(
+                format!("writing the header of segment {} failed", path.display()),
+                e,
+            );
+            return Err(match disk.remove(&path) {
+                Ok(()) => StepError::Recoverable(failure),
+                Err(e) => StepError::Fatal(Failure::new(
+                    format!("{failure}; then removing the segment failed"),
+                    e,
+                )),
+            });
+        }
+        disk.sync_all(&file).map_err(|e| {
+            StepError::Fatal(Failure::new(
+                format!("fsync of new segment {} failed", path.display()),
+                e,
+            ))
+        })?;
+        disk.sync_dir(dir).map_err(|e| {
+            StepError::Fatal(Failure::new(
+                format!(
+                    "fsync of directory {} after creating segment {} failed",
+                    dir.display(),
+                    path.display()
+                ),
+                e,
+            ))
+        })?;
+        Ok(Current {
+            file,
+            path,
+            first_lsn,
+            len: HEADER_LEN,
+            records: 0,
+        })
+    }
+
+    /// What is durable in this segment.
+    pub(crate) fn span(&self) -> SegmentSpan {
+        SegmentSpan {
+            path: self.path.clone(),
+            first_lsn: self.first_lsn,
+            len: self.len,
+            records: self.records,
+        }
+    }
+}
+
+impl Writer {
+    /// The thread's body: batches until the log is closed and drained, or
+    /// a fatal error closes it.
+    pub(crate) fn run(mut self) {
+        let mut batch = Vec::new();
+        let mut buf = Vec::new();
+        while self.shared.next_batch(self.commit_delay, &mut batch) {
+            if let Err(fatal) = self.commit(&mut batch, &mut buf) {
+                self.shared.close_by_error(fatal);
+                break;
+            }
+            // One huge batch should not pin its buffer for the log's life.
+            buf.clear();
+            buf.shrink_to(KEEP_BUFFER);
+        }
+        // `_dir_lock` is released when `self` drops, after the last write.
+    }
+
+    /// Writes and syncs `batch`, then completes it (with LSNs or errors),
+    /// leaving it empty. `buf` is scratch space for the bytes written.
+    /// Returns the failure that must close the log, if any.
+    fn commit(&mut self, batch: &mut Vec<Pending>, buf: &mut Vec<u8>) -> Result<(), Failure> {
+        let bytes: u64 = batch.iter().map(|r| r.framed.len() as u64).sum();
+        let full = self.segment.len.saturating_add(bytes) > self.segment_size;
+        if self.segment.len > HEADER_LEN && full {
+            if let Err(error) = self.roll() {
+                return self.fail(batch, error);
+            }
+        }
+        buf.clear();
+        for record in batch.iter() {
+            buf.extend_from_slice(&record.framed);
+        }
+        let offset = self.segment.len;
+        let path = self.segment.path.display();
+        if let Err(cause) = self.disk.write_all_at(&self.segment.file, buf, offset) {
+            let failure = Failure::new(
+                format!(
+                    "writing {} records ({} bytes) to {path} at offset {offset} failed",
+                    batch.len(),
+                    buf.len()
+                ),
+                cause,
+            );
+            let undone = self
+                .disk
+                .set_len(&self.segment.file, offset)
+                .and_then(|()| self.disk.sync_all(&self.segment.file));
+            let error = match undone {
+                Ok(()) => StepError::Recoverable(failure),
+                Err(cause) => StepError::Fatal(Failure::new(
+                    format!("{failure}; then truncating {path} back to {offset} bytes failed"),
+                    cause,
+                )),
+            };
+            return self.fail(batch, error);
+        }
+        if let Err(cause) = self.disk.sync_data(&self.segment.file) {
+            let failure = Failure::new(
+                format!(
+                    "fdatasync of {path} failed after writing {} records at offset {offset}",
+                    batch.len()
+                ),
+                cause,
+            );
+            return self.fail(batch, StepError::Fatal(failure));
+        }
+        self.publish(batch, bytes);
+        Ok(())
+    }
+
+    /// Starts a new segment at the next LSN.
+    fn roll(&mut self) -> Result<(), StepError> {
+        let next = Current::create(&mut *self.disk, &self.dir, self.next_lsn)?;
+        lock(&self.shared.segments).push(next.span());
+        self.segment = next;
+        Ok(())
+    }
+
+    /// The batch of `bytes` bytes is durable: publishes it and gives each
+    /// record its LSN.
+    fn publish(&mut self, batch: &mut Vec<Pending>, bytes: u64) {
+        let count = batch.len() as u64;
+        let data: u64 = batch.iter().map(|r| r.data_len() as u64).sum();
+        self.segment.len += bytes;
+        self.segment.records += count;
+        let first = self.next_lsn;
+        self.next_lsn += count;
+        if let Some(span) = lock(&self.shared.segments).last_mut() {
+            span.len = self.segment.len;
+            span.records = self.segment.records;
+        }
+        let counters = &self.shared.counters;
+        counters.batches.fetch_add(1, Ordering::Relaxed);
+        counters.appends.fetch_add(count, Ordering::Relaxed);
+        counters.bytes.fetch_add(data, Ordering::Relaxed);
+        counters
+            .last_lsn
+            .store(self.next_lsn - 1, Ordering::Release);
+        for (lsn, record) in (first..).zip(batch.drain(..)) {
+            record.complete(Ok(Lsn::from_raw(lsn)));
+        }
+    }
+
+    /// Fails every record of `batch` for `error`; returns the failure if it
+    /// must close the log.
+    fn fail(&self, batch: &mut Vec<Pending>, error: StepError) -> Result<(), Failure> {
+        self.shared.count_failed(batch.len());
+        match error {
+            StepError::Recoverable(failure) => {
+                for record in batch.drain(..) {
+                    record.complete(Err(failure.to_error()));
+                }
+                Ok(())
+            }
+            StepError::Fatal(failure) => {
+                for record in batch.drain(..) {
+                    record.complete(Err(failure.closed_error()));
+                }
+                Err(failure)
+            }
+        }
+    }
+}
