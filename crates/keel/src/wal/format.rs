@@ -22,6 +22,11 @@ pub(crate) const FRAME_LEN: usize = 8;
 /// The largest record the format can hold: its length field is a `u32`.
 pub(crate) const FORMAT_MAX_RECORD: usize = u32::MAX as usize;
 
+/// The largest first LSN a segment header may name: a billion records a
+/// second would take 146 years to get there, so a larger one is damage,
+/// and LSN arithmetic below it cannot overflow.
+pub(crate) const MAX_LSN: u64 = 1 << 62;
+
 /// The extension of segment file names.
 pub(crate) const SEGMENT_EXT: &str = "wal";
 
@@ -47,8 +52,9 @@ pub(crate) enum HeaderError {
     Version(u32),
     /// The header's checksum does not match.
     BadChecksum,
-    /// The header names LSN 0, which no record has.
-    ZeroLsn,
+    /// The header names LSN 0, which no record has, or one over
+    /// [`MAX_LSN`].
+    BadLsn(u64),
 }
 
 impl std::fmt::Display for HeaderError {
@@ -60,7 +66,7 @@ impl std::fmt::Display for HeaderError {
                 write!(f, "segment format version {v} (this build reads {VERSION})")
             }
             HeaderError::BadChecksum => f.write_str("segment header checksum mismatch"),
-            HeaderError::ZeroLsn => f.write_str("segment header names LSN 0"),
+            HeaderError::BadLsn(lsn) => write!(f, "segment header names LSN {lsn}"),
         }
     }
 }
@@ -94,8 +100,8 @@ impl SegmentHeader {
             return Err(HeaderError::Version(version));
         }
         let first_lsn = u64::from_le_bytes(dword(&bytes[16..24]));
-        if first_lsn == 0 {
-            return Err(HeaderError::ZeroLsn);
+        if first_lsn == 0 || first_lsn > MAX_LSN {
+            return Err(HeaderError::BadLsn(first_lsn));
         }
         Ok(SegmentHeader { first_lsn })
     }
@@ -143,7 +149,10 @@ pub(crate) fn parse_segment_name(path: &Path) -> Option<u64> {
         return None;
     }
     // LSN 0 names no record, so no segment starts there.
-    digits.parse().ok().filter(|&lsn| lsn != 0)
+    digits
+        .parse()
+        .ok()
+        .filter(|&lsn| lsn != 0 && lsn <= MAX_LSN)
 }
 
 fn word(bytes: &[u8]) -> [u8; 4] {
@@ -185,7 +194,15 @@ mod tests {
         bad[24..28].copy_from_slice(&crc.to_le_bytes());
         assert_eq!(SegmentHeader::decode(&bad), Err(HeaderError::Version(2)));
         let zero = SegmentHeader { first_lsn: 0 }.encode();
-        assert_eq!(SegmentHeader::decode(&zero), Err(HeaderError::ZeroLsn));
+        assert_eq!(SegmentHeader::decode(&zero), Err(HeaderError::BadLsn(0)));
+        let huge = SegmentHeader {
+            first_lsn: u64::MAX,
+        }
+        .encode();
+        assert_eq!(
+            SegmentHeader::decode(&huge),
+            Err(HeaderError::BadLsn(u64::MAX))
+        );
     }
 
     #[test]
@@ -211,10 +228,10 @@ mod tests {
         let b = segment_name(10);
         assert!(a < b, "{a} sorts before {b}");
         assert_eq!(parse_segment_name(Path::new(&a)), Some(9));
-        assert_eq!(
-            parse_segment_name(Path::new(&segment_name(u64::MAX))),
-            Some(u64::MAX)
-        );
+        let max = segment_name(MAX_LSN);
+        assert_eq!(parse_segment_name(Path::new(&max)), Some(MAX_LSN));
+        let over = segment_name(u64::MAX);
+        assert_eq!(parse_segment_name(Path::new(&over)), None);
         assert_eq!(parse_segment_name(Path::new("LOCK")), None);
         assert_eq!(parse_segment_name(Path::new(&segment_name(0))), None);
         assert_eq!(parse_segment_name(Path::new("1.wal")), None);

@@ -33,7 +33,9 @@ pub const WRITER_THREAD_NAME: &str = "keel-wal";
 /// `Log` is a cheap handle: clones share one log and one writer thread.
 /// The log closes when [`close`](Log::close) is called on any handle, or
 /// when the last handle is dropped; either way the records already
-/// appended are written and synced first.
+/// appended are written and synced first, and the caller blocks until
+/// they are (up to one `fdatasync`). Close or drop the last handle where
+/// blocking is fine, not in the middle of a latency-critical task.
 ///
 /// ```
 /// use keel::wal::{Log, Options};
