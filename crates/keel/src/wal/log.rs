@@ -6,7 +6,7 @@ use std::io;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
-use std::thread::{self, JoinHandle};
+use std::thread::{self, JoinHandle, ThreadId};
 
 use super::append::Append;
 use super::dirlock::DirLock;
@@ -64,6 +64,8 @@ struct Inner {
     /// The writer thread, until it is joined. Held locked while joining, so
     /// a second `close` waits for the first.
     writer: Mutex<Option<JoinHandle<()>>>,
+    /// The writer thread's id, known without the lock.
+    writer_id: ThreadId,
     recovery: Recovery,
     max_record: usize,
     dir: PathBuf,
@@ -149,6 +151,7 @@ impl Log {
         Ok(Log {
             inner: Arc::new(Inner {
                 shared,
+                writer_id: thread.thread().id(),
                 writer: Mutex::new(Some(thread)),
                 recovery: recovered.recovery,
                 max_record: opts.max_record,
@@ -235,16 +238,16 @@ impl Log {
 impl Inner {
     fn shutdown(&self) -> io::Result<()> {
         self.shared.close_by_user();
-        let mut writer = lock(&self.writer);
-        // The writer thread itself cannot wait for its own end: it gets
-        // here only if a waker it woke dropped the last handle, and it
-        // finishes the queue on its own once it returns.
-        let on_writer = writer
-            .as_ref()
-            .is_some_and(|t| t.thread().id() == thread::current().id());
-        if let Some(thread) = writer.take().filter(|_| !on_writer) {
-            if thread.join().is_err() {
-                return Err(io::Error::other("wal: the writer thread panicked"));
+        // The writer thread itself cannot wait for its own end (nor for the
+        // lock a closing thread holds while it waits): it gets here only if
+        // a waker it woke closed the log or dropped the last handle, and it
+        // drains the queue by itself once it returns.
+        if thread::current().id() != self.writer_id {
+            let mut writer = lock(&self.writer);
+            if let Some(thread) = writer.take() {
+                if thread.join().is_err() {
+                    return Err(io::Error::other("wal: the writer thread panicked"));
+                }
             }
         }
         match self.shared.closed() {

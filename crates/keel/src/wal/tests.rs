@@ -242,3 +242,57 @@ fn an_append_polled_after_completion_errs_instead_of_panicking() {
         other => panic!("expected an error, got {other:?}"),
     }
 }
+
+/// A waker that drops the last handle of the log when the writer thread
+/// wakes it: the writer must not wait for itself.
+#[test]
+fn the_last_handle_dropped_by_a_waker_on_the_writer_thread_does_not_hang() {
+    struct DropOnWake {
+        log: Mutex<Option<Log>>,
+        waiter: Thread,
+    }
+    impl Wake for DropOnWake {
+        fn wake(self: Arc<Self>) {
+            drop(lock(&self.log).take());
+            self.waiter.unpark();
+        }
+    }
+
+    let dir = TempDir::new("drop-on-wake");
+    let path = dir.path().to_owned();
+    let (done_tx, done_rx) = std::sync::mpsc::channel();
+    thread::spawn(move || {
+        let log = Log::open(&path, Options::default()).unwrap();
+        let mut append = log.append(b"x");
+        let wake = Arc::new(DropOnWake {
+            log: Mutex::new(Some(log)),
+            waiter: thread::current(),
+        });
+        let waker = Waker::from(wake.clone());
+        let mut cx = Context::from_waker(&waker);
+        let lsn = loop {
+            if let Poll::Ready(out) = std::pin::Pin::new(&mut append).poll(&mut cx) {
+                break out;
+            }
+            thread::park();
+        };
+        let _ = done_tx.send(lsn.map(|l| l.get()).map_err(|e| e.to_string()));
+    });
+    let lsn = done_rx
+        .recv_timeout(std::time::Duration::from_secs(30))
+        .expect("the append completes without a hang");
+    assert_eq!(lsn, Ok(1));
+    // The writer finishes by itself and frees the directory.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let log = loop {
+        match Log::open(dir.path(), Options::default()) {
+            Ok(log) => break log,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                assert!(std::time::Instant::now() < deadline, "never freed");
+                thread::sleep(std::time::Duration::from_millis(5));
+            }
+            Err(e) => panic!("reopen failed: {e}"),
+        }
+    };
+    assert_eq!(contents(&log), [(1, b"x".to_vec())]);
+}
