@@ -28,11 +28,13 @@
 //! - [`time`]: `sleep`, `timeout`, `interval` on a timer wheel.
 //! - [`blocking`]: the pool for blocking closures, [`spawn_blocking`] and
 //!   [`blocking::unblock`].
+//! - [`fs`]: files, on the blocking pool.
 
 #![warn(missing_docs)]
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod blocking;
+pub mod fs;
 pub mod io;
 pub(crate) mod loom;
 pub mod net;

@@ -3,7 +3,7 @@
 //!
 //! A closure that blocks on a worker stalls every task queued behind it,
 //! IO included. The pool runs such closures on threads of their own, so
-//! the workers stay free.
+//! the workers stay free; [`crate::fs`] is built on it.
 //!
 //! ```
 //! let rt = keel::Runtime::new().unwrap();
