@@ -99,7 +99,8 @@ where
 /// [`JoinHandle::abort`] cancels the job if no thread has started it; a
 /// running closure cannot be interrupted. Dropping the handle detaches the
 /// job. Inside `f`, [`Handle::current`] is this runtime, so `f` may spawn
-/// tasks.
+/// tasks; they run in [`Class::NORMAL`] unless spawned with
+/// [`spawn_in`].
 ///
 /// ```
 /// let rt = keel::Runtime::new().unwrap();

@@ -19,6 +19,11 @@ use crate::{Handle, JoinError, JoinHandle};
 /// the closure unrun; dropping it after aborts the job, which cancels it if
 /// no thread has started it yet; a running closure cannot be interrupted
 /// and runs to its end, its output dropped.
+///
+/// The line is strictly first come, first served: a future that waits in
+/// it and is then kept without being polled (say, the losing branch of a
+/// `select` that is not dropped) keeps its place, and the callers behind
+/// it wait until it is polled or dropped. Drop such futures.
 #[must_use = "futures do nothing unless polled; the job is offered to the pool on the first poll"]
 pub struct Unblock<R> {
     handle: Handle,
