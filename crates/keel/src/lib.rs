@@ -28,10 +28,15 @@
 //! - [`time`]: `sleep`, `timeout`, `interval` on a timer wheel.
 //! - [`wal`]: a group-commit log, [`wal::Log`], that acknowledges only
 //!   durable records.
+//! - [`blocking`]: the pool for blocking closures, [`spawn_blocking`] and
+//!   [`blocking::unblock`].
+//! - [`fs`]: files, on the blocking pool.
 
 #![warn(missing_docs)]
 #![deny(unsafe_op_in_unsafe_fn)]
 
+pub mod blocking;
+pub mod fs;
 pub mod io;
 pub(crate) mod loom;
 pub mod net;
@@ -76,6 +81,56 @@ where
     F::Output: Send + 'static,
 {
     Handle::current().spawn_in(class, future)
+}
+
+/// Runs the blocking closure `f` on the current runtime's blocking pool,
+/// off the workers, without ever waiting: the back-pressure contract is
+/// that a full pool refuses the job instead of queueing it without bound.
+///
+/// The handle resolves to `f`'s output, or to a [`JoinError`]:
+///
+/// - [`is_rejected`](JoinError::is_rejected): the pool was full (every one
+///   of [`max_blocking_threads`](Builder::max_blocking_threads) threads
+///   busy and [`blocking_queue`](Builder::blocking_queue) jobs queued), or
+///   no pool thread was alive and none could be started. The handle
+///   resolves at once, `f` is dropped unrun, and the error's message names
+///   the limit or the OS error. Shed the work, retry later, or use
+///   [`blocking::unblock`], which waits for room instead.
+/// - [`is_panic`](JoinError::is_panic): `f` panicked.
+/// - [`is_cancelled`](JoinError::is_cancelled): the job was aborted before
+///   a thread started it, or the runtime shut down first.
+///
+/// [`JoinHandle::abort`] cancels the job if no thread has started it; a
+/// running closure cannot be interrupted. Dropping the handle detaches the
+/// job. Inside `f`, [`Handle::current`] is this runtime, so `f` may spawn
+/// tasks; they run in [`Class::NORMAL`] unless spawned with
+/// [`spawn_in`].
+///
+/// ```
+/// let rt = keel::Runtime::new().unwrap();
+/// rt.block_on(async {
+///     let digest = keel::spawn_blocking(|| {
+///         // Something slow and synchronous.
+///         (0..1_000_000u64).fold(0u64, |h, i| h.rotate_left(5) ^ i)
+///     });
+///     match digest.await {
+///         Ok(digest) => println!("{digest:x}"),
+///         Err(e) if e.is_rejected() => eprintln!("busy, try later: {e}"),
+///         Err(e) => panic!("{e}"),
+///     }
+/// });
+/// ```
+///
+/// # Panics
+///
+/// Outside a keel runtime; use [`Handle::spawn_blocking`] there.
+#[track_caller]
+pub fn spawn_blocking<F, R>(f: F) -> JoinHandle<R>
+where
+    F: FnOnce() -> R + Send + 'static,
+    R: Send + 'static,
+{
+    Handle::current().spawn_blocking(f)
 }
 
 /// The README's examples, compiled and run as doctests.

@@ -1,10 +1,13 @@
 //! Compile-time checks that keel's public types can cross threads: the
-//! runtime, its handle, join handles and errors, stats and the builder's
-//! types are all `Send + Sync` (and `JoinHandle` is `Unpin`, so it can be
-//! polled without pinning). A regression fails to compile; the single test
+//! runtime, its handle, join handles and errors, stats, the builder's
+//! types, the blocking pool's future and files are all `Send + Sync` (and
+//! `JoinHandle` and `Unblock` are `Unpin`, so they can be polled without
+//! pinning). A regression fails to compile; the single test
 //! only makes the file count as a test target.
 
-use keel::stats::{ClassStats, QueueDelay, Stats, WorkerStats};
+use keel::blocking::Unblock;
+use keel::fs::{File, OpenOptions};
+use keel::stats::{BlockingStats, ClassStats, QueueDelay, Stats, WorkerStats};
 use keel::{Builder, Class, Handle, JoinError, JoinHandle, Runtime, SpinPolicy, TaskId, YieldNow};
 
 fn is_send<T: Send>() {}
@@ -31,6 +34,11 @@ fn assert_public_types_are_send_and_sync() {
     is_send_sync::<Builder>();
     is_send_sync::<SpinPolicy>();
     is_send_sync::<YieldNow>();
+    is_send_sync::<BlockingStats>();
+    is_send_sync::<Unblock<i32>>();
+    is_send_sync::<File>();
+    is_send_sync::<OpenOptions>();
+    is_unpin::<Unblock<i32>>();
     is_unpin::<JoinHandle<i32>>();
     // A JoinHandle can be awaited from another thread's future.
     is_send::<JoinHandle<String>>();

@@ -13,13 +13,13 @@
 #[macro_use]
 mod support;
 
-use support::{wait_until, DropFlag, WATCHDOG};
+use support::{block_on_std, drop_within, threads_named, wait_until, DropFlag, WATCHDOG};
 
 use std::future::Future;
-use std::pin::{pin, Pin};
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
 use std::sync::{mpsc, Arc, Mutex};
-use std::task::{Context, Poll, Wake, Waker};
+use std::task::{Context, Poll, Waker};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -28,52 +28,6 @@ use keel::{Class, Handle, JoinHandle, Runtime};
 // ---------------------------------------------------------------------------
 // Helpers
 // ---------------------------------------------------------------------------
-
-/// Drops `rt` on another thread and waits for that to finish, failing the
-/// test if the drop panics or takes longer than [`WATCHDOG`].
-fn drop_within(rt: Runtime) {
-    let (done, dropped) = mpsc::channel();
-    let dropper = thread::spawn(move || {
-        drop(rt);
-        let _ = done.send(());
-    });
-    match dropped.recv_timeout(WATCHDOG) {
-        Ok(()) => dropper.join().expect("dropping the runtime does not panic"),
-        Err(mpsc::RecvTimeoutError::Disconnected) => {
-            let panic = dropper
-                .join()
-                .expect_err("the dropper exited without finishing");
-            std::panic::resume_unwind(panic);
-        }
-        Err(mpsc::RecvTimeoutError::Timeout) => {
-            panic!("dropping the runtime did not finish within {WATCHDOG:?}")
-        }
-    }
-}
-
-/// A minimal executor for the test thread: polls `future` to completion,
-/// parking between wake-ups; fails the test after [`WATCHDOG`]. Used to
-/// await `JoinHandle`s once their runtime is gone.
-fn block_on_std<F: Future>(future: F) -> F::Output {
-    struct Unparker(thread::Thread);
-    impl Wake for Unparker {
-        fn wake(self: Arc<Self>) {
-            self.0.unpark();
-        }
-    }
-    let waker = Waker::from(Arc::new(Unparker(thread::current())));
-    let mut cx = Context::from_waker(&waker);
-    let mut future = pin!(future);
-    let deadline = Instant::now() + WATCHDOG;
-    loop {
-        if let Poll::Ready(output) = future.as_mut().poll(&mut cx) {
-            return output;
-        }
-        let now = Instant::now();
-        assert!(now < deadline, "future still pending after {WATCHDOG:?}");
-        thread::park_timeout(deadline - now);
-    }
-}
 
 /// Asserts that `handle` resolves to a cancelled `JoinError`.
 fn assert_cancelled<T>(handle: JoinHandle<T>) {
@@ -151,16 +105,6 @@ async fn pending_task<K: Send + 'static>(
             keel::yield_now().await;
         },
     }
-}
-
-/// Threads of this process whose name (`comm`, at most 15 bytes) starts
-/// with `prefix`.
-fn threads_named(prefix: &str) -> usize {
-    let tasks = std::fs::read_dir("/proc/self/task").expect("/proc/self/task is readable");
-    tasks
-        .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("comm")).ok())
-        .filter(|comm| comm.trim_end().starts_with(prefix))
-        .count()
 }
 
 // ---------------------------------------------------------------------------

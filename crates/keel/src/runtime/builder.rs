@@ -3,7 +3,7 @@
 use std::io;
 use std::time::Duration;
 
-use super::config::{ClassConfig, Config};
+use super::config::{BlockingConfig, ClassConfig, Config};
 use super::Runtime;
 use crate::sched::{idle::MAX_WORKERS, MAX_CLASSES};
 
@@ -32,6 +32,27 @@ pub const DEFAULT_IO_EVERY: u32 = 61;
 pub const DEFAULT_TASK_QUOTA: Duration = Duration::from_micros(500);
 /// Default [`Builder::task_io_budget`]: 128 IO operations.
 pub const DEFAULT_TASK_IO_BUDGET: u32 = 128;
+
+/// Default [`Builder::max_blocking_threads`]: 64 threads.
+///
+/// Blocking work in a network server is mostly file IO, `fsync` and the odd
+/// library call without an async API. Storage gains little from more than
+/// a few dozen requests in flight (an NVMe queue is saturated well before
+/// that from one process, a disk far sooner), while every thread costs a
+/// stack, a kernel task and a share of the scheduler's attention on cores
+/// the workers need. 64 leaves room for slow calls (name lookups, network
+/// file systems) to overlap on a large machine and still caps what a flood
+/// of jobs can do to one: beyond it, jobs queue.
+pub const DEFAULT_MAX_BLOCKING_THREADS: usize = 64;
+/// Default [`Builder::blocking_queue`]: 1024 jobs.
+///
+/// Behind 64 busy threads, a full queue is 16 jobs' worth of waiting per
+/// thread: deep enough to absorb a burst, shallow enough that a job still
+/// starts within a bounded time and that a stuck device shows up as
+/// refusals instead of as memory growth.
+pub const DEFAULT_BLOCKING_QUEUE: usize = 1024;
+/// Default [`Builder::blocking_keep_alive`]: 10 s.
+pub const DEFAULT_BLOCKING_KEEP_ALIVE: Duration = Duration::from_secs(10);
 
 /// How long an idle worker busy-waits for new work before it parks.
 ///
@@ -96,6 +117,9 @@ pub struct Builder {
     io_every: u32,
     task_quota: Duration,
     task_io_budget: u32,
+    max_blocking_threads: usize,
+    blocking_queue: usize,
+    blocking_keep_alive: Duration,
 }
 
 impl Default for Builder {
@@ -125,6 +149,9 @@ impl Builder {
             io_every: DEFAULT_IO_EVERY,
             task_quota: DEFAULT_TASK_QUOTA,
             task_io_budget: DEFAULT_TASK_IO_BUDGET,
+            max_blocking_threads: DEFAULT_MAX_BLOCKING_THREADS,
+            blocking_queue: DEFAULT_BLOCKING_QUEUE,
+            blocking_keep_alive: DEFAULT_BLOCKING_KEEP_ALIVE,
         }
     }
 
@@ -211,14 +238,89 @@ impl Builder {
         self
     }
 
-    /// Name of the worker threads (suffixed with `-N`). Default `keel-worker`.
+    /// Most threads the blocking pool runs at once. Default
+    /// [64](DEFAULT_MAX_BLOCKING_THREADS); at least 1.
+    ///
+    /// The pool starts threads only when a job finds none idle, so an
+    /// application that never blocks has none. The limit prevents a flood
+    /// of blocking jobs (a slow disk, a burst of `fsync`s) from creating
+    /// hundreds of threads that exhaust memory or the process's thread
+    /// limit and take CPU from the workers; jobs beyond it wait in the
+    /// [queue](Builder::blocking_queue).
+    ///
+    /// ```
+    /// let rt = keel::Runtime::builder().max_blocking_threads(4).build().unwrap();
+    /// let n = rt.block_on(async { keel::spawn_blocking(|| 6 * 7).await.unwrap() });
+    /// assert_eq!(n, 42);
+    /// assert!(rt.stats().blocking.threads <= 4);
+    /// ```
+    pub fn max_blocking_threads(&mut self, threads: usize) -> &mut Builder {
+        self.max_blocking_threads = threads;
+        self
+    }
+
+    /// How many jobs may wait for a pool thread once every thread is busy
+    /// and no more may start. Default [1024](DEFAULT_BLOCKING_QUEUE); 0
+    /// means a job runs only if a thread is free or may start.
+    ///
+    /// Prevents unbounded memory and unbounded waiting: past the queue,
+    /// [`spawn_blocking`](crate::spawn_blocking) refuses the job (its
+    /// [`JoinError::is_rejected`](crate::JoinError::is_rejected)) and
+    /// [`unblock`](crate::blocking::unblock) suspends its caller until
+    /// there is room, which passes the back-pressure to whoever produces
+    /// the work.
+    ///
+    /// ```
+    /// let rt = keel::Runtime::builder()
+    ///     .max_blocking_threads(1)
+    ///     .blocking_queue(0)
+    ///     .build()
+    ///     .unwrap();
+    /// rt.block_on(async {
+    ///     // `unblock` waits for room instead of being refused.
+    ///     let a = keel::blocking::unblock(|| 1);
+    ///     let b = keel::blocking::unblock(|| 2);
+    ///     assert_eq!(a.await.unwrap() + b.await.unwrap(), 3);
+    /// });
+    /// ```
+    pub fn blocking_queue(&mut self, jobs: usize) -> &mut Builder {
+        self.blocking_queue = jobs;
+        self
+    }
+
+    /// How long an idle pool thread waits for a new job before it exits.
+    /// Default [10 s](DEFAULT_BLOCKING_KEEP_ALIVE).
+    ///
+    /// Prevents thread churn: a burst of blocking work that comes and goes
+    /// would otherwise pay a thread creation (tens of microseconds, and a
+    /// fresh stack) per job; once the burst is over, the threads and their
+    /// memory are given back after this long.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    ///
+    /// let rt = keel::Runtime::builder()
+    ///     .blocking_keep_alive(Duration::from_secs(60))
+    ///     .build()
+    ///     .unwrap();
+    /// # drop(rt);
+    /// ```
+    pub fn blocking_keep_alive(&mut self, keep_alive: Duration) -> &mut Builder {
+        self.blocking_keep_alive = keep_alive;
+        self
+    }
+
+    /// Name of the worker threads (suffixed with `-N`), and of the blocking
+    /// pool's threads (suffixed with `-blocking`). Default `keel-worker`.
     pub fn thread_name(&mut self, name: &str) -> &mut Builder {
         self.thread_name = name.to_owned();
         self
     }
 
     /// Stack size of the worker threads in bytes. Default: the platform's
-    /// default for spawned threads (2 MiB on Linux).
+    /// default for spawned threads (2 MiB on Linux). The blocking pool's
+    /// threads keep the platform's default: they run arbitrary synchronous
+    /// code, whose stack needs a worker's setting says nothing about.
     pub fn thread_stack_size(&mut self, bytes: usize) -> &mut Builder {
         self.stack_size = Some(bytes);
         self
@@ -230,7 +332,8 @@ impl Builder {
     ///
     /// `InvalidInput` for zero workers or more than the supported number,
     /// a class with zero shares or an empty name, too many classes, a zero
-    /// `io_every`, or a zero task quota or IO budget; the OS error if the
+    /// `io_every`, a zero task quota or IO budget, or zero
+    /// `max_blocking_threads`; the OS error if the
     /// reactor cannot be created or a worker thread cannot be spawned.
     pub fn build(&mut self) -> io::Result<Runtime> {
         Runtime::start(self.config()?)
@@ -272,6 +375,11 @@ impl Builder {
                 "task_quota and task_io_budget must be greater than zero".to_owned(),
             ));
         }
+        if self.max_blocking_threads == 0 {
+            return Err(invalid(
+                "max_blocking_threads must be at least 1 thread".to_owned(),
+            ));
+        }
         let nanos = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
         Ok(Config {
             workers,
@@ -283,6 +391,12 @@ impl Builder {
             spin: self.spin.duration(),
             thread_name: self.thread_name.clone(),
             stack_size: self.stack_size,
+            blocking: BlockingConfig {
+                max_threads: self.max_blocking_threads,
+                queue: self.blocking_queue,
+                keep_alive: self.blocking_keep_alive,
+                thread_name: format!("{}-blocking", self.thread_name),
+            },
         })
     }
 }

@@ -6,6 +6,7 @@ use std::future::Future;
 use std::sync::Arc;
 
 use super::context;
+use crate::blocking::{self, Unblock};
 use crate::sched::{Class, Shared};
 use crate::stats::{self, Stats};
 use crate::JoinHandle;
@@ -75,6 +76,26 @@ impl Handle {
         self.shared.spawn(class, future)
     }
 
+    /// Runs `f` on this runtime's blocking pool without waiting for room;
+    /// see [`crate::spawn_blocking`].
+    pub fn spawn_blocking<F, R>(&self, f: F) -> JoinHandle<R>
+    where
+        F: FnOnce() -> R + Send + 'static,
+        R: Send + 'static,
+    {
+        blocking::spawn(self, f)
+    }
+
+    /// Runs `f` on this runtime's blocking pool, waiting for room if it is
+    /// full; see [`blocking::unblock`].
+    pub fn unblock<F, R>(&self, f: F) -> Unblock<R>
+    where
+        F: FnOnce() -> R + Send + 'static,
+        R: Send + 'static,
+    {
+        Unblock::new(self.clone(), f)
+    }
+
     /// The class called `name`, if this runtime defines it.
     pub fn class(&self, name: &str) -> Option<Class> {
         self.shared
@@ -96,13 +117,15 @@ impl Handle {
         self.shared.config.workers
     }
 
-    /// Number of tasks spawned and not yet finished.
+    /// Number of tasks spawned and not yet finished. Jobs of the blocking
+    /// pool are not tasks here; see [`Stats::blocking`].
     pub fn live_tasks(&self) -> usize {
         self.shared.registry.len()
     }
 
     /// A snapshot of the runtime's accounting: per worker, where its wall
-    /// time went; per class, CPU time, polls and queue delay.
+    /// time went; per class, CPU time, polls and queue delay; the blocking
+    /// pool's threads, queue and busy time.
     pub fn stats(&self) -> Stats {
         stats::snapshot(&self.shared)
     }

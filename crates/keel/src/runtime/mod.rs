@@ -6,13 +6,22 @@
 //!
 //! 1. The task registry is closed: spawning from now on yields a
 //!    `JoinHandle` that resolves to a cancelled [`JoinError`].
-//! 2. Workers are told to stop and unparked; each finishes the poll it is
+//! 2. The blocking pool is closed: jobs submitted from now on, and jobs
+//!    queued and not yet started, are cancelled (their `JoinHandle`s
+//!    resolve to a cancelled [`JoinError`]); callers of
+//!    [`unblock`](crate::blocking::unblock) waiting for room get an error;
+//!    idle pool threads exit. Closures already running go on.
+//! 3. Workers are told to stop and unparked; each finishes the poll it is
 //!    in (a task that never yields delays shutdown until it does) and
 //!    exits. Their threads are joined.
-//! 3. Every task still alive is woken, which moves it onto a queue, and
+//! 4. Every task still alive is woken, which moves it onto a queue, and
 //!    every queue is drained, dropping each task's future on the thread
 //!    that drops the runtime. This repeats until no task is left, so
 //!    nothing leaks and every `JoinHandle` resolves.
+//! 5. Every pool thread is joined: running closures finish first (a
+//!    closure that never returns delays shutdown forever, as it cannot be
+//!    interrupted). This comes after the drain so that a closure waiting
+//!    for a task's result sees that task dropped instead of waiting for it.
 //!
 //! [`JoinError`]: crate::JoinError
 
@@ -22,9 +31,10 @@ pub(crate) mod context;
 mod handle;
 
 pub use builder::{
-    Builder, SpinPolicy, DEFAULT_BULK_SHARES, DEFAULT_IO_EVERY, DEFAULT_IO_INTERVAL,
-    DEFAULT_NORMAL_SHARES, DEFAULT_TASK_IO_BUDGET, DEFAULT_TASK_QUOTA, DEFAULT_URGENT_SHARES,
-    SPIN_LONG, SPIN_MEDIUM, SPIN_SHORT,
+    Builder, SpinPolicy, DEFAULT_BLOCKING_KEEP_ALIVE, DEFAULT_BLOCKING_QUEUE, DEFAULT_BULK_SHARES,
+    DEFAULT_IO_EVERY, DEFAULT_IO_INTERVAL, DEFAULT_MAX_BLOCKING_THREADS, DEFAULT_NORMAL_SHARES,
+    DEFAULT_TASK_IO_BUDGET, DEFAULT_TASK_QUOTA, DEFAULT_URGENT_SHARES, SPIN_LONG, SPIN_MEDIUM,
+    SPIN_SHORT,
 };
 pub use handle::Handle;
 
@@ -129,6 +139,16 @@ impl Runtime {
         self.handle.spawn_in(class, future)
     }
 
+    /// Runs `f` on the blocking pool without waiting for room; see
+    /// [`crate::spawn_blocking`].
+    pub fn spawn_blocking<F, R>(&self, f: F) -> JoinHandle<R>
+    where
+        F: FnOnce() -> R + Send + 'static,
+        R: Send + 'static,
+    {
+        self.handle.spawn_blocking(f)
+    }
+
     /// A snapshot of the runtime's accounting; see [`Handle::stats`].
     pub fn stats(&self) -> Stats {
         self.handle.stats()
@@ -167,6 +187,7 @@ impl Drop for Runtime {
     fn drop(&mut self) {
         let shared = &self.handle.shared;
         shared.registry.close();
+        shared.blocking.shutdown();
         shared.stop_workers();
         let current = thread::current().id();
         for thread in self.threads.drain(..) {
@@ -177,6 +198,7 @@ impl Drop for Runtime {
         }
         let _enter = context::enter(self.handle.clone());
         shared.drop_all_tasks();
+        shared.blocking.join_threads();
     }
 }
 

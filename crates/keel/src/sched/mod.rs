@@ -59,6 +59,7 @@ use std::sync::Arc;
 use async_task::{ScheduleInfo, WithInfo};
 use crossbeam_deque::{Injector, Steal};
 
+use crate::blocking::pool::Pool;
 use crate::io::reactor::Reactor;
 use crate::loom::lock;
 use crate::loom::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};
@@ -141,6 +142,8 @@ pub(crate) struct Shared {
     pub(crate) timers: TimerDriver,
     /// The epoll instance; see [`crate::io`].
     pub(crate) reactor: Reactor,
+    /// The threads for blocking work; see [`crate::blocking`].
+    pub(crate) blocking: Pool,
     /// Which parked worker watches which timer tick (see `Worker::park`).
     pub(crate) watch: Mutex<Watch>,
     /// Set once, when the runtime is dropped.
@@ -165,7 +168,6 @@ impl Shared {
             .collect();
         let clock = Clock::new();
         let shared = Shared {
-            clock: clock.clone(),
             clocks: ClassClocks::new(config.classes.iter().map(|c| c.shares)),
             injectors: (0..classes).map(|_| Injector::new()).collect(),
             stealers: locals
@@ -178,8 +180,9 @@ impl Shared {
             metrics: (0..config.workers)
                 .map(|_| Arc::new(WorkerMetrics::new(classes)))
                 .collect(),
-            timers: TimerDriver::new(clock),
+            timers: TimerDriver::new(clock.clone()),
             reactor: Reactor::new()?,
+            blocking: Pool::new(&config.blocking, clock.clone()),
             watch: Mutex::new(Watch {
                 worker: None,
                 tick: NEVER,
@@ -187,6 +190,7 @@ impl Shared {
             stopping: AtomicBool::new(false),
             draining: AtomicBool::new(false),
             next_id: AtomicU64::new(1),
+            clock,
             config,
         };
         Ok((Arc::new(shared), locals))
@@ -198,7 +202,7 @@ impl Shared {
         F: Future + Send + 'static,
         F::Output: Send + 'static,
     {
-        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let id = self.next_task_id();
         let meta = TaskMeta::new(TaskId(id), class, self.clock.now());
         let shared = self.clone();
         let schedule = WithInfo(move |runnable: Runnable, info: ScheduleInfo| {
@@ -228,6 +232,11 @@ impl Shared {
                 handle
             }
         }
+    }
+
+    /// A fresh task id (for async tasks and blocking jobs alike).
+    pub(crate) fn next_task_id(&self) -> u64 {
+        self.next_id.fetch_add(1, Ordering::Relaxed)
     }
 
     /// Makes `runnable` runnable (see the module docs).

@@ -2,7 +2,8 @@
 //! and how long tasks wait to run.
 //!
 //! Workers account for themselves (the `account` module); [`Handle::stats`] gathers
-//! what they published into a [`Stats`] snapshot.
+//! what they published into a [`Stats`] snapshot, with the blocking pool's
+//! figures beside them ([`BlockingStats`]).
 //!
 //! [`Handle::stats`]: crate::Handle::stats
 
@@ -10,7 +11,7 @@ pub(crate) mod account;
 pub(crate) mod clock;
 mod snapshot;
 
-pub use snapshot::{ClassStats, QueueDelay, Stats, WorkerStats};
+pub use snapshot::{BlockingStats, ClassStats, QueueDelay, Stats, WorkerStats};
 
 use std::time::Duration;
 
@@ -73,5 +74,6 @@ pub(crate) fn snapshot(shared: &Shared) -> Stats {
         workers,
         classes,
         pending_timers: shared.timers.len(),
+        blocking: shared.blocking.stats(),
     }
 }

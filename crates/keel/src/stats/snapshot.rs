@@ -21,6 +21,38 @@ pub struct Stats {
     pub classes: Vec<ClassStats>,
     /// Timers filed and not yet fired or cancelled.
     pub pending_timers: usize,
+    /// The blocking pool.
+    pub blocking: BlockingStats,
+}
+
+/// The blocking pool's threads, queue and work (see [`crate::blocking`]).
+///
+/// Gauges (`threads`, `idle`, `queued`, `waiting`) are read one by one
+/// while the pool runs, so they need not add up within one snapshot.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BlockingStats {
+    /// Pool threads alive.
+    pub threads: usize,
+    /// Pool threads waiting for a job: the next job goes to one of them
+    /// instead of starting a thread. (A thread between two jobs counts as
+    /// neither idle nor waiting.)
+    pub idle: usize,
+    /// Jobs accepted and not yet started.
+    pub queued: usize,
+    /// Callers of [`unblock`](crate::blocking::unblock) waiting for room.
+    pub waiting: usize,
+    /// Closures that ran to their end (returned or panicked).
+    pub completed: u64,
+    /// Jobs refused: the pool was full, or no thread could be started.
+    pub rejected: u64,
+    /// Wall time pool threads spent running closures, summed over threads;
+    /// a closure's time is added when it ends. Not part of any worker's or
+    /// class's time.
+    pub busy: Duration,
+    /// The configured [`max_blocking_threads`](crate::Builder::max_blocking_threads).
+    pub max_threads: usize,
+    /// The configured [`blocking_queue`](crate::Builder::blocking_queue).
+    pub queue_capacity: usize,
 }
 
 /// Where one worker's wall time went. The states add up to

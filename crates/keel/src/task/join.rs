@@ -12,8 +12,9 @@ use crate::loom::sync::Mutex;
 
 /// An owned permission to await a spawned task's output.
 ///
-/// Awaiting it yields `Ok(output)`, or a [`JoinError`] if the task panicked
-/// or was cancelled (aborted, or dropped by runtime shutdown).
+/// Awaiting it yields `Ok(output)`, or a [`JoinError`] if the task panicked,
+/// was cancelled (aborted, or dropped by runtime shutdown), or, for a job of
+/// [`spawn_blocking`](crate::spawn_blocking), was rejected by a full pool.
 ///
 /// Dropping a `JoinHandle` *detaches* the task: it keeps running and its
 /// output is dropped when it finishes. Use [`JoinHandle::abort`] to stop it.
@@ -133,6 +134,9 @@ enum Repr {
     Cancelled,
     /// Behind a lock only so that `JoinError` is `Sync`.
     Panicked(Mutex<Panic>),
+    /// Refused by the blocking pool; the reason says which limit, or which
+    /// OS error stopped a thread from starting.
+    Rejected(std::io::Error),
 }
 
 impl JoinError {
@@ -147,6 +151,13 @@ impl JoinError {
         JoinError {
             id: None,
             repr: Repr::Panicked(Mutex::new(panic)),
+        }
+    }
+
+    pub(crate) fn rejected(id: TaskId, reason: std::io::Error) -> JoinError {
+        JoinError {
+            id: Some(id),
+            repr: Repr::Rejected(reason),
         }
     }
 
@@ -165,6 +176,14 @@ impl JoinError {
         matches!(self.repr, Repr::Panicked(_))
     }
 
+    /// The blocking pool refused the job, which never ran: its queue was
+    /// full, or no pool thread could be started (see
+    /// [`spawn_blocking`](crate::spawn_blocking)). The error's message
+    /// names the limit or carries the OS error.
+    pub fn is_rejected(&self) -> bool {
+        matches!(self.repr, Repr::Rejected(_))
+    }
+
     /// The id of the task that failed.
     pub fn id(&self) -> Option<TaskId> {
         self.id
@@ -177,7 +196,7 @@ impl JoinError {
             Repr::Panicked(payload) => Ok(payload
                 .into_inner()
                 .unwrap_or_else(|poisoned| poisoned.into_inner())),
-            Repr::Cancelled => Err(self),
+            Repr::Cancelled | Repr::Rejected(_) => Err(self),
         }
     }
 
@@ -202,6 +221,7 @@ impl fmt::Display for JoinError {
         };
         match (&self.repr, self.panic_message()) {
             (Repr::Cancelled, _) => write!(f, "{task} was cancelled"),
+            (Repr::Rejected(reason), _) => write!(f, "{task} was rejected: {reason}"),
             (Repr::Panicked(_), Some(message)) => write!(f, "{task} panicked: {message}"),
             (Repr::Panicked(_), None) => write!(f, "{task} panicked"),
         }
@@ -216,8 +236,14 @@ impl fmt::Debug for JoinError {
 
 impl std::error::Error for JoinError {}
 
+/// A rejected job's error keeps the kind of its reason (`ResourceBusy` for
+/// a full pool, the OS error's kind when no thread could start); every
+/// other `JoinError` becomes `ErrorKind::Other`.
 impl From<JoinError> for std::io::Error {
     fn from(error: JoinError) -> std::io::Error {
-        std::io::Error::other(error)
+        match &error.repr {
+            Repr::Rejected(reason) => std::io::Error::new(reason.kind(), error),
+            _ => std::io::Error::other(error),
+        }
     }
 }

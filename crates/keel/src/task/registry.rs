@@ -50,6 +50,13 @@ impl Entry {
     pub(crate) fn refused() -> Entry {
         Entry { slot: None }
     }
+
+    /// An entry for a task the registry does not track: a job of the
+    /// blocking pool, which shutdown stops through the pool (see
+    /// [`crate::blocking`]), and which is not a live task.
+    pub(crate) fn unregistered() -> Entry {
+        Entry { slot: None }
+    }
 }
 
 impl Drop for Entry {

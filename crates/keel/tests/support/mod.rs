@@ -140,10 +140,11 @@ pub fn run_in_child_process(name: &str) {
 }
 
 use std::future::Future;
-use std::pin::Pin;
+use std::pin::{pin, Pin};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Mutex;
-use std::task::{Context, Poll, Waker};
+use std::sync::{mpsc, Arc, Mutex};
+use std::task::{Context, Poll, Wake, Waker};
+use std::thread;
 use std::time::{Duration, Instant};
 
 /// Busy-loops for `duration` of wall time: a poll that does CPU work.
@@ -244,4 +245,60 @@ impl Drop for DropFlag {
     fn drop(&mut self) {
         self.0.store(true, Ordering::SeqCst);
     }
+}
+
+/// Drops `rt` on another thread and waits for that to finish, failing the
+/// test if the drop panics or takes longer than [`WATCHDOG`].
+pub fn drop_within(rt: Runtime) {
+    let (done, dropped) = mpsc::channel();
+    let dropper = thread::spawn(move || {
+        drop(rt);
+        let _ = done.send(());
+    });
+    match dropped.recv_timeout(WATCHDOG) {
+        Ok(()) => dropper.join().expect("dropping the runtime does not panic"),
+        Err(mpsc::RecvTimeoutError::Disconnected) => {
+            let panic = dropper
+                .join()
+                .expect_err("the dropper exited without finishing");
+            std::panic::resume_unwind(panic);
+        }
+        Err(mpsc::RecvTimeoutError::Timeout) => {
+            panic!("dropping the runtime did not finish within {WATCHDOG:?}")
+        }
+    }
+}
+
+/// A minimal executor for the test thread: polls `future` to completion,
+/// parking between wake-ups; fails the test after [`WATCHDOG`]. Used to
+/// await `JoinHandle`s once their runtime is gone.
+pub fn block_on_std<F: Future>(future: F) -> F::Output {
+    struct Unparker(thread::Thread);
+    impl Wake for Unparker {
+        fn wake(self: Arc<Self>) {
+            self.0.unpark();
+        }
+    }
+    let waker = Waker::from(Arc::new(Unparker(thread::current())));
+    let mut cx = Context::from_waker(&waker);
+    let mut future = pin!(future);
+    let deadline = Instant::now() + WATCHDOG;
+    loop {
+        if let Poll::Ready(output) = future.as_mut().poll(&mut cx) {
+            return output;
+        }
+        let now = Instant::now();
+        assert!(now < deadline, "future still pending after {WATCHDOG:?}");
+        thread::park_timeout(deadline - now);
+    }
+}
+
+/// Threads of this process whose name (`comm`, at most 15 bytes) starts
+/// with `prefix`.
+pub fn threads_named(prefix: &str) -> usize {
+    let tasks = std::fs::read_dir("/proc/self/task").expect("/proc/self/task is readable");
+    tasks
+        .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("comm")).ok())
+        .filter(|comm| comm.trim_end().starts_with(prefix))
+        .count()
 }

@@ -1,0 +1,119 @@
+//! Files: [`read()`], [`write()`] and friends, and [`File`], on the blocking
+//! pool.
+//!
+//! Regular files are always "ready" to epoll, so a reactor cannot make
+//! their reads and writes asynchronous; a read that misses the page cache,
+//! or an `fsync`, blocks the thread that makes it for as long as the device
+//! takes. Every call here therefore runs the `std::fs` call on the
+//! runtime's [blocking pool](crate::blocking), through
+//! [`unblock`]: when the pool is full, the
+//! calling task waits for room (back-pressure) instead of being refused,
+//! and the workers never block.
+//!
+//! ```
+//! let rt = keel::Runtime::new().unwrap();
+//! rt.block_on(async {
+//!     let path = std::env::temp_dir().join(format!("keel-fs-doc-{}", std::process::id()));
+//!     keel::fs::write(&path, b"hello").await.unwrap();
+//!     assert_eq!(keel::fs::read(&path).await.unwrap(), b"hello");
+//!     keel::fs::remove_file(&path).await.unwrap();
+//! });
+//! ```
+//!
+//! # What to expect
+//!
+//! - Errors are the `std::io::Error`s of the system calls, with their OS
+//!   codes and kinds (`NotFound`, `PermissionDenied`, ...). A call that
+//!   could not run at all (the runtime shut down, or no pool thread could
+//!   be started) also fails with an `io::Error`.
+//! - Buffers cross to the pool thread by copy: a [`File::write`] copies
+//!   its bytes (at most [`MAX_CHUNK`] per call) into a buffer the job owns,
+//!   a [`File::read`] reads into one and copies out. The caller's buffer is
+//!   never borrowed by another thread.
+//! - Dropping a call's future before its job starts cancels the job. A job
+//!   that has started cannot be interrupted: it finishes on the pool
+//!   thread and its result is lost. For a [`File`] read, write or seek,
+//!   the file position is then unknown (the call may or may not have
+//!   happened, in part or in full); seek to a known position before
+//!   relying on it.
+//! - Every function must be called inside a keel runtime (a task or
+//!   [`Runtime::block_on`](crate::Runtime::block_on)) and panics
+//!   otherwise, like [`spawn`](crate::spawn).
+
+mod file;
+mod open_options;
+
+pub use file::{File, MAX_CHUNK};
+pub use open_options::OpenOptions;
+
+use std::io;
+use std::path::Path;
+
+use crate::blocking::unblock;
+
+/// Runs `f` on the blocking pool, waiting for room; flattens the pool's
+/// error into the call's.
+pub(crate) async fn run<T, F>(f: F) -> io::Result<T>
+where
+    F: FnOnce() -> io::Result<T> + Send + 'static,
+    T: Send + 'static,
+{
+    unblock(f).await?
+}
+
+/// Reads the whole file at `path`; see [`std::fs::read`].
+///
+/// # Errors
+///
+/// Those of [`std::fs::read`], such as `NotFound`; see the [module
+/// docs](self) for the rest.
+pub async fn read(path: impl AsRef<Path>) -> io::Result<Vec<u8>> {
+    let path = path.as_ref().to_owned();
+    run(move || std::fs::read(path)).await
+}
+
+/// Reads the whole file at `path` as UTF-8; see [`std::fs::read_to_string`].
+///
+/// # Errors
+///
+/// Those of [`std::fs::read_to_string`], such as `NotFound`, or
+/// `InvalidData` for bytes that are not UTF-8.
+pub async fn read_to_string(path: impl AsRef<Path>) -> io::Result<String> {
+    let path = path.as_ref().to_owned();
+    run(move || std::fs::read_to_string(path)).await
+}
+
+/// Writes `contents` to the file at `path`, creating it or replacing what
+/// it held; see [`std::fs::write`]. The bytes are copied for the pool
+/// thread. Nothing is synced to the device: open a [`File`] and call
+/// [`File::sync_data`] for that.
+///
+/// # Errors
+///
+/// Those of [`std::fs::write`], such as `NotFound` for a missing directory.
+pub async fn write(path: impl AsRef<Path>, contents: impl AsRef<[u8]>) -> io::Result<()> {
+    let path = path.as_ref().to_owned();
+    let contents = contents.as_ref().to_vec();
+    run(move || std::fs::write(path, contents)).await
+}
+
+/// The metadata of the file at `path`, following symbolic links; see
+/// [`std::fs::metadata`].
+///
+/// # Errors
+///
+/// Those of [`std::fs::metadata`], such as `NotFound`.
+pub async fn metadata(path: impl AsRef<Path>) -> io::Result<std::fs::Metadata> {
+    let path = path.as_ref().to_owned();
+    run(move || std::fs::metadata(path)).await
+}
+
+/// Removes the file at `path`; see [`std::fs::remove_file`].
+///
+/// # Errors
+///
+/// Those of [`std::fs::remove_file`], such as `NotFound`.
+pub async fn remove_file(path: impl AsRef<Path>) -> io::Result<()> {
+    let path = path.as_ref().to_owned();
+    run(move || std::fs::remove_file(path)).await
+}
