@@ -304,7 +304,9 @@ fn a_torn_tail_is_dropped_on_reopen() {
     let dir = TempDir::new("torn-frame");
     let segment = ten_records(dir.path());
     truncate_file(&segment, last_record_at + 3);
-    reopen_without_the_last_of_ten(dir.path(), 3, TailReason::TornFrame);
+    // Those 3 bytes are the length 100 in little-endian, [100, 0, 0]:
+    // counted up to the last byte that is not zero, 1 byte was dropped.
+    reopen_without_the_last_of_ten(dir.path(), 1, TailReason::TornFrame);
 }
 
 #[test]
@@ -659,4 +661,67 @@ fn a_real_write_error_fails_the_batch_and_the_log_goes_on() {
     let data = contents(&log);
     assert_eq!(data.len() as u64, fit + 1);
     assert_eq!(data.last().unwrap().1, vec![3; 100]);
+}
+
+/// The writer zeroes room ahead of its records, so a log that was not
+/// closed cleanly (the process died) ends in zeros. Reopening reads them
+/// as the end of the log, not as damage; a torn record written into them,
+/// or a stray byte among them, is cut off alone and counted up to its last
+/// byte that is not zero.
+#[test]
+fn zeros_prepared_ahead_are_the_end_of_the_log() {
+    let live = TempDir::new("prepared-live");
+    let log = Log::open(live.path(), Options::default()).unwrap();
+    append_all(&log, (0..10).map(|i| vec![i as u8 + 1; 100]));
+    let segment = segments(live.path())[0].clone();
+    let durable = HEADER + 10 * (FRAME + 100);
+    assert!(file_len(&segment) > durable, "zeros follow the records");
+    // What a crash leaves on disk: the segment as it is while open.
+    let crashed = |name: &str| {
+        let dir = TempDir::new(name);
+        fs::create_dir_all(dir.path()).unwrap();
+        let copy = dir.path().join(segment.file_name().unwrap());
+        fs::copy(&segment, &copy).unwrap();
+        (dir, copy)
+    };
+    let (clean, _) = crashed("prepared-clean");
+    let (torn, torn_copy) = crashed("prepared-torn");
+    let (stray, stray_copy) = crashed("prepared-stray");
+    log.close().unwrap();
+    assert_eq!(file_len(&segment), durable, "a clean close cuts the zeros");
+    let expected: Vec<_> = (0..10).map(|i| (i + 1, vec![i as u8 + 1; 100])).collect();
+
+    let log = Log::open(clean.path(), Options::default()).unwrap();
+    assert!(log.recovery().is_clean(), "{:?}", log.recovery());
+    assert_eq!(contents(&log), expected);
+    assert_eq!(block_on(log.append(b"after")).unwrap().get(), 11);
+    log.close().unwrap();
+    let log = Log::open(clean.path(), Options::default()).unwrap();
+    assert!(log.recovery().is_clean());
+    assert_eq!(log.recovery().records, 11);
+    drop(log);
+
+    // A record cut short in the zeros: its frame and 20 bytes of data.
+    let file = OpenOptions::new().write(true).open(&torn_copy).unwrap();
+    let mut partial = 100u32.to_le_bytes().to_vec();
+    partial.extend([0x5a; 4]);
+    partial.extend([0xab; 20]);
+    file.write_all_at(&partial, durable).unwrap();
+    drop(file);
+    let log = Log::open(torn.path(), Options::default()).unwrap();
+    let tail = log.recovery().torn_tail.clone().expect("a torn tail");
+    assert_eq!((tail.offset, tail.bytes), (durable, FRAME + 20), "{tail:?}");
+    assert_eq!(tail.reason, TailReason::BadChecksum);
+    assert_eq!(contents(&log), expected);
+    assert_eq!(file_len(&torn_copy), durable, "the tail is cut");
+    drop(log);
+
+    // A stray byte far into the zeros is damage too, not the end.
+    let file = OpenOptions::new().write(true).open(&stray_copy).unwrap();
+    file.write_all_at(&[1], durable + 5000).unwrap();
+    drop(file);
+    let log = Log::open(stray.path(), Options::default()).unwrap();
+    let tail = log.recovery().torn_tail.clone().expect("a torn tail");
+    assert_eq!((tail.offset, tail.bytes), (durable, 5001), "{tail:?}");
+    assert_eq!(contents(&log), expected);
 }

@@ -142,6 +142,8 @@ impl Log {
             next_lsn: recovered.next_lsn,
             segment_size: opts.segment_size,
             commit_delay: opts.commit_delay,
+            regroup: opts.regroup,
+            queued_at_answer: 0,
             _dir_lock: dir_lock,
         };
         let thread = thread::Builder::new()

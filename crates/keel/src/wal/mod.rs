@@ -154,7 +154,10 @@ mod tests;
 pub use append::Append;
 pub use iter::Iter;
 pub use log::{Log, LogStats, WRITER_THREAD_NAME};
-pub use options::{Options, DEFAULT_COMMIT_DELAY, DEFAULT_MAX_RECORD, DEFAULT_SEGMENT_SIZE};
+pub use options::{
+    Options, DEFAULT_COMMIT_DELAY, DEFAULT_MAX_RECORD, DEFAULT_REGROUP, DEFAULT_SEGMENT_SIZE,
+    MAX_REGROUP_WAIT,
+};
 pub use record::{Lsn, Record};
 pub use recovery::{Recovery, TailReason, TornTail};
 

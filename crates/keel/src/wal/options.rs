@@ -12,6 +12,13 @@ pub const DEFAULT_SEGMENT_SIZE: u64 = 64 * 1024 * 1024;
 /// more records before it writes.
 pub const DEFAULT_COMMIT_DELAY: Duration = Duration::ZERO;
 
+/// Default [`Options::regroup`]: on.
+pub const DEFAULT_REGROUP: bool = true;
+
+/// The longest a regrouping writer waits for returning appenders, however
+/// slow the last sync was: 2 ms.
+pub const MAX_REGROUP_WAIT: Duration = Duration::from_millis(2);
+
 /// Default [`Options::max_record`]: 16 MiB.
 pub const DEFAULT_MAX_RECORD: usize = 16 * 1024 * 1024;
 
@@ -33,6 +40,7 @@ pub const DEFAULT_MAX_RECORD: usize = 16 * 1024 * 1024;
 pub struct Options {
     pub(crate) segment_size: u64,
     pub(crate) commit_delay: Duration,
+    pub(crate) regroup: bool,
     pub(crate) max_record: usize,
     pub(crate) max_batch_bytes: Option<usize>,
 }
@@ -42,6 +50,7 @@ impl Default for Options {
         Options {
             segment_size: DEFAULT_SEGMENT_SIZE,
             commit_delay: DEFAULT_COMMIT_DELAY,
+            regroup: DEFAULT_REGROUP,
             max_record: DEFAULT_MAX_RECORD,
             max_batch_bytes: None,
         }
@@ -66,14 +75,42 @@ impl Options {
     /// batch arrives, before it writes the batch. Default:
     /// [`DEFAULT_COMMIT_DELAY`] (zero: no waiting).
     ///
-    /// Group commit needs no delay to work: the records that arrive while a
-    /// batch is being synced form the next batch. A delay helps only when
-    /// appends trickle in one at a time and an `fdatasync` per record costs
-    /// more than the wait; it adds up to this much latency to every append.
-    /// The wait ends early once the pending records fill a batch (see
-    /// [`max_batch_bytes`](Options::max_batch_bytes)) or the log closes.
+    /// Group commit needs no fixed delay to work: the records that arrive
+    /// while a batch is being synced form the next batch, and
+    /// [`regroup`](Options::regroup) gathers the appenders a batch has just
+    /// answered. A fixed delay helps only when appends trickle in one at a
+    /// time from unrelated sources and an `fdatasync` per record costs more
+    /// than the wait; it adds up to this much latency to every append. The
+    /// wait ends early once the pending records fill a batch (see
+    /// [`max_batch_bytes`](Options::max_batch_bytes)) or the log closes. A
+    /// non-zero delay replaces regrouping.
     pub fn commit_delay(mut self, delay: Duration) -> Options {
         self.commit_delay = delay;
+        self
+    }
+
+    /// Whether the writer waits for the appenders it has just answered
+    /// before it writes the next batch. Default: [`DEFAULT_REGROUP`] (on).
+    ///
+    /// The failure it prevents: appenders that each wait for their
+    /// acknowledgement before sending again (a client, a transaction, a
+    /// replication stream) split into two groups that take turns. The
+    /// group that arrives while a sync runs is written as soon as it ends,
+    /// just before the group that sync answered comes back, so every
+    /// `fdatasync` carries half the appenders and the log reaches half the
+    /// rate the disk allows. Regrouping merges them: after a batch of `n`
+    /// records is durable, the writer expects those `n` appenders back and
+    /// waits until that many more records are pending (on top of those
+    /// already queued), but never longer than the last write and sync took
+    /// (at most [`MAX_REGROUP_WAIT`]) counted from the end of that sync. A
+    /// record arriving after that window is written at once.
+    ///
+    /// The cost: an append may wait up to one sync time longer when the
+    /// appenders answered last do not come back (they went idle). Turn it
+    /// off when appends come from many unrelated sources that never wait
+    /// for their acknowledgement.
+    pub fn regroup(mut self, on: bool) -> Options {
+        self.regroup = on;
         self
     }
 

@@ -48,8 +48,9 @@ pub struct Recovery {
     /// The LSN of the last record found, if any; the next append gets the
     /// one after it.
     pub last_lsn: Option<Lsn>,
-    /// Bytes cut from the end of the log: a torn tail. Zero after a clean
-    /// close.
+    /// Bytes cut from the end of the log: a torn tail, counted up to its
+    /// last byte that is not zero (the zeros after it are room the writer
+    /// had prepared, never records). Zero after a clean close.
     pub dropped_bytes: u64,
     /// Where the torn tail began and why it was not a record, if one was
     /// dropped.
@@ -253,18 +254,38 @@ fn segment_files(dir: &Path) -> io::Result<Vec<(u64, PathBuf)>> {
 }
 
 /// Cuts the file at `path` to `len` bytes and syncs it; returns the bytes
-/// cut.
+/// of damage cut, that is up to the last byte that is not zero (zeros the
+/// writer prepared ahead were never records).
 fn truncate(path: &Path, len: u64) -> io::Result<u64> {
-    let file = OpenOptions::new()
+    let mut file = OpenOptions::new()
+        .read(true)
         .write(true)
         .open(path)
         .map_err(|e| context("opening", path, e))?;
-    let was = file
-        .metadata()
+    let damaged = last_nonzero_end(&mut file, len)
         .map_err(|e| context("reading", path, e))?
-        .len();
+        .saturating_sub(len);
     file.set_len(len)
         .and_then(|()| file.sync_all())
         .map_err(|e| context("truncating the torn tail of", path, e))?;
-    Ok(was.saturating_sub(len))
+    Ok(damaged)
+}
+
+/// The offset just after the last byte of `file` at or after `from` that
+/// is not zero (`from` if there is none).
+fn last_nonzero_end(file: &mut fs::File, from: u64) -> io::Result<u64> {
+    use std::io::{Read, Seek, SeekFrom};
+    file.seek(SeekFrom::Start(from))?;
+    let mut buf = vec![0u8; 64 * 1024];
+    let (mut at, mut end) = (from, from);
+    loop {
+        let n = file.read(&mut buf)?;
+        if n == 0 {
+            return Ok(end);
+        }
+        if let Some(i) = buf[..n].iter().rposition(|&b| b != 0) {
+            end = at + i as u64 + 1;
+        }
+        at += n as u64;
+    }
 }

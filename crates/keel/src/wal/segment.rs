@@ -118,10 +118,25 @@ impl SegmentReader {
             return Ok(Step::End);
         }
         if remaining < FRAME_LEN as u64 {
-            return Ok(damaged(offset, TailReason::TornFrame));
+            return Ok(if self.rest_is_zero(remaining)? {
+                Step::End
+            } else {
+                damaged(offset, TailReason::TornFrame)
+            });
         }
         let mut frame = [0u8; FRAME_LEN];
         self.reader.read_exact(&mut frame)?;
+        if frame == [0u8; FRAME_LEN] {
+            // No valid frame is all zeros (an empty record's checksum is
+            // not zero): this is room the writer zeroed ahead, and the end
+            // of the records if nothing but zeros follows.
+            let rest = remaining - FRAME_LEN as u64;
+            return Ok(if self.rest_is_zero(rest)? {
+                Step::End
+            } else {
+                damaged(offset, TailReason::BadChecksum)
+            });
+        }
         let (len, stored_crc) = format::decode_frame(&frame);
         let oversized = len as usize > max_record;
         if u64::from(len) > remaining - FRAME_LEN as u64 {
@@ -149,6 +164,21 @@ impl SegmentReader {
         }
         self.offset = offset + FRAME_LEN as u64 + u64::from(len);
         Ok(Step::Record { data })
+    }
+
+    /// Whether the next `len` bytes are all zeros (reading them).
+    fn rest_is_zero(&mut self, len: u64) -> io::Result<bool> {
+        self.scratch.resize(READ_CHUNK, 0);
+        let mut left = len;
+        while left > 0 {
+            let chunk = usize::try_from(left).map_or(READ_CHUNK, |l| l.min(READ_CHUNK));
+            self.reader.read_exact(&mut self.scratch[..chunk])?;
+            if self.scratch[..chunk].iter().any(|&b| b != 0) {
+                return Ok(false);
+            }
+            left -= chunk as u64;
+        }
+        Ok(true)
     }
 
     /// Streams `len` bytes of data through the checksum without keeping

@@ -54,6 +54,26 @@ pub(crate) struct Queue {
     pub(crate) closed: Option<Closed>,
     /// What the writer is doing, so appenders notify it only when needed.
     writer: WriterState,
+    /// While the writer delays: the pending count that ends the delay.
+    target: usize,
+}
+
+/// How long the writer lets a batch grow before writing it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Gather {
+    /// Write what is pending at once.
+    Now,
+    /// Wait this long after the first record (a fixed commit delay).
+    Delay(Duration),
+    /// Wait until `target` records are pending, or until `until`,
+    /// whichever is first.
+    Regroup {
+        /// Records queued before the last batch was answered, plus that
+        /// batch's size: the appenders it answered are expected back.
+        target: usize,
+        /// When the wait ends in any case.
+        until: Instant,
+    },
 }
 
 /// Why the log no longer takes appends.
@@ -109,6 +129,7 @@ impl Shared {
                 pending_bytes: 0,
                 closed: None,
                 writer: WriterState::Busy,
+                target: usize::MAX,
             }),
             wake: Condvar::new(),
             segments: Mutex::new(segments),
@@ -135,7 +156,9 @@ impl Shared {
             queue.pending.push(pending);
             let notify = match queue.writer {
                 WriterState::Idle => true,
-                WriterState::Delaying => queue.pending_bytes >= self.batch_limit,
+                WriterState::Delaying => {
+                    queue.pending_bytes >= self.batch_limit || queue.pending.len() >= queue.target
+                }
                 WriterState::Busy => false,
             };
             if notify {
@@ -147,6 +170,11 @@ impl Shared {
             self.wake.notify_one();
         }
         append
+    }
+
+    /// Records queued for the writer now.
+    pub(crate) fn pending_len(&self) -> usize {
+        lock(&self.queue).pending.len()
     }
 
     /// Closes the log to appends; the writer drains what is queued and
@@ -183,11 +211,11 @@ impl Shared {
 
     /// Waits for records and moves the next batch into `batch` (which the
     /// writer passes empty): everything pending, up to the batch limit
-    /// (and at least one record). With a non-zero `delay`, waits that long
-    /// after the first record for more, unless a batch fills first.
+    /// (and at least one record), once `gather` says the batch has grown
+    /// enough or the pending records fill a batch.
     ///
     /// Returns `false` once the log is closed and nothing is left to write.
-    pub(crate) fn next_batch(&self, delay: Duration, batch: &mut Vec<Pending>) -> bool {
+    pub(crate) fn next_batch(&self, gather: Gather, batch: &mut Vec<Pending>) -> bool {
         debug_assert!(batch.is_empty());
         let mut queue = lock(&self.queue);
         while queue.pending.is_empty() {
@@ -197,10 +225,18 @@ impl Shared {
             queue.writer = WriterState::Idle;
             queue = wait(&self.wake, queue);
         }
-        if !delay.is_zero() {
+        let (target, deadline) = match gather {
+            Gather::Now => (0, None),
             // A delay too long to add to an instant waits for a full batch.
-            let deadline = Instant::now().checked_add(delay);
-            while queue.pending_bytes < self.batch_limit && queue.closed.is_none() {
+            Gather::Delay(delay) => (usize::MAX, Instant::now().checked_add(delay)),
+            Gather::Regroup { target, until } => (target, Some(until)),
+        };
+        if target > queue.pending.len() && (deadline.is_some() || target == usize::MAX) {
+            queue.target = target;
+            while queue.pending.len() < target
+                && queue.pending_bytes < self.batch_limit
+                && queue.closed.is_none()
+            {
                 queue.writer = WriterState::Delaying;
                 queue = match deadline {
                     Some(deadline) => {
@@ -213,6 +249,7 @@ impl Shared {
                     None => wait(&self.wake, queue),
                 };
             }
+            queue.target = usize::MAX;
         }
         queue.writer = WriterState::Busy;
         if queue.pending_bytes <= self.batch_limit {

@@ -14,6 +14,7 @@ use std::thread::{self, Thread};
 
 use super::disk::{Faults, FaultyDisk};
 use super::format::{segment_name, FRAME_LEN, HEADER_LEN};
+use super::writer::PREPARE_AHEAD;
 use super::{lock, Log, Options};
 
 /// Runs `future` to completion on this thread, parking between polls.
@@ -119,7 +120,8 @@ fn a_torn_write_is_cut_back_to_the_durable_length() {
     let (log, faults) = faulty_log(dir.path(), Options::default());
     block_on(log.append(b"a")).unwrap();
     let durable = HEADER_LEN + (FRAME_LEN + 1) as u64;
-    assert_eq!(first_segment_len(dir.path()), durable);
+    // The file holds the record, then zeros prepared ahead.
+    assert_eq!(first_segment_len(dir.path()), HEADER_LEN + PREPARE_AHEAD);
 
     {
         let mut faults = lock(&faults);
@@ -224,8 +226,9 @@ fn max_batch_bytes_bounds_every_batch() {
     }
     // A batch takes at least one record, and here no more.
     assert_eq!(log.stats().batches, 20);
-    // The first segment's header, then one write per batch.
-    assert_eq!(lock(&faults).writes, 1 + 20);
+    // The first segment's header, one write per batch, and one write of
+    // zeros prepared ahead (the first batch's; the rest fit in them).
+    assert_eq!(lock(&faults).writes, 1 + 20 + 1);
 }
 
 #[test]
@@ -295,4 +298,63 @@ fn the_last_handle_dropped_by_a_waker_on_the_writer_thread_does_not_hang() {
         }
     };
     assert_eq!(contents(&log), [(1, b"x".to_vec())]);
+}
+
+/// A regrouping writer waits until the appenders it answered are back
+/// (the target is reached) and not for its deadline; with nobody coming,
+/// it stops waiting at the deadline; and a fixed-free gather takes what
+/// is there at once.
+#[test]
+fn regroup_waits_for_its_target_or_its_deadline() {
+    use super::shared::{Gather, Shared};
+    use std::time::{Duration, Instant};
+
+    let shared = Arc::new(Shared::new(Vec::new(), 0, usize::MAX));
+    let _first = shared.push(vec![1]);
+    let _second = shared.push(vec![2]);
+    let pusher = {
+        let shared = Arc::clone(&shared);
+        thread::spawn(move || {
+            thread::sleep(Duration::from_millis(50));
+            (shared.push(vec![3]), shared.push(vec![4]))
+        })
+    };
+    let mut batch = Vec::new();
+    let started = Instant::now();
+    let far = started + Duration::from_secs(60);
+    assert!(shared.next_batch(
+        Gather::Regroup {
+            target: 4,
+            until: far
+        },
+        &mut batch
+    ));
+    assert_eq!(batch.len(), 4, "the two returning records joined the batch");
+    assert!(
+        started.elapsed() < Duration::from_secs(30),
+        "it did not wait out the deadline"
+    );
+    let _late = pusher.join().unwrap();
+    batch.clear();
+
+    let _lone = shared.push(vec![5]);
+    let soon = Instant::now() + Duration::from_millis(20);
+    assert!(shared.next_batch(
+        Gather::Regroup {
+            target: 8,
+            until: soon
+        },
+        &mut batch
+    ));
+    assert_eq!(
+        batch.len(),
+        1,
+        "nobody came back; the deadline ended the wait"
+    );
+    assert!(Instant::now() >= soon);
+    batch.clear();
+
+    let _now = shared.push(vec![6]);
+    assert!(shared.next_batch(Gather::Now, &mut batch));
+    assert_eq!(batch.len(), 1);
 }

@@ -35,14 +35,15 @@ use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::append::Pending;
 use super::dirlock::DirLock;
 use super::disk::Disk;
 use super::error::Failure;
 use super::format::{segment_name, SegmentHeader, HEADER_LEN};
-use super::shared::{SegmentSpan, Shared};
+use super::options::MAX_REGROUP_WAIT;
+use super::shared::{Gather, SegmentSpan, Shared};
 use super::{lock, Lsn};
 
 /// The capacity of the write buffer kept between batches: enough for the
@@ -60,6 +61,11 @@ pub(crate) struct Writer {
     pub(crate) next_lsn: u64,
     pub(crate) segment_size: u64,
     pub(crate) commit_delay: Duration,
+    /// Whether to wait for the appenders the last batch answered.
+    pub(crate) regroup: bool,
+    /// Records that were queued just before the last batch was answered:
+    /// they come from appenders other than the ones answered.
+    pub(crate) queued_at_answer: usize,
     /// Held while the writer runs: the lock on the log's directory.
     pub(crate) _dir_lock: DirLock,
 }
@@ -73,7 +79,25 @@ pub(crate) struct Current {
     len: u64,
     /// Records in the durable length.
     records: u64,
+    /// The file's length: `len` plus zeros written ahead (see
+    /// [`PREPARE_AHEAD`]).
+    prepared: u64,
 }
+
+/// How far ahead of the records the writer fills a segment with zeros.
+///
+/// Appending to a file makes every `fdatasync` also commit the file's new
+/// size and blocks to the filesystem journal; overwriting blocks that were
+/// written and synced before is a pure data flush, which on the disks
+/// measured here takes about a third less time. So the writer grows a
+/// segment in steps of this size, written after the batch that needs the
+/// room and synced with it, and the next batches overwrite zeros. A
+/// segment that is rolled over or closed cleanly is cut back to its last
+/// record.
+/// Recovery treats zeros after the last record as the end of the log, not
+/// as damage (no valid frame is all zeros: the checksum of an empty record
+/// is not zero).
+pub(crate) const PREPARE_AHEAD: u64 = 1 << 20;
 
 /// How a step of a batch failed.
 pub(crate) enum StepError {
@@ -98,12 +122,18 @@ impl Current {
         let file = disk
             .open(&span.path)
             .map_err(|e| super::error::context("opening", &span.path, e))?;
+        let prepared = file
+            .metadata()
+            .map_err(|e| super::error::context("reading", &span.path, e))?
+            .len()
+            .max(span.len);
         Ok(Current {
             file,
             path: span.path.clone(),
             first_lsn: span.first_lsn,
             len: span.len,
             records: span.records,
+            prepared,
         })
     }
 
@@ -157,6 +187,7 @@ impl Current {
             first_lsn,
             len: HEADER_LEN,
             records: 0,
+            prepared: HEADER_LEN,
         })
     }
 
@@ -177,16 +208,42 @@ impl Writer {
     pub(crate) fn run(mut self) {
         let mut batch = Vec::new();
         let mut buf = Vec::new();
-        while self.shared.next_batch(self.commit_delay, &mut batch) {
+        let mut gather = Gather::Now;
+        while self.shared.next_batch(gather, &mut batch) {
+            let records = batch.len();
+            let started = Instant::now();
             if let Err(fatal) = self.commit(&mut batch, &mut buf) {
                 self.shared.close_by_error(fatal);
-                break;
+                return;
             }
+            gather = self.gather(records, started);
             // One huge batch should not pin its buffer for the log's life.
             buf.clear();
             buf.shrink_to(KEEP_BUFFER);
         }
+        // Closed and drained: the last segment ends at its last record.
+        self.trim();
         // `_dir_lock` is released when `self` drops, after the last write.
+    }
+
+    /// How the next batch gathers, after a commit of `records` records that
+    /// started at `started` and just ended (see [`Options::regroup`]).
+    ///
+    /// [`Options::regroup`]: super::Options::regroup
+    fn gather(&self, records: usize, started: Instant) -> Gather {
+        if !self.commit_delay.is_zero() {
+            return Gather::Delay(self.commit_delay);
+        }
+        if !self.regroup || records <= 1 {
+            // One appender has nobody to wait for.
+            return Gather::Now;
+        }
+        let now = Instant::now();
+        let took = now.duration_since(started).min(MAX_REGROUP_WAIT);
+        Gather::Regroup {
+            target: self.queued_at_answer.saturating_add(records),
+            until: now + took,
+        }
     }
 
     /// Writes and syncs `batch`, then completes it (with LSNs or errors),
@@ -211,7 +268,7 @@ impl Writer {
                 format!(
                     "writing {} records ({} bytes) to {path} at offset {offset} failed",
                     batch.len(),
-                    buf.len()
+                    bytes
                 ),
                 cause,
             );
@@ -219,6 +276,9 @@ impl Writer {
                 .disk
                 .set_len(&self.segment.file, offset)
                 .and_then(|()| self.disk.sync_all(&self.segment.file));
+            if undone.is_ok() {
+                self.segment.prepared = offset;
+            }
             let error = match undone {
                 Ok(()) => StepError::Recoverable(failure),
                 Err(cause) => StepError::Fatal(Failure::new(
@@ -228,6 +288,8 @@ impl Writer {
             };
             return self.fail(batch, error);
         }
+        self.prepare_ahead(offset + bytes, buf);
+        let path = self.segment.path.display();
         if let Err(cause) = self.disk.sync_data(&self.segment.file) {
             let failure = Failure::new(
                 format!(
@@ -242,8 +304,50 @@ impl Writer {
         Ok(())
     }
 
+    /// If the records now end at `end`, past the zeroed room, writes the
+    /// next [`PREPARE_AHEAD`] bytes of zeros after them (never past the
+    /// segment size), to be synced with the batch. Best effort: a full disk
+    /// or a file size limit fails only the zeros, never the batch, and the
+    /// next batch that needs room tries again. `buf` is scratch space.
+    fn prepare_ahead(&mut self, end: u64, buf: &mut Vec<u8>) {
+        if end <= self.segment.prepared {
+            return;
+        }
+        let target = self
+            .segment
+            .prepared
+            .saturating_add(PREPARE_AHEAD)
+            .min(self.segment_size);
+        if target <= end {
+            self.segment.prepared = end;
+            return;
+        }
+        buf.clear();
+        buf.resize((target - end) as usize, 0);
+        self.segment.prepared = match self.disk.write_all_at(&self.segment.file, buf, end) {
+            Ok(()) => target,
+            Err(_) => end,
+        };
+    }
+
+    /// Cuts the zeros prepared ahead off the current segment, so a segment
+    /// that is done with (rolled over, or closed cleanly) ends at its last
+    /// record. Best effort: zeros left behind are read as the end of the
+    /// records anyway.
+    fn trim(&mut self) {
+        if self.segment.prepared > self.segment.len
+            && self
+                .disk
+                .set_len(&self.segment.file, self.segment.len)
+                .is_ok()
+        {
+            self.segment.prepared = self.segment.len;
+        }
+    }
+
     /// Starts a new segment at the next LSN.
     fn roll(&mut self) -> Result<(), StepError> {
+        self.trim();
         let next = Current::create(&mut *self.disk, &self.dir, self.next_lsn)?;
         lock(&self.shared.segments).push(next.span());
         self.segment = next;
@@ -270,6 +374,7 @@ impl Writer {
         counters
             .last_lsn
             .store(self.next_lsn - 1, Ordering::Release);
+        self.queued_at_answer = self.shared.pending_len();
         for (lsn, record) in (first..).zip(batch.drain(..)) {
             record.complete(Ok(Lsn::from_raw(lsn)));
         }
@@ -277,8 +382,9 @@ impl Writer {
 
     /// Fails every record of `batch` for `error`; returns the failure if it
     /// must close the log.
-    fn fail(&self, batch: &mut Vec<Pending>, error: StepError) -> Result<(), Failure> {
+    fn fail(&mut self, batch: &mut Vec<Pending>, error: StepError) -> Result<(), Failure> {
         self.shared.count_failed(batch.len());
+        self.queued_at_answer = self.shared.pending_len();
         match error {
             StepError::Recoverable(failure) => {
                 for record in batch.drain(..) {
