@@ -63,6 +63,47 @@ fn quick_bench_writes_a_report_for_both_runtimes() {
         4,
         "idle + loaded, per runtime"
     );
+
+    let s5 = &report["scenarios"][1];
+    assert_eq!(s5["id"], "s5");
+    assert_eq!(s5["sizes"]["clients"], 8);
+    let runs: Vec<(String, String)> = s5["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            let name = |key: &str| r[key].as_str().unwrap().to_string();
+            (name("runtime"), name("mode"))
+        })
+        .collect();
+    let expected = [
+        ("keel", "group"),
+        ("tokio", "per-record"),
+        ("tokio", "group"),
+        ("tokio", "inline"),
+        ("disk", "raw"),
+    ];
+    assert_eq!(
+        runs,
+        expected.map(|(r, m)| (r.to_string(), m.to_string())),
+        "{s5}"
+    );
+    for run in &s5["runs"].as_array().unwrap()[..4] {
+        let metrics = &run["metrics"];
+        for name in [
+            "records_per_s",
+            "records_per_sync",
+            "idle_p99_us",
+            "loaded_p99_us",
+        ] {
+            let value = metrics[name].as_f64().unwrap_or(0.0);
+            assert!(value > 0.0, "{name} = {value} in {run}");
+        }
+    }
+    assert!(s5["runs"][4]["metrics"]["sync_p50_us"].as_f64().unwrap() > 0.0);
+    for verdict in s5["verdicts"].as_array().unwrap() {
+        assert!(verdict["value"].as_f64().unwrap().is_finite(), "{verdict}");
+    }
     std::fs::remove_dir_all(&out).unwrap();
 }
 
@@ -95,7 +136,7 @@ fn unknown_scenario_exits_2() {
     let run = keel(&["bench", "s9"], Duration::from_secs(30));
     assert_eq!(run.status.code(), Some(2), "{}", run.stderr);
     assert!(run.stderr.contains("unknown scenario"), "{}", run.stderr);
-    assert!(run.stderr.contains("available: s1"), "{}", run.stderr);
+    assert!(run.stderr.contains("available: s1, s5"), "{}", run.stderr);
     assert!(run.stdout.is_empty(), "{}", run.stdout);
 }
 
@@ -105,4 +146,13 @@ fn planned_scenario_exits_2() {
     let run = keel(&["bench", "s3"], Duration::from_secs(30));
     assert_eq!(run.status.code(), Some(2), "{}", run.stderr);
     assert!(run.stderr.contains("not available"), "{}", run.stderr);
+}
+
+/// `--crash` belongs to s5: asking for it with another scenario only is a
+/// usage error, not a silent no-op.
+#[test]
+fn crash_without_s5_exits_2() {
+    let run = keel(&["bench", "s1", "--crash", "2"], Duration::from_secs(30));
+    assert_eq!(run.status.code(), Some(2), "{}", run.stderr);
+    assert!(run.stderr.contains("--crash belongs to s5"), "{}", run.stderr);
 }

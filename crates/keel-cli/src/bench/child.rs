@@ -236,8 +236,9 @@ impl Child {
         Error::new(format!("{} {status} {when}{said}", self.name))
     }
 
-    /// Kills and reaps the child if it is still running.
-    fn kill(&mut self) {
+    /// Kills the child with SIGKILL (no chance to clean up, as in a power
+    /// cut) and reaps it, if it is still running.
+    pub fn kill(&mut self) {
         if self.status.is_some() {
             return;
         }

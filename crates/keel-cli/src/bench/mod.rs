@@ -14,12 +14,15 @@
 
 pub mod calibrate;
 pub mod child;
+pub mod crash;
+pub mod disk;
 pub mod outcome;
 pub mod phase;
 pub mod proc;
 pub mod progress;
 pub mod report;
 pub mod s1;
+pub mod s5;
 pub mod stats;
 pub mod table;
 
@@ -34,15 +37,15 @@ use crate::serve::{default_workers, RuntimeKind};
 use report::{Machine, Report};
 
 /// Scenarios that can run in this build.
-pub const AVAILABLE: &[&str] = &["s1"];
+pub const AVAILABLE: &[&str] = &["s1", "s5"];
 
 /// Scenarios described in SCENARIOS.md that do not exist yet.
-pub const PLANNED: &[&str] = &["s0", "s2", "s3", "s4", "s5"];
+pub const PLANNED: &[&str] = &["s0", "s2", "s3", "s4"];
 
 /// Flags of `keel bench`.
 #[derive(Debug, Args)]
 pub struct BenchArgs {
-    /// Scenarios to run (s1); all available ones when none is given.
+    /// Scenarios to run (s1, s5); all available ones when none is given.
     #[arg(value_name = "SCENARIO")]
     pub scenarios: Vec<String>,
     /// About a second per phase and one round: checks that the figures
@@ -58,7 +61,7 @@ pub struct BenchArgs {
     /// Directory under which each run writes `<timestamp>/report.json`.
     #[arg(long, default_value = "target/keel-bench")]
     pub out: PathBuf,
-    /// S1: measured seconds per phase.
+    /// Measured seconds per phase.
     #[arg(long, default_value_t = 10.0, value_parser = parse_seconds)]
     pub duration_s: f64,
     /// S1: CPU tasks in the loaded phases.
@@ -67,9 +70,24 @@ pub struct BenchArgs {
     /// S1: target duration of one CPU slice, µs.
     #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
     pub slice_us: u64,
-    /// S1: probe interval, µs.
+    /// S1 and S5: ping probe interval, µs.
     #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(10..=1_000_000))]
     pub interval_us: u64,
+    /// S5: closed-loop log clients.
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    pub clients: u32,
+    /// S5: bytes per record.
+    #[arg(long, default_value_t = 512, value_parser = clap::value_parser!(u64).range(12..=1_048_576))]
+    pub record: u64,
+    /// S5: where the logs are written; must be on a real disk (default:
+    /// `s5-data` under `--out`). Emptied as the run goes.
+    #[arg(long)]
+    pub data_dir: Option<PathBuf>,
+    /// S5: instead of measuring, kill the keel node with SIGKILL this many
+    /// times under load, restarting it each time, and check that every
+    /// acknowledged record is in the log, intact and in order.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub crash: Option<u32>,
     /// Runtimes to measure, comma-separated (for development: measuring
     /// one runtime gives no keel-vs-tokio verdicts).
     #[arg(
@@ -111,7 +129,14 @@ pub fn select(names: &[String]) -> Result<Vec<&'static str>, Error> {
 
 /// Runs `keel bench`.
 pub fn run(args: &BenchArgs) -> Result<(), Error> {
-    let scenarios = select(&args.scenarios)?;
+    let mut scenarios = select(&args.scenarios)?;
+    if args.crash.is_some() {
+        if args.scenarios.is_empty() {
+            scenarios = vec!["s5"];
+        } else if !scenarios.contains(&"s5") {
+            return Err(Error::usage("--crash belongs to s5; name s5 to run it"));
+        }
+    }
     let mut runtimes = args.runtimes.clone();
     runtimes.sort();
     runtimes.dedup();
@@ -138,6 +163,36 @@ pub fn run(args: &BenchArgs) -> Result<(), Error> {
                 interval_us: args.interval_us,
                 payload: 64,
             })?,
+            "s5" => {
+                let data_dir = args
+                    .data_dir
+                    .clone()
+                    .unwrap_or_else(|| args.out.join("s5-data"));
+                match args.crash {
+                    Some(kills) => crash::run(&crash::CrashConfig {
+                        exe: exe.clone(),
+                        kills,
+                        workers: args.workers,
+                        clients: args.clients,
+                        record: args.record,
+                        data_dir,
+                        quick: args.quick,
+                    })?,
+                    None => s5::run(&s5::S5Config {
+                        exe: exe.clone(),
+                        runtimes: runtimes.clone(),
+                        runs,
+                        workers: args.workers,
+                        duration_s,
+                        warmup_ms,
+                        clients: args.clients,
+                        record: args.record,
+                        interval_us: args.interval_us,
+                        data_dir,
+                        sync_samples: if args.quick { 50 } else { 500 },
+                    })?,
+                }
+            }
             other => return Err(Error::usage(format!("scenario {other} has no runner"))),
         };
         outcomes.push(outcome);
@@ -179,12 +234,15 @@ mod tests {
     /// Named, default, deduplicated, planned and unknown scenarios.
     #[test]
     fn selects_scenarios() {
-        assert_eq!(select(&[]).unwrap(), vec!["s1"]);
+        assert_eq!(select(&[]).unwrap(), vec!["s1", "s5"]);
         assert_eq!(select(&["S1".into(), "s1".into()]).unwrap(), vec!["s1"]);
         let planned = select(&["s3".into()]).unwrap_err();
         assert_eq!(planned.code(), 2);
         assert!(planned.to_string().contains("not available"), "{planned}");
-        assert!(planned.to_string().contains("available: s1"), "{planned}");
+        assert!(
+            planned.to_string().contains("available: s1, s5"),
+            "{planned}"
+        );
         let unknown = select(&["s9".into()]).unwrap_err();
         assert_eq!(unknown.code(), 2);
         assert!(

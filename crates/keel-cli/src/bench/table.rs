@@ -25,21 +25,29 @@ pub fn render(outcome: &Outcome) -> String {
         }
     }
     let width = names.iter().map(|n| n.len()).max().unwrap_or(6).max(6) + 2;
+    let headers: Vec<String> = outcome
+        .runs
+        .iter()
+        .map(|run| {
+            if run.mode == "default" {
+                run.runtime.clone()
+            } else {
+                format!("{} ({})", run.runtime, run.mode)
+            }
+        })
+        .collect();
+    // A column is as wide as its header plus a gap, and at least 14.
+    let widths: Vec<usize> = headers.iter().map(|h| (h.len() + 2).max(14)).collect();
     let _ = write!(out, "{:<width$}", "metric");
-    for run in &outcome.runs {
-        let header = if run.mode == "default" {
-            run.runtime.clone()
-        } else {
-            format!("{} ({})", run.runtime, run.mode)
-        };
-        let _ = write!(out, "{header:>14}");
+    for (header, w) in headers.iter().zip(&widths) {
+        let _ = write!(out, "{header:>w$}");
     }
     out.push('\n');
     for name in &names {
         let _ = write!(out, "{name:<width$}");
-        for run in &outcome.runs {
+        for (run, w) in outcome.runs.iter().zip(&widths) {
             let cell = run.metric(name).map_or_else(|| "-".to_string(), number);
-            let _ = write!(out, "{cell:>14}");
+            let _ = write!(out, "{cell:>w$}");
         }
         out.push('\n');
     }
@@ -183,5 +191,34 @@ mod tests {
         assert!(text.contains("n/a (keel was not run)"), "{text}");
         assert!(text.contains("sizes: cpu_tasks=8"), "{text}");
         assert!(text.contains("note: a note"), "{text}");
+    }
+
+    /// A header longer than the default column widens its column, so
+    /// headers never run together.
+    #[test]
+    fn long_headers_keep_a_gap() {
+        let run = |runtime: &str, mode: &str| RunFigures {
+            runtime: runtime.into(),
+            mode: mode.into(),
+            metrics: Pairs(vec![("records_per_s", 4460.0)]),
+        };
+        let outcome = Outcome {
+            id: "s5",
+            title: "t",
+            sizes: Pairs(vec![]),
+            runs: vec![run("tokio", "per-record"), run("tokio", "group")],
+            verdicts: vec![],
+            rounds: serde_json::Value::Null,
+            problems: vec![],
+            notes: vec![],
+        };
+        let text = render(&outcome);
+        let header = text.lines().nth(1).unwrap();
+        assert!(
+            header.contains("  tokio (per-record)  tokio (group)"),
+            "{text}"
+        );
+        let row = text.lines().nth(2).unwrap();
+        assert_eq!(row.len(), header.len(), "{text}");
     }
 }

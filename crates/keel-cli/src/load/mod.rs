@@ -7,6 +7,7 @@
 //! harness to read. They only ever target loopback addresses.
 
 pub mod s1;
+pub mod s5;
 pub mod summary;
 
 use std::net::SocketAddr;
@@ -22,6 +23,37 @@ pub enum LoadCommand {
     /// S1: one connection sends a payload on a fixed grid and times each
     /// echo.
     S1(LoadS1Args),
+    /// S5: closed-loop clients that send records to a log node and wait
+    /// for each acknowledgement.
+    S5(LoadS5Args),
+}
+
+/// Flags of `keel load s5`.
+#[derive(Debug, Args)]
+pub struct LoadS5Args {
+    /// The log service (a loopback address).
+    #[arg(long)]
+    pub addr: SocketAddr,
+    /// Concurrent clients, each with one record in flight.
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    pub clients: u32,
+    /// Id of the first client (the others follow), so that runs against
+    /// one log can be told apart.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1_000_000_000))]
+    pub first_id: u32,
+    /// Bytes per record.
+    #[arg(long, default_value_t = 512, value_parser = clap::value_parser!(u64).range(12..=1_048_576))]
+    pub record: u64,
+    /// Seconds of measurement, after the warm-up.
+    #[arg(long, default_value_t = 10.0, value_parser = parse_seconds)]
+    pub duration_s: f64,
+    /// Milliseconds of records before measuring (not counted).
+    #[arg(long, default_value_t = 500, value_parser = clap::value_parser!(u64).range(0..=600_000))]
+    pub warmup_ms: u64,
+    /// Milliseconds a connect, send or acknowledgement may take before the
+    /// client stops with an error.
+    #[arg(long, default_value_t = 5000, value_parser = clap::value_parser!(u64).range(1..=60_000))]
+    pub timeout_ms: u64,
 }
 
 /// Flags of `keel load s1`.
@@ -75,6 +107,20 @@ pub fn run(command: &LoadCommand) -> Result<(), Error> {
                 io_timeout: Duration::from_millis(args.timeout_ms),
             };
             let summary = s1::probe(&opts).map_err(|e| e.context("load s1"))?;
+            println!("{}", serde_json::to_string(&summary)?);
+            Ok(())
+        }
+        LoadCommand::S5(args) => {
+            let opts = s5::ClientOpts {
+                addr: args.addr,
+                clients: args.clients,
+                first_id: args.first_id,
+                record: usize::try_from(args.record).unwrap_or(512),
+                warmup: Duration::from_millis(args.warmup_ms),
+                duration: Duration::from_secs_f64(args.duration_s),
+                io_timeout: Duration::from_millis(args.timeout_ms),
+            };
+            let summary = s5::run(&opts).map_err(|e| e.context("load s5"))?;
             println!("{}", serde_json::to_string(&summary)?);
             Ok(())
         }

@@ -21,14 +21,22 @@ use crate::error::{Context, Error};
 /// The first line a server prints: where it listens.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct AddrLine {
-    /// The bound address of the service.
+    /// The bound address of the service (S5: of the echo service).
     pub addr: SocketAddr,
+    /// S5: the bound address of the log service.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub log_addr: Option<SocketAddr>,
+    /// What the server found when it started (S5: what recovery dropped),
+    /// or `null`.
+    #[serde(default, skip_serializing_if = "serde_json::Value::is_null")]
+    pub startup: serde_json::Value,
 }
 
 /// The answer to `mark`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Mark {
-    /// CPU-task slices completed since start.
+    /// CPU-task slices completed since start (0 for servers without CPU
+    /// tasks).
     pub slices: u64,
     /// `CLOCK_MONOTONIC` in nanoseconds when the counter was read.
     pub t_ns: u64,
@@ -40,7 +48,12 @@ pub struct Mark {
 /// stdin.
 pub fn serve_until_stop(running: Running, slices: &AtomicU64) -> Result<(), Error> {
     let stdout = std::io::stdout();
-    send(&mut stdout.lock(), &AddrLine { addr: running.addr })?;
+    let line = AddrLine {
+        addr: running.addr,
+        log_addr: running.log_addr,
+        startup: running.startup.clone(),
+    };
+    send(&mut stdout.lock(), &line)?;
     let stdin = std::io::stdin();
     for line in stdin.lock().lines() {
         let line = line.context(|| "reading the control stdin")?;

@@ -12,10 +12,14 @@ pub mod control;
 pub mod cpu;
 pub mod s1_keel;
 pub mod s1_tokio;
+pub mod s5;
+pub mod s5_keel;
+pub mod s5_tokio;
 
 use std::any::Any;
 use std::fmt;
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
@@ -55,6 +59,9 @@ impl fmt::Display for RuntimeKind {
 pub enum ServeCommand {
     /// S1: an echo service plus CPU tasks that yield between slices.
     S1(ServeS1Args),
+    /// S5: a log node (records acknowledged once durable) plus an echo
+    /// service for the ping probe.
+    S5(ServeS5Args),
 }
 
 /// Flags of `keel serve s1`.
@@ -75,6 +82,30 @@ pub struct ServeS1Args {
     /// Address to bind the echo service to.
     #[arg(long, default_value = "127.0.0.1:0")]
     pub addr: SocketAddr,
+}
+
+/// Flags of `keel serve s5`.
+#[derive(Debug, Args)]
+pub struct ServeS5Args {
+    /// The runtime to serve on.
+    #[arg(long, value_enum)]
+    pub runtime: RuntimeKind,
+    /// How records are made durable (keel has `group` only).
+    #[arg(long, value_enum, default_value_t = s5::LogMode::Group)]
+    pub mode: s5::LogMode,
+    /// Worker threads of the runtime.
+    #[arg(long, default_value_t = default_workers(), value_parser = clap::value_parser!(u64).range(1..=1024))]
+    pub workers: u64,
+    /// The directory that holds the log (on a real disk, not tmpfs, for
+    /// the figures to mean anything).
+    #[arg(long)]
+    pub dir: PathBuf,
+    /// Address to bind the echo service to.
+    #[arg(long, default_value = "127.0.0.1:0")]
+    pub addr: SocketAddr,
+    /// Address to bind the log service to.
+    #[arg(long, default_value = "127.0.0.1:0")]
+    pub log_addr: SocketAddr,
 }
 
 /// The default worker count: the available parallelism of this machine.
@@ -100,6 +131,11 @@ pub struct S1Opts {
 pub struct Running {
     /// The bound address of the echo service.
     pub addr: SocketAddr,
+    /// The bound address of the log service, for servers that have one.
+    pub log_addr: Option<SocketAddr>,
+    /// What the server found when it started (`null` if nothing to say),
+    /// printed with its address.
+    pub startup: serde_json::Value,
     /// The runtime's own accounting, as JSON (`null` if it has none); it is
     /// reported as the `runtime` field of each `mark` answer.
     pub runtime_stats: Box<dyn Fn() -> serde_json::Value + Send>,
@@ -142,6 +178,22 @@ pub fn run(command: &ServeCommand) -> Result<(), Error> {
             let running = s1_start(args.runtime)(&opts, Arc::clone(&slices))
                 .map_err(|e| e.context(format!("serve s1 --runtime {}", args.runtime)))?;
             control::serve_until_stop(running, &slices)
+        }
+        ServeCommand::S5(args) => {
+            let opts = s5::S5Opts {
+                workers: usize::try_from(args.workers).unwrap_or(usize::MAX),
+                addr: args.addr,
+                log_addr: args.log_addr,
+                dir: args.dir.clone(),
+                mode: args.mode,
+            };
+            let context = format!("serve s5 --runtime {} --mode {}", args.runtime, args.mode);
+            let running = match args.runtime {
+                RuntimeKind::Keel => s5_keel::start(&opts),
+                RuntimeKind::Tokio => s5_tokio::start(&opts),
+            }
+            .map_err(|e| e.context(&context))?;
+            control::serve_until_stop(running, &AtomicU64::new(0))
         }
     }
 }

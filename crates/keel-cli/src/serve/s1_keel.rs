@@ -39,13 +39,15 @@ pub fn start(opts: &S1Opts, slices: Arc<AtomicU64>) -> Result<Running, Error> {
     let handle = rt.handle().clone();
     Ok(Running {
         addr,
+        log_addr: None,
+        startup: Value::Null,
         runtime_stats: Box::new(move || stats_json(&handle.stats())),
         guard: Box::new(rt),
     })
 }
 
-/// Accepts connections forever, one task each.
-async fn accept_loop(listener: TcpListener) {
+/// Accepts echo connections forever, one task each.
+pub async fn accept_loop(listener: TcpListener) {
     loop {
         match listener.accept().await {
             Ok((stream, peer)) => {

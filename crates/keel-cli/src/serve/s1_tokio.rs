@@ -48,6 +48,8 @@ pub fn start(opts: &S1Opts, slices: Arc<AtomicU64>) -> Result<Running, Error> {
     });
     Ok(Running {
         addr,
+        log_addr: None,
+        startup: serde_json::Value::Null,
         runtime_stats,
         guard: Box::new(Guard(Some(rt))),
     })
@@ -55,7 +57,7 @@ pub fn start(opts: &S1Opts, slices: Arc<AtomicU64>) -> Result<Running, Error> {
 
 /// Shuts the runtime down without waiting on the endless CPU tasks for
 /// longer than a moment.
-struct Guard(Option<Runtime>);
+pub struct Guard(pub Option<Runtime>);
 
 impl Drop for Guard {
     fn drop(&mut self) {
@@ -65,8 +67,8 @@ impl Drop for Guard {
     }
 }
 
-/// Accepts connections forever, one task each.
-async fn accept_loop(listener: TcpListener) {
+/// Accepts echo connections forever, one task each.
+pub async fn accept_loop(listener: TcpListener) {
     loop {
         match listener.accept().await {
             Ok((stream, peer)) => {

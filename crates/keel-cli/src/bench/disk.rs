@@ -1,0 +1,115 @@
+//! The disk under the S5 log: how fast it syncs, and whether it is a disk.
+//!
+//! S5's figures are only meaningful against the disk's own speed: a group
+//! commit can never acknowledge more than `clients` records per
+//! `fdatasync`, so `clients / median sync latency` is the physical limit
+//! the log is judged against. The latency is measured here the plainest
+//! way (append 512 bytes, `fdatasync`, repeat) in the directory the log
+//! will use. A directory on tmpfs syncs in nanoseconds and would make
+//! every figure a fiction, so it is detected and reported.
+
+use std::fs::OpenOptions;
+use std::io::Write;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+use crate::error::{Context, Error};
+
+/// The filesystem magic number of tmpfs (`TMPFS_MAGIC` in linux/magic.h).
+const TMPFS_MAGIC: i64 = 0x0102_1994;
+
+/// What the sync probe measured.
+#[derive(Debug, Clone, Serialize)]
+pub struct SyncLatency {
+    /// Syncs timed.
+    pub samples: usize,
+    /// Median append + `fdatasync` time, µs.
+    pub p50_us: f64,
+    /// 99th percentile, µs.
+    pub p99_us: f64,
+}
+
+/// Times `samples` appends of 512 bytes, each followed by `fdatasync`, in
+/// a scratch file in `dir` (removed afterwards); stops early after
+/// `budget`.
+pub fn sync_latency(dir: &Path, samples: usize, budget: Duration) -> Result<SyncLatency, Error> {
+    std::fs::create_dir_all(dir).context(|| format!("creating {}", dir.display()))?;
+    let path = dir.join("fdatasync-probe");
+    let mut file = OpenOptions::new()
+        .create(true)
+        .truncate(true)
+        .write(true)
+        .open(&path)
+        .context(|| format!("creating {}", path.display()))?;
+    let block = [0x5au8; 512];
+    let deadline = Instant::now() + budget;
+    let mut times = Vec::with_capacity(samples);
+    for _ in 0..samples {
+        let start = Instant::now();
+        file.write_all(&block)
+            .and_then(|()| file.sync_data())
+            .context(|| format!("writing and syncing {}", path.display()))?;
+        times.push(start.elapsed().as_secs_f64() * 1e6);
+        if Instant::now() >= deadline {
+            break;
+        }
+    }
+    drop(file);
+    let _ = std::fs::remove_file(&path);
+    times.sort_by(f64::total_cmp);
+    let at = |q: f64| times[((times.len() - 1) as f64 * q).round() as usize];
+    Ok(SyncLatency {
+        samples: times.len(),
+        p50_us: at(0.5),
+        p99_us: at(0.99),
+    })
+}
+
+/// Whether `dir` is on tmpfs (memory, not a disk).
+pub fn is_tmpfs(dir: &Path) -> Result<bool, Error> {
+    use std::os::unix::ffi::OsStrExt;
+    let mut bytes = dir.as_os_str().as_bytes().to_vec();
+    bytes.push(0);
+    let mut stat = std::mem::MaybeUninit::<libc::statfs>::zeroed();
+    // SAFETY: `bytes` is NUL-terminated and outlives the call; `stat` is a
+    // writable statfs the kernel fills on success.
+    let rc = unsafe { libc::statfs(bytes.as_ptr().cast(), stat.as_mut_ptr()) };
+    if rc != 0 {
+        return Err(Error::new(format!(
+            "cannot stat the filesystem of {}: {}",
+            dir.display(),
+            std::io::Error::last_os_error()
+        )));
+    }
+    // SAFETY: statfs returned 0, so it initialised `stat`.
+    let stat = unsafe { stat.assume_init() };
+    #[allow(clippy::unnecessary_cast)] // f_type's width differs by target
+    Ok(stat.f_type as i64 == TMPFS_MAGIC)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The probe times real syncs and cleans up after itself.
+    #[test]
+    fn measures_syncs() {
+        let dir = std::env::temp_dir().join(format!("keel-disk-test-{}", std::process::id()));
+        let latency = sync_latency(&dir, 5, Duration::from_secs(10)).unwrap();
+        assert_eq!(latency.samples, 5);
+        assert!(latency.p50_us > 0.0 && latency.p99_us >= latency.p50_us);
+        assert!(!dir.join("fdatasync-probe").exists());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// /dev/shm is tmpfs where it exists; a missing path is an error.
+    #[test]
+    fn detects_tmpfs() {
+        if Path::new("/dev/shm").is_dir() {
+            assert!(is_tmpfs(Path::new("/dev/shm")).unwrap());
+        }
+        assert!(is_tmpfs(Path::new("/no/such/dir")).is_err());
+    }
+}

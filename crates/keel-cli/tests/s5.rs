@@ -1,0 +1,254 @@
+//! `keel serve s5` driven by hand: the log service acknowledges records
+//! with increasing LSNs once durable, on every runtime and mode, survives
+//! bad clients, and keel's log carries on after a restart.
+
+mod support;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::Path;
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use support::{keel, scratch_dir};
+
+/// A node under test and its control pipes.
+struct Node {
+    child: Child,
+    stdin: ChildStdin,
+    lines: mpsc::Receiver<String>,
+    first: serde_json::Value,
+}
+
+impl Node {
+    /// Starts `keel serve s5` and reads its address line.
+    fn start(runtime: &str, mode: &str, dir: &Path) -> Node {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_keel"))
+            .args(["serve", "s5", "--runtime", runtime, "--mode", mode])
+            .args(["--workers", "2", "--dir", dir.to_str().unwrap()])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for l in BufReader::new(stdout).lines().map_while(Result::ok) {
+                let _ = tx.send(l);
+            }
+        });
+        let stdin = child.stdin.take().unwrap();
+        let mut node = Node {
+            child,
+            stdin,
+            lines,
+            first: serde_json::Value::Null,
+        };
+        node.first = node.line();
+        node
+    }
+
+    /// The next stdout line, as JSON.
+    fn line(&self) -> serde_json::Value {
+        let text = self
+            .lines
+            .recv_timeout(Duration::from_secs(20))
+            .expect("the node answers within 20 s");
+        serde_json::from_str(&text).unwrap()
+    }
+
+    /// An address from the first line.
+    fn addr(&self, key: &str) -> SocketAddr {
+        self.first[key].as_str().unwrap().parse().unwrap()
+    }
+
+    /// The node's `log` counters, from a mark.
+    fn counters(&mut self) -> serde_json::Value {
+        self.stdin.write_all(b"mark\n").unwrap();
+        self.line()["runtime"]["log"].clone()
+    }
+
+    /// Sends `stop` and checks the node exits 0.
+    fn stop(mut self) {
+        self.stdin.write_all(b"stop\n").unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                assert!(status.success(), "{status}");
+                return;
+            }
+            if Instant::now() >= deadline {
+                let _ = self.child.kill();
+                panic!("the node did not exit after stop");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+/// A connection with timeouts.
+fn connect(addr: SocketAddr) -> TcpStream {
+    let stream = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    stream
+}
+
+/// Appends `count` records over one connection; returns their LSNs.
+fn append(addr: SocketAddr, count: usize) -> Vec<u64> {
+    let mut stream = connect(addr);
+    (0..count)
+        .map(|i| {
+            let record = format!("record {i}").into_bytes();
+            stream
+                .write_all(&(record.len() as u32).to_le_bytes())
+                .unwrap();
+            stream.write_all(&record).unwrap();
+            let mut lsn = [0u8; 8];
+            stream.read_exact(&mut lsn).unwrap();
+            u64::from_le_bytes(lsn)
+        })
+        .collect()
+}
+
+/// A node of `runtime` in `mode` echoes, acknowledges records with
+/// consecutive LSNs and counts them.
+fn acknowledges(runtime: &str, mode: &str) {
+    let dir = scratch_dir(&format!("s5-{runtime}-{mode}"));
+    let mut node = Node::start(runtime, mode, &dir);
+    let mut echo = connect(node.addr("addr"));
+    echo.write_all(b"ping").unwrap();
+    let mut back = [0u8; 4];
+    echo.read_exact(&mut back).unwrap();
+    assert_eq!(&back, b"ping");
+
+    let lsns = append(node.addr("log_addr"), 50);
+    assert_eq!(lsns, (1..=50).collect::<Vec<u64>>());
+    let counters = node.counters();
+    assert_eq!(counters["acked"], 50, "{counters}");
+    assert!(counters["syncs"].as_u64().unwrap() >= 1, "{counters}");
+    assert_eq!(counters["failed"], 0, "{counters}");
+    node.stop();
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn keel_group_acknowledges() {
+    acknowledges("keel", "group");
+}
+
+#[test]
+fn tokio_per_record_acknowledges() {
+    acknowledges("tokio", "per-record");
+}
+
+#[test]
+fn tokio_group_acknowledges() {
+    acknowledges("tokio", "group");
+}
+
+#[test]
+fn tokio_inline_acknowledges() {
+    acknowledges("tokio", "inline");
+}
+
+/// keel's log carries on after a restart: LSNs continue, and the node
+/// says what it found when it opened the log.
+#[test]
+fn keel_log_survives_a_restart() {
+    let dir = scratch_dir("s5-restart");
+    let node = Node::start("keel", "group", &dir);
+    assert_eq!(
+        append(node.addr("log_addr"), 10),
+        (1..=10).collect::<Vec<u64>>()
+    );
+    node.stop();
+    let node = Node::start("keel", "group", &dir);
+    assert_eq!(
+        node.first["startup"]["recovery"]["records"], 10,
+        "{}",
+        node.first
+    );
+    assert_eq!(append(node.addr("log_addr"), 3), vec![11, 12, 13]);
+    node.stop();
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A length prefix over the limit closes that connection only; the node
+/// goes on serving others.
+#[test]
+fn oversized_record_closes_only_its_connection() {
+    for runtime in ["keel", "tokio"] {
+        let dir = scratch_dir(&format!("s5-bad-{runtime}"));
+        let node = Node::start(runtime, "group", &dir);
+        let mut bad = connect(node.addr("log_addr"));
+        bad.write_all(&u32::MAX.to_le_bytes()).unwrap();
+        let mut buf = [0u8; 8];
+        assert_eq!(bad.read(&mut buf).unwrap_or(0), 0, "{runtime}: closed");
+        assert_eq!(append(node.addr("log_addr"), 2), vec![1, 2], "{runtime}");
+        node.stop();
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
+
+/// keel has one durability mode; asking for another is a usage error.
+#[test]
+fn keel_refuses_other_modes() {
+    let dir = scratch_dir("s5-mode");
+    let run = keel(
+        &[
+            "serve",
+            "s5",
+            "--runtime",
+            "keel",
+            "--mode",
+            "per-record",
+            "--dir",
+            dir.to_str().unwrap(),
+        ],
+        Duration::from_secs(30),
+    );
+    assert_eq!(run.status.code(), Some(2), "{}", run.stderr);
+    assert!(run.stderr.contains("group"), "{}", run.stderr);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// `keel bench s5 --crash 2 --quick` kills the node twice and finds every
+/// acknowledged record.
+#[test]
+fn crash_check_finds_every_acknowledged_record() {
+    let out = scratch_dir("s5-crash");
+    let run = keel(
+        &[
+            "bench",
+            "s5",
+            "--crash",
+            "2",
+            "--quick",
+            "--out",
+            out.to_str().unwrap(),
+        ],
+        Duration::from_secs(120),
+    );
+    assert!(run.status.success(), "{}\n{}", run.stdout, run.stderr);
+    let path = run.stdout.lines().last().unwrap().trim().to_string();
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    let s5 = &report["scenarios"][0];
+    assert_eq!(s5["id"], "s5");
+    let metrics = &s5["runs"][0]["metrics"];
+    assert_eq!(metrics["kills"], 2.0, "{metrics}");
+    assert!(metrics["acked"].as_f64().unwrap() > 0.0, "{metrics}");
+    assert_eq!(metrics["lost"], 0.0, "{metrics}");
+    assert!(
+        metrics["records_in_log"].as_f64() >= metrics["acked"].as_f64(),
+        "{metrics}"
+    );
+    for verdict in s5["verdicts"].as_array().unwrap() {
+        assert_eq!(verdict["pass"], true, "{verdict}");
+    }
+    std::fs::remove_dir_all(&out).unwrap();
+}
