@@ -154,5 +154,9 @@ fn planned_scenario_exits_2() {
 fn crash_without_s5_exits_2() {
     let run = keel(&["bench", "s1", "--crash", "2"], Duration::from_secs(30));
     assert_eq!(run.status.code(), Some(2), "{}", run.stderr);
-    assert!(run.stderr.contains("--crash belongs to s5"), "{}", run.stderr);
+    assert!(
+        run.stderr.contains("--crash belongs to s5"),
+        "{}",
+        run.stderr
+    );
 }

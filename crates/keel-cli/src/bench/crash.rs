@@ -72,6 +72,9 @@ struct Kill {
     acked: u64,
     /// Clients that had sent a record and not yet been answered.
     in_flight: u32,
+    /// Of those unanswered records, how many the log held after restart
+    /// (written before the kill, never acknowledged: allowed either way).
+    in_log_unanswered: u64,
     /// Per client, what it was promised.
     clients: Vec<ClientResult>,
 }
@@ -126,7 +129,7 @@ pub fn run(config: &CrashConfig) -> Result<Outcome, Error> {
         let after = Duration::from_millis(rng.between(lo_ms, hi_ms));
         kills.push(one_kill(config, &dir, kill, after)?);
     }
-    let (opened, audit) = audit(&dir, &kills)?;
+    let (opened, audit) = audit(&dir, &mut kills)?;
     let _ = std::fs::remove_dir_all(&config.data_dir);
 
     let acked: u64 = kills.iter().map(|k| k.acked).sum();
@@ -144,6 +147,10 @@ pub fn run(config: &CrashConfig) -> Result<Outcome, Error> {
         (
             "in_flight_max",
             f64::from(in_flight.iter().copied().max().unwrap_or(0)),
+        ),
+        (
+            "in_log_unanswered",
+            kills.iter().map(|k| k.in_log_unanswered).sum::<u64>() as f64,
         ),
     ]);
     let damaged =
@@ -166,14 +173,22 @@ pub fn run(config: &CrashConfig) -> Result<Outcome, Error> {
     if acked == 0 {
         problems.push("no record was acknowledged before any kill".to_string());
     }
-    let notes = vec![format!(
-        "in flight at each kill: {}",
-        in_flight
-            .iter()
-            .map(u32::to_string)
-            .collect::<Vec<_>>()
-            .join(" ")
-    )];
+    let list = |values: Vec<String>| values.join(" ");
+    let notes = vec![
+        format!(
+            "appends in flight (sent, not answered) at each kill: {}",
+            list(in_flight.iter().map(u32::to_string).collect())
+        ),
+        format!(
+            "of those, in the log after restart: {}",
+            list(
+                kills
+                    .iter()
+                    .map(|k| k.in_log_unanswered.to_string())
+                    .collect()
+            )
+        ),
+    ];
     Ok(Outcome {
         id: "s5",
         title: TITLE,
@@ -276,53 +291,86 @@ fn kill_body(
         after_ms,
         acked: summary.clients.iter().map(|c| c.acked_seq).sum(),
         in_flight: summary.clients.iter().filter(|c| c.in_flight).count() as u32,
+        in_log_unanswered: 0,
         clients: summary.clients,
     })
 }
 
 /// Opens the log as a restart would and checks it against every promise.
-fn audit(dir: &Path, kills: &[Kill]) -> Result<(Value, Audit), Error> {
+fn audit(dir: &Path, kills: &mut [Kill]) -> Result<(Value, Audit), Error> {
     let log = keel::wal::Log::open(dir, keel::wal::Options::default())
         .map_err(|e| Error::new(format!("cannot open the log in {}: {e}", dir.display())))?;
     let opened = crate::serve::s5_keel::recovery_json(log.recovery());
-    let mut audit = Audit::default();
-    // Per client: the next sequence number expected, and the LSN of each
-    // sequence number seen.
-    let mut next: HashMap<u32, u64> = HashMap::new();
-    let mut lsns: HashMap<(u32, u64), u64> = HashMap::new();
+    let mut found = Found::default();
     let records = log
         .iter()
         .map_err(|e| Error::new(format!("cannot read the log: {e}")))?;
     for record in records {
         let record = record.map_err(|e| Error::new(format!("reading the log: {e}")))?;
-        audit.records += 1;
-        let Some((client, seq)) = parse_record(&record.data) else {
-            audit.corrupt += 1;
-            continue;
+        found.add(record.lsn.get(), &record.data);
+    }
+    Ok((opened, found.judge(kills)))
+}
+
+/// What the log holds, per client.
+#[derive(Debug, Default)]
+struct Found {
+    /// Records read.
+    records: u64,
+    /// Records that are not what any client sent.
+    corrupt: u64,
+    /// Records out of sequence for their client.
+    out_of_order: u64,
+    /// Per client, the next sequence number expected: `1..next` are in
+    /// the log, in order.
+    next: HashMap<u32, u64>,
+    /// The LSN of each (client, sequence number) seen.
+    lsns: HashMap<(u32, u64), u64>,
+}
+
+impl Found {
+    /// Takes in the record at `lsn`.
+    fn add(&mut self, lsn: u64, data: &[u8]) {
+        self.records += 1;
+        let Some((client, seq)) = parse_record(data) else {
+            self.corrupt += 1;
+            return;
         };
-        let expected = next.entry(client).or_insert(1);
+        let expected = self.next.entry(client).or_insert(1);
         if seq == *expected {
             *expected += 1;
         } else {
-            audit.out_of_order += 1;
+            self.out_of_order += 1;
         }
-        lsns.insert((client, seq), record.lsn.get());
+        self.lsns.insert((client, seq), lsn);
     }
-    for kill in kills {
-        for client in &kill.clients {
-            // Sequence numbers 1..next are in the log, in order.
-            let present = next.get(&client.id).map_or(0, |n| n - 1);
-            audit.lost += client.acked_seq.saturating_sub(present);
-            let allowed = client.acked_seq + u64::from(client.in_flight);
-            audit.unexpected += present.saturating_sub(allowed);
-            if client.acked_seq > 0
-                && lsns.get(&(client.id, client.acked_seq)) != Some(&client.acked_lsn)
-            {
-                audit.lsn_mismatch += 1;
+
+    /// Checks the log against what every client was promised, and notes
+    /// per kill how many unanswered records reached the log anyway.
+    fn judge(&self, kills: &mut [Kill]) -> Audit {
+        let mut audit = Audit {
+            records: self.records,
+            corrupt: self.corrupt,
+            out_of_order: self.out_of_order,
+            ..Audit::default()
+        };
+        for kill in kills {
+            kill.in_log_unanswered = 0;
+            for client in &kill.clients {
+                let present = self.next.get(&client.id).map_or(0, |n| n - 1);
+                audit.lost += client.acked_seq.saturating_sub(present);
+                let allowed = client.acked_seq + u64::from(client.in_flight);
+                audit.unexpected += present.saturating_sub(allowed);
+                kill.in_log_unanswered += present.min(allowed).saturating_sub(client.acked_seq);
+                if client.acked_seq > 0
+                    && self.lsns.get(&(client.id, client.acked_seq)) != Some(&client.acked_lsn)
+                {
+                    audit.lsn_mismatch += 1;
+                }
             }
         }
+        audit
     }
-    Ok((opened, audit))
 }
 
 #[cfg(test)]
@@ -337,5 +385,82 @@ mod tests {
         assert!(draws.iter().all(|d| (300..1500).contains(d)));
         assert!(draws.iter().any(|&d| d != draws[0]));
         assert_eq!(Rng(7).between(5, 5), 5);
+    }
+
+    /// A kill whose clients were promised `acked` (id, last acknowledged
+    /// sequence number, its LSN, in flight).
+    fn kill(clients: &[(u32, u64, u64, bool)]) -> Kill {
+        Kill {
+            kill: 1,
+            opened: Value::Null,
+            after_ms: 0,
+            acked: clients.iter().map(|c| c.1).sum(),
+            in_flight: clients.iter().filter(|c| c.3).count() as u32,
+            in_log_unanswered: 0,
+            clients: clients
+                .iter()
+                .map(|&(id, acked_seq, acked_lsn, in_flight)| ClientResult {
+                    id,
+                    acked_seq,
+                    acked_lsn,
+                    in_flight,
+                    error: None,
+                })
+                .collect(),
+        }
+    }
+
+    /// A log holding client 1's records 1..=3 and client 2's 1..=2,
+    /// interleaved, with LSNs 1..=5.
+    fn found() -> Found {
+        let mut found = Found::default();
+        for (lsn, (client, seq)) in [(1, 1), (2, 1), (1, 2), (2, 2), (1, 3)].iter().enumerate() {
+            found.add(lsn as u64 + 1, &crate::load::s5::record(*client, *seq, 64));
+        }
+        found
+    }
+
+    /// Every promise kept: nothing lost, and an unanswered record that
+    /// reached the log is counted, not blamed.
+    #[test]
+    fn a_log_that_keeps_its_promises_passes() {
+        let mut kills = [kill(&[(1, 2, 3, true), (2, 2, 4, true)])];
+        let audit = found().judge(&mut kills);
+        assert_eq!(audit.records, 5);
+        assert_eq!(
+            (
+                audit.lost,
+                audit.corrupt,
+                audit.out_of_order,
+                audit.lsn_mismatch,
+                audit.unexpected
+            ),
+            (0, 0, 0, 0, 0),
+            "{audit:?}"
+        );
+        assert_eq!(kills[0].in_log_unanswered, 1, "client 1's record 3");
+    }
+
+    /// A missing acknowledged record, a wrong LSN, a record nobody had in
+    /// flight, a damaged record and a gap are each caught.
+    #[test]
+    fn broken_promises_are_caught() {
+        let mut kills = [kill(&[(1, 4, 9, false)])];
+        let audit = found().judge(&mut kills);
+        assert_eq!(audit.lost, 1, "record 4 of client 1 is missing");
+        assert_eq!(audit.lsn_mismatch, 1, "nor is it at LSN 9");
+
+        let mut kills = [kill(&[(1, 3, 4, false), (2, 1, 2, false)])];
+        let audit = found().judge(&mut kills);
+        assert_eq!(audit.lsn_mismatch, 1, "client 1's record 3 is at LSN 5");
+        assert_eq!(audit.unexpected, 1, "client 2's record 2 was never sent");
+
+        let mut found = found();
+        let mut damaged = crate::load::s5::record(2, 3, 64);
+        damaged[40] ^= 1;
+        found.add(6, &damaged);
+        found.add(7, &crate::load::s5::record(2, 5, 64));
+        let audit = found.judge(&mut []);
+        assert_eq!((audit.corrupt, audit.out_of_order), (1, 1), "{audit:?}");
     }
 }
