@@ -1,13 +1,16 @@
-//! An urgent task waits at most about one poll, however full the bulk
-//! queue is.
+//! An urgent task does not wait behind the bulk queue, however full it is.
 //!
-//! Two workers are saturated by sixteen bulk tasks polling 100 µs at a
-//! time. A plain thread wakes an urgent task every millisecond; the urgent
-//! class has the least virtual time, so whichever worker finishes its bulk
-//! poll first takes the urgent task. Its queue delay (wake → first poll),
-//! as keel reports it and as the test measures it independently, must stay
-//! below three poll lengths at p99. One test in this file, so nothing else
-//! competes for the cores.
+//! Two workers are saturated by 160 bulk tasks polling 100 µs at a time:
+//! an urgent task queued behind them would wait about 80 polls (8 ms). A
+//! plain thread wakes an urgent task every millisecond; the urgent class
+//! has the least virtual time, so whichever worker finishes its bulk poll
+//! first takes the urgent task, and it waits about one poll. Its queue
+//! delay (wake → first poll), as keel reports it and as the test measures
+//! it independently, must stay below 20 poll lengths at p99: a quarter of
+//! the wait behind the queue, and room enough for a machine busy with
+//! other work to preempt a worker now and then. The typical figures (p99
+//! about 60 µs) belong to the benchmarks. One test in this file, so
+//! nothing else competes for the cores.
 
 #[macro_use]
 mod support;
@@ -21,12 +24,15 @@ use support::{busy_for, Signal};
 
 const POLL: Duration = Duration::from_micros(100);
 const WAKES: usize = 1000;
+const BULK_TASKS: usize = 160;
+/// The p99 bound: 20 polls, against about 80 behind the queue.
+const BOUND: Duration = Duration::from_micros(100 * 20);
 
 #[test]
-fn urgent_queue_delay_stays_below_three_bulk_polls() {
+fn urgent_queue_delay_stays_far_below_the_bulk_queue() {
     let rt = Runtime::builder().workers(2).build().unwrap();
     let stop = Arc::new(AtomicBool::new(false));
-    for _ in 0..16 {
+    for _ in 0..BULK_TASKS {
         let stop = stop.clone();
         rt.spawn_in(Class::BULK, async move {
             while !stop.load(Ordering::Relaxed) {
@@ -102,12 +108,12 @@ fn urgent_queue_delay_stays_below_three_bulk_polls() {
         reported.count()
     );
     assert!(
-        measured_p99 < POLL * 3,
-        "measured urgent p99 {measured_p99:?} is not below 3 bulk polls"
+        measured_p99 < BOUND,
+        "measured urgent p99 {measured_p99:?} is not below {BOUND:?}"
     );
     assert!(
-        reported.p99() < POLL * 3,
-        "keel's urgent p99 {:?} is not below 3 bulk polls",
+        reported.p99() < BOUND,
+        "keel's urgent p99 {:?} is not below {BOUND:?}",
         reported.p99()
     );
 }
