@@ -50,7 +50,7 @@ pub mod wal;
 
 pub use runtime::{Builder, Handle, Runtime, SpinPolicy};
 pub use sched::{Class, MAX_CLASSES};
-pub use task::{yield_now, JoinError, JoinHandle, TaskId, YieldNow};
+pub use task::{yield_now, JoinError, JoinHandle, TaskBuilder, TaskId, YieldNow};
 
 use std::future::Future;
 

@@ -33,6 +33,9 @@ pub const DEFAULT_TASK_QUOTA: Duration = Duration::from_micros(500);
 /// Default [`Builder::task_io_budget`]: 128 IO operations.
 pub const DEFAULT_TASK_IO_BUDGET: u32 = 128;
 
+/// Default [`Builder::stall_threshold`]: 10 ms.
+pub const DEFAULT_STALL_THRESHOLD: Duration = Duration::from_millis(10);
+
 /// Default [`Builder::max_blocking_threads`]: 64 threads.
 ///
 /// Blocking work in a network server is mostly file IO, `fsync` and the odd
@@ -117,6 +120,7 @@ pub struct Builder {
     io_every: u32,
     task_quota: Duration,
     task_io_budget: u32,
+    stall_threshold: Duration,
     max_blocking_threads: usize,
     blocking_queue: usize,
     blocking_keep_alive: Duration,
@@ -149,6 +153,7 @@ impl Builder {
             io_every: DEFAULT_IO_EVERY,
             task_quota: DEFAULT_TASK_QUOTA,
             task_io_budget: DEFAULT_TASK_IO_BUDGET,
+            stall_threshold: DEFAULT_STALL_THRESHOLD,
             max_blocking_threads: DEFAULT_MAX_BLOCKING_THREADS,
             blocking_queue: DEFAULT_BLOCKING_QUEUE,
             blocking_keep_alive: DEFAULT_BLOCKING_KEEP_ALIVE,
@@ -235,6 +240,22 @@ impl Builder {
     /// [`task_quota`](Builder::task_quota), counted in operations.
     pub fn task_io_budget(&mut self, operations: u32) -> &mut Builder {
         self.task_io_budget = operations;
+        self
+    }
+
+    /// How long one poll of a task may run before it counts as a stall.
+    /// Default [10 ms](DEFAULT_STALL_THRESHOLD).
+    ///
+    /// A poll that runs this long without yielding holds its worker: every
+    /// task queued behind it, and every socket that worker would have
+    /// polled, waits. keel cannot interrupt it, but it says so: each stall
+    /// is counted in its class (`ClassStats::stalls`) and reported through
+    /// `tracing` at `warn` level with the task's id, class, name (see
+    /// [`TaskBuilder::name`](crate::TaskBuilder::name)) and how long the
+    /// poll took, so the blocking call or the missing `yield_now` can be
+    /// found. `Duration::MAX` turns reporting off.
+    pub fn stall_threshold(&mut self, threshold: Duration) -> &mut Builder {
+        self.stall_threshold = threshold;
         self
     }
 
@@ -387,6 +408,7 @@ impl Builder {
             io_every: self.io_every,
             task_quota: nanos(self.task_quota),
             task_io_budget: self.task_io_budget,
+            stall_threshold: nanos(self.stall_threshold),
             classes: self.classes.clone(),
             spin: self.spin.duration(),
             thread_name: self.thread_name.clone(),

@@ -28,6 +28,8 @@ pub(crate) struct Config {
     pub(crate) task_quota: u64,
     /// IO operations per task poll.
     pub(crate) task_io_budget: u32,
+    /// Nanoseconds a task poll may run before it counts as a stall.
+    pub(crate) stall_threshold: u64,
     /// The blocking pool's limits.
     pub(crate) blocking: BlockingConfig,
 }

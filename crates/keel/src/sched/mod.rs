@@ -202,8 +202,22 @@ impl Shared {
         F: Future + Send + 'static,
         F::Output: Send + 'static,
     {
+        self.spawn_named(class, None, future)
+    }
+
+    /// Spawns `future` as a task of `class` with an optional `name`.
+    pub(crate) fn spawn_named<F>(
+        self: &Arc<Self>,
+        class: Class,
+        name: Option<Arc<str>>,
+        future: F,
+    ) -> JoinHandle<F::Output>
+    where
+        F: Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
         let id = self.next_task_id();
-        let meta = TaskMeta::new(TaskId(id), class, self.clock.now());
+        let meta = TaskMeta::named(TaskId(id), class, self.clock.now(), name);
         let shared = self.clone();
         let schedule = WithInfo(move |runnable: Runnable, info: ScheduleInfo| {
             let placement = if info.woken_while_running {

@@ -61,8 +61,9 @@ use crate::loom::lock;
 use crate::loom::sync::atomic::{fence, Ordering};
 use crate::runtime::context;
 use crate::stats::account::{Account, State};
-use crate::task::{coop, Runnable};
+use crate::task::{coop, Runnable, TaskId};
 use crate::time::driver::{tick_start, NEVER};
+use crate::Class;
 use crate::Handle;
 
 /// Every this many picks, a worker looks at the class injector before its
@@ -332,6 +333,9 @@ impl Worker {
         let class = meta.class;
         let scheduled_at = meta.scheduled_at.load(Ordering::Relaxed);
         let aborted = meta.is_aborted();
+        // What a stall report needs, kept past the poll (which may free the
+        // task): the name is cloned only for tasks that have one.
+        let (id, name) = (meta.id, meta.name.clone());
 
         let start = self.shared.clock.now();
         self.account.switch(State::Task(class.index()), start);
@@ -355,7 +359,11 @@ impl Worker {
         coop::clear(&self.local);
 
         let end = self.shared.clock.now();
-        self.charge(class.index(), end.saturating_sub(start), end);
+        let took = end.saturating_sub(start);
+        if took >= self.shared.config.stall_threshold {
+            self.report_stall(id, class, name.as_deref(), took);
+        }
+        self.charge(class.index(), took, end);
         self.account.switch(State::Search, end);
         self.account.maybe_publish(end);
         self.polls_since_io += 1;
@@ -365,6 +373,28 @@ impl Worker {
         if self.shared.timers.may_be_due(end) {
             self.fire_timers(end);
         }
+    }
+
+    /// Counts and reports a poll of `took` nanoseconds, past the stall
+    /// threshold.
+    #[cold]
+    fn report_stall(&mut self, id: TaskId, class: Class, name: Option<&str>, took: u64) {
+        self.account.stall(class.index());
+        let class_name = self
+            .shared
+            .config
+            .classes
+            .get(class.index())
+            .map_or("?", |c| c.name.as_str());
+        tracing::warn!(
+            task.id = id.as_u64(),
+            task.class = class_name,
+            task.name = name.unwrap_or(""),
+            poll_ms = took as f64 / 1e6,
+            worker = self.index,
+            "a task poll ran {:.1} ms without yielding, holding its worker",
+            took as f64 / 1e6,
+        );
     }
 
     /// Whether `io_interval` has passed since this worker last polled the

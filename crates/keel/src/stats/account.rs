@@ -112,6 +112,8 @@ pub(crate) struct Published {
     pub(crate) times: [u64; SLOTS],
     /// Polls per class.
     pub(crate) polls: [u64; MAX_CLASSES],
+    /// Stalls (polls longer than the stall threshold) per class.
+    pub(crate) stalls: [u64; MAX_CLASSES],
     /// Queue delay (ns) per class.
     pub(crate) delays: Vec<Histogram<u64>>,
     /// The state the worker was in at `since`.
@@ -179,6 +181,7 @@ impl WorkerMetrics {
                 started: 0,
                 times: [0; SLOTS],
                 polls: [0; MAX_CLASSES],
+                stalls: [0; MAX_CLASSES],
                 delays: (0..classes).map(|_| new_delay_histogram()).collect(),
                 state: State::Search,
                 since: 0,
@@ -205,6 +208,7 @@ pub(crate) struct Account {
     shared: Arc<WorkerMetrics>,
     times: [u64; SLOTS],
     polls: [u64; MAX_CLASSES],
+    stalls: [u64; MAX_CLASSES],
     /// Queue delays (ns) per class, not yet published.
     delays: Vec<Vec<u64>>,
     state: State,
@@ -227,6 +231,7 @@ impl Account {
             shared,
             times: [0; SLOTS],
             polls: [0; MAX_CLASSES],
+            stalls: [0; MAX_CLASSES],
             delays: vec![Vec::new(); classes],
             state: State::Search,
             since: now,
@@ -254,6 +259,11 @@ impl Account {
         }
     }
 
+    /// Counts one poll of `class` that ran past the stall threshold.
+    pub(crate) fn stall(&mut self, class: usize) {
+        self.stalls[class] += 1;
+    }
+
     /// Publishes if the last publication is older than [`PUBLISH_NS`].
     pub(crate) fn maybe_publish(&mut self, now: u64) {
         if now.saturating_sub(self.last_publish) >= PUBLISH_NS {
@@ -276,6 +286,7 @@ impl Account {
         let mut published = lock(&self.shared.published);
         published.times = self.times;
         published.polls = self.polls;
+        published.stalls = self.stalls;
         published.state = self.state;
         published.since = self.since;
         if histograms {

@@ -64,6 +64,7 @@ pub(crate) fn snapshot(shared: &Shared) -> Stats {
                 shares: class.shares,
                 busy: workers.iter().map(|w| w.task[index]).sum(),
                 polls: workers.iter().map(|w| w.polls[index]).sum(),
+                stalls: read.iter().map(|(p, _)| p.stalls[index]).sum(),
                 queue_delay: QueueDelay { histogram },
             }
         })

@@ -138,6 +138,9 @@ pub struct ClassStats {
     pub busy: Duration,
     /// Polls of its tasks, all workers together.
     pub polls: u64,
+    /// Polls that ran past the stall threshold (see
+    /// [`Builder::stall_threshold`](crate::Builder::stall_threshold)).
+    pub stalls: u64,
     /// How long its tasks waited between being woken and being polled.
     pub queue_delay: QueueDelay,
 }

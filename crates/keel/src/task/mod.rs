@@ -24,11 +24,13 @@
 //! Dropping a [`JoinHandle`] detaches the task: it runs to completion and
 //! its output is dropped. This is what users of other Rust runtimes expect.
 
+mod builder;
 pub(crate) mod coop;
 mod join;
 pub(crate) mod registry;
 mod yield_now;
 
+pub use builder::TaskBuilder;
 pub use join::{JoinError, JoinHandle};
 pub use yield_now::{yield_now, YieldNow};
 
@@ -37,6 +39,7 @@ use std::future::Future;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::pin::Pin;
 use std::ptr::NonNull;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use crate::loom::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -68,6 +71,8 @@ impl std::fmt::Display for TaskId {
 pub(crate) struct TaskMeta {
     pub(crate) id: TaskId,
     pub(crate) class: Class,
+    /// The name given at spawn, for stall reports.
+    pub(crate) name: Option<Arc<str>>,
     /// Nanoseconds since the runtime's epoch at the last schedule. Written
     /// by whoever schedules the task, read by the worker that polls it.
     pub(crate) scheduled_at: AtomicU64,
@@ -78,9 +83,14 @@ pub(crate) struct TaskMeta {
 
 impl TaskMeta {
     pub(crate) fn new(id: TaskId, class: Class, now: u64) -> TaskMeta {
+        TaskMeta::named(id, class, now, None)
+    }
+
+    pub(crate) fn named(id: TaskId, class: Class, now: u64, name: Option<Arc<str>>) -> TaskMeta {
         TaskMeta {
             id,
             class,
+            name,
             scheduled_at: AtomicU64::new(now),
             aborted: AtomicBool::new(false),
         }
