@@ -662,3 +662,30 @@ fn a_closure_may_drop_its_own_runtime() {
         .unwrap_err()
         .is_cancelled());
 }
+
+/// A keep-alive too long to add to an instant (`Duration::MAX`, the
+/// natural "never retire") keeps idle threads for good: the idle thread
+/// neither dies nor strands the next job.
+#[test]
+fn a_keep_alive_of_duration_max_never_retires_and_never_strands_a_job() {
+    let rt = keel::Runtime::builder()
+        .workers(1)
+        .thread_name("kbmax")
+        .max_blocking_threads(1)
+        .blocking_keep_alive(Duration::MAX)
+        .build()
+        .unwrap();
+    assert_eq!(rt.block_on(rt.spawn_blocking(|| 1)).unwrap(), 1);
+    wait_until("the thread is idle", || rt.stats().blocking.idle == 1);
+    std::thread::sleep(Duration::from_millis(100));
+    assert_eq!(threads_named("kbmax-block"), 1, "the idle thread is alive");
+    let job = rt.spawn_blocking(|| 2);
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(block_on_std(job).map_err(|e| e.to_string()));
+    });
+    let out = rx
+        .recv_timeout(Duration::from_secs(10))
+        .expect("the second job ran");
+    assert_eq!(out.unwrap(), 2);
+}

@@ -447,7 +447,9 @@ impl Pool {
     /// `idle` by the caller) until it is claimed, the pool shuts down or
     /// the keep-alive runs out.
     fn wait<'a>(&'a self, mut synced: MutexGuard<'a, Synced>) -> (MutexGuard<'a, Synced>, Wait) {
-        let deadline = Instant::now() + self.keep_alive;
+        // A keep-alive too long to add to an instant (`Duration::MAX`)
+        // means the thread never retires.
+        let deadline = Instant::now().checked_add(self.keep_alive);
         loop {
             // Checked before sleeping too: a claim made while the caller
             // did not hold the lock notified nobody.
@@ -462,17 +464,24 @@ impl Pool {
                 return (synced, Wait::Exit);
             }
             let now = Instant::now();
-            if now >= deadline {
+            if deadline.is_some_and(|deadline| now >= deadline) {
                 synced.idle -= 1;
                 synced.threads -= 1;
                 self.counters.idle.store(synced.idle, Relaxed);
                 return (synced, Wait::Retire);
             }
-            synced = self
-                .condvar
-                .wait_timeout(synced, deadline - now)
-                .unwrap_or_else(|poisoned| poisoned.into_inner())
-                .0;
+            synced = match deadline {
+                Some(deadline) => {
+                    self.condvar
+                        .wait_timeout(synced, deadline - now)
+                        .unwrap_or_else(|poisoned| poisoned.into_inner())
+                        .0
+                }
+                None => self
+                    .condvar
+                    .wait(synced)
+                    .unwrap_or_else(|poisoned| poisoned.into_inner()),
+            };
         }
     }
 }

@@ -315,7 +315,8 @@ impl Builder {
     /// Prevents thread churn: a burst of blocking work that comes and goes
     /// would otherwise pay a thread creation (tens of microseconds, and a
     /// fresh stack) per job; once the burst is over, the threads and their
-    /// memory are given back after this long.
+    /// memory are given back after this long. `Duration::MAX` keeps idle
+    /// threads for good.
     ///
     /// ```
     /// use std::time::Duration;

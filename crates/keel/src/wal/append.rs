@@ -52,7 +52,10 @@ impl Slot {
             }
         };
         if let Some(waker) = waker {
-            waker.wake();
+            // A waker is foreign code running on the writer thread: if it
+            // panics, the record is still durable and answered, and the
+            // writer must go on with the rest of the batch.
+            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| waker.wake()));
         }
     }
 

@@ -96,11 +96,14 @@ impl Log {
     /// Opens the log in `dir`, creating the directory and an empty log if
     /// there is none.
     ///
-    /// Every segment is read and checked first: a torn tail of the last
-    /// one (left by a crash during a write) is cut off, and
-    /// [`recovery`](Log::recovery) says how much. Damage anywhere else
-    /// fails with [`io::ErrorKind::InvalidData`], naming the file and
-    /// offset, because the records after it may have been acknowledged.
+    /// Every segment is read and checked first: the last one is cut at its
+    /// first record that is not whole (a torn tail, left by a crash during
+    /// a write, or damage to it; see the module's guarantees), and
+    /// [`recovery`](Log::recovery) says where and how much. Damage in an
+    /// earlier segment fails with [`io::ErrorKind::InvalidData`], naming
+    /// the file and offset, because the records after it were
+    /// acknowledged. Then every segment and the directory are synced, so
+    /// what recovery counts is durable.
     ///
     /// A directory holds one open log at a time: while a `Log` has it open
     /// (in this process or another), opening it again fails with
@@ -120,6 +123,19 @@ impl Log {
         let dir_lock = DirLock::acquire(dir)?;
         let recovered = recover(dir, opts.max_record)?;
         let mut spans = recovered.spans;
+        // Recovery read whole records from the page cache, and a process
+        // killed between a write and its sync leaves some there that no
+        // sync covered. They are about to be counted as durable (and a
+        // roll-over would never sync their segment again), so make them
+        // so: sync every segment and the directory before anything else.
+        // Segments already on disk cost a flush of nothing.
+        for span in &spans {
+            disk.open(&span.path)
+                .and_then(|file| disk.sync_data(&file))
+                .map_err(|e| context("syncing what recovery found in", &span.path, e))?;
+        }
+        disk.sync_dir(dir)
+            .map_err(|e| context("syncing the directory", dir, e))?;
         let segment = match spans.last() {
             Some(span) => Current::open(&mut *disk, span)?,
             None => {

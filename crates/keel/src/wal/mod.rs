@@ -22,7 +22,8 @@
 //! });
 //! lsns.sort();
 //! assert_eq!(lsns, (1..=8).collect::<Vec<u64>>());
-//! assert!(log.stats().batches <= 8);
+//! let stats = log.stats();
+//! assert_eq!((stats.appends, stats.last_lsn.map(|l| l.get())), (8, Some(8)));
 //! log.close().unwrap();
 //! # std::fs::remove_dir_all(&dir).unwrap();
 //! ```
@@ -67,14 +68,24 @@
 //! 4. [`Log::iter`] and [`Log::open`] never return a record that was not
 //!    fully written: every record carries a checksum of its length and
 //!    data.
-//! 5. `open` cuts off only a torn tail of the last segment, which a crash
-//!    can leave, and reports it in [`Recovery`]. Damage anywhere else
-//!    makes `open` fail with [`InvalidData`](std::io::ErrorKind::InvalidData)
-//!    naming the file and offset, rather than drop records that may have
-//!    been acknowledged.
-//! 6. One log per directory: an open log holds a lock on the file `LOCK`
+//! 5. `open` cuts the last segment at its first record that is not whole,
+//!    and reports the cut in [`Recovery`] (where, how many bytes, why). A
+//!    crash can only leave such a record at the tail, in the batch that
+//!    was being written; but damage to the medium in the middle of the
+//!    last segment looks the same from the record alone, and the records
+//!    after it are cut with it. Damage in any earlier segment makes `open`
+//!    fail with [`InvalidData`](std::io::ErrorKind::InvalidData) naming
+//!    the file and offset, rather than drop records that were
+//!    acknowledged.
+//! 6. Recovery syncs every segment and the directory before the log takes
+//!    appends, so a record a crashed process wrote but never synced is
+//!    made durable before it is counted (and before anything after it is
+//!    acknowledged).
+//! 7. One log per directory: an open log holds a lock on the file `LOCK`
 //!    in it (released when the log closes or the process dies), and a
 //!    second `open`, from this process or another, fails while it does.
+//!    The lock is a POSIX record lock: code in the same process that opens
+//!    and closes `LOCK` itself (to copy it, say) releases it.
 //!
 //! Not guaranteed: that a record whose append failed, or was still pending
 //! at a crash, is absent after reopening. A sync that failed may have

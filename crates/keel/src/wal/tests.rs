@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Wake, Waker};
 use std::thread::{self, Thread};
 
-use super::disk::{Faults, FaultyDisk};
+use super::disk::{Disk, Faults, FaultyDisk, RealDisk};
 use super::format::{segment_name, FRAME_LEN, HEADER_LEN};
 use super::writer::PREPARE_AHEAD;
 use super::{lock, Log, Options};
@@ -357,4 +357,113 @@ fn regroup_waits_for_its_target_or_its_deadline() {
     let _now = shared.push(vec![6]);
     assert!(shared.next_batch(Gather::Now, &mut batch));
     assert_eq!(batch.len(), 1);
+}
+
+/// A disk that records the inode of every file it syncs.
+struct RecordingDisk {
+    synced: Arc<Mutex<Vec<u64>>>,
+}
+
+impl Disk for RecordingDisk {
+    fn create(&mut self, path: &Path) -> io::Result<std::fs::File> {
+        RealDisk.create(path)
+    }
+    fn open(&mut self, path: &Path) -> io::Result<std::fs::File> {
+        RealDisk.open(path)
+    }
+    fn write_all_at(&mut self, file: &std::fs::File, buf: &[u8], offset: u64) -> io::Result<()> {
+        RealDisk.write_all_at(file, buf, offset)
+    }
+    fn sync_data(&mut self, file: &std::fs::File) -> io::Result<()> {
+        use std::os::unix::fs::MetadataExt;
+        lock(&self.synced).push(file.metadata()?.ino());
+        RealDisk.sync_data(file)
+    }
+    fn sync_all(&mut self, file: &std::fs::File) -> io::Result<()> {
+        use std::os::unix::fs::MetadataExt;
+        lock(&self.synced).push(file.metadata()?.ino());
+        RealDisk.sync_all(file)
+    }
+    fn set_len(&mut self, file: &std::fs::File, len: u64) -> io::Result<()> {
+        RealDisk.set_len(file, len)
+    }
+    fn sync_dir(&mut self, dir: &Path) -> io::Result<()> {
+        RealDisk.sync_dir(dir)
+    }
+    fn remove(&mut self, path: &Path) -> io::Result<()> {
+        RealDisk.remove(path)
+    }
+}
+
+/// A whole record that a killed process wrote but never synced is
+/// counted by recovery, so recovery syncs it before the log takes an
+/// append: otherwise a roll-over would acknowledge later records while
+/// the old segment's tail was still only in the page cache, and a power
+/// loss would leave a gap that stops the log from opening.
+#[test]
+fn recovery_syncs_what_it_counts_before_taking_appends() {
+    use std::os::unix::fs::{FileExt, MetadataExt};
+    let dir = TempDir::new("recovery-syncs");
+    let opts = || Options::default().segment_size(HEADER_LEN + 4 * (FRAME_LEN as u64 + 10));
+    let log = Log::open(dir.path(), opts()).unwrap();
+    for i in 0..3u8 {
+        block_on(log.append(&[i; 10])).unwrap();
+    }
+    log.close().unwrap();
+    let first = dir.path().join(segment_name(1));
+    let len = std::fs::metadata(&first).unwrap().len();
+    // What a process killed between its write and its sync leaves.
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&first)
+        .unwrap();
+    file.write_all_at(&super::format::frame(&[3u8; 10]), len)
+        .unwrap();
+    drop(file);
+
+    let synced = Arc::new(Mutex::new(Vec::new()));
+    let disk = RecordingDisk {
+        synced: synced.clone(),
+    };
+    let log = Log::open_with(dir.path(), opts(), Box::new(disk)).unwrap();
+    assert_eq!(log.recovery().records, 4);
+    let inode = std::fs::metadata(&first).unwrap().ino();
+    assert!(
+        lock(&synced).contains(&inode),
+        "the segment holding the recovered record was synced at open"
+    );
+    // The next append rolls over; LSN 5 follows the synced record 4.
+    assert_eq!(block_on(log.append(&[5u8; 10])).unwrap().get(), 5);
+    log.close().unwrap();
+}
+
+/// A waker that panics when the writer wakes it is foreign code on the
+/// writer thread: its record and the rest of its batch are still
+/// answered as durable, and the log goes on.
+#[test]
+fn a_panicking_waker_neither_fails_its_batch_nor_closes_the_log() {
+    struct Boom;
+    impl Wake for Boom {
+        fn wake(self: Arc<Self>) {
+            panic!("waker panics");
+        }
+    }
+    let dir = TempDir::new("panicking-waker");
+    let log = Log::open(dir.path(), Options::default()).unwrap();
+    // Keep the writer busy so that the next appends form one batch.
+    let first = log.append(&[0u8; 10]);
+    let mut boom = log.append(b"panicking waker");
+    let innocent = log.append(b"innocent");
+    let waker = Waker::from(Arc::new(Boom));
+    assert!(pin!(&mut boom)
+        .poll(&mut Context::from_waker(&waker))
+        .is_pending());
+    block_on(first).unwrap();
+    assert!(block_on(innocent).is_ok());
+    assert!(
+        block_on(boom).is_ok(),
+        "answered, though its waker panicked"
+    );
+    assert!(block_on(log.append(b"later")).is_ok(), "the log goes on");
+    log.close().unwrap();
 }

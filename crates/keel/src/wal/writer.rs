@@ -9,7 +9,8 @@
 //!    start a new segment: create the file, write its header, `fsync` it,
 //!    `fsync` the directory. The old segment needs no sync of its own:
 //!    every batch in it ended with an `fdatasync`, which also made its
-//!    length durable.
+//!    length durable (and what an earlier process left in it unsynced,
+//!    recovery synced at open).
 //! 3. Write the whole batch at the segment's durable length.
 //! 4. `fdatasync` the segment.
 //! 5. Publish: the segment's new durable length (for `Log::iter`), the
