@@ -24,6 +24,8 @@
 //! - [`runtime`]: [`Builder`], [`Runtime`], [`Handle`] and shutdown.
 //! - `sched`: the worker loop, class selection, queues, parking.
 //! - `task`: tasks on `async-task`, [`JoinHandle`], [`yield_now`].
+//! - [`net`]: TCP and UDP sockets; TCP input delivered in batches rather
+//!   than per packet when asked ([`net::batch`]).
 //! - [`stats`]: per-worker state accounting and snapshots.
 //! - [`time`]: `sleep`, `timeout`, `interval` on a timer wheel.
 //! - [`wal`]: a group-commit log, [`wal::Log`], that acknowledges only

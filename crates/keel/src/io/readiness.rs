@@ -98,6 +98,18 @@ impl Ready {
     pub(crate) fn is_write_closed(self) -> bool {
         self.0 & WRITE_CLOSED != 0
     }
+
+    /// Whether the source was last reported readable (the report may be
+    /// stale: the data may have been read since).
+    pub(crate) fn is_readable(self) -> bool {
+        self.0 & READABLE != 0
+    }
+
+    /// Whether the reading direction is closed: reads return what is
+    /// left, then end-of-file.
+    pub(crate) fn is_read_closed(self) -> bool {
+        self.0 & READ_CLOSED != 0
+    }
 }
 
 /// What an event from the reactor says about a source.
@@ -205,6 +217,11 @@ impl ScheduledIo {
             return Poll::Ready(Ready(current));
         }
         Poll::Pending
+    }
+
+    /// The readiness as it is now, without registering a waiter.
+    pub(crate) fn readiness(&self) -> Ready {
+        Ready(self.state.load(Ordering::Acquire))
     }
 
     /// The operation tried after `seen` said `WouldBlock`: forget the

@@ -3,12 +3,12 @@
 
 use std::io;
 use std::sync::Arc;
-use std::task::{ready, Context, Poll};
+use std::task::{ready, Context, Poll, Waker};
 
 use mio::event::Source;
 use mio::{Interest, Token};
 
-use super::readiness::{Direction, Ready, ScheduledIo};
+use super::readiness::{Direction, Event, Ready, ScheduledIo};
 use crate::runtime::context;
 use crate::sched::Shared;
 use crate::task::coop;
@@ -109,6 +109,61 @@ impl<E: Source> IoSource<E> {
                 }
             }
         }
+    }
+
+    /// A read whose caller decides, at each attempt, whether to read now:
+    /// batched reads ([`crate::net::BatchPolicy`]) hold a read back until
+    /// enough bytes are queued, which the readiness bits alone cannot say.
+    ///
+    /// `attempt` gets the source, the readiness seen just before (without
+    /// any waiter registered) and the task's waker (for a timer of its
+    /// own). `WouldBlock` from it means "not now": the readiness it saw is
+    /// forgotten, as after a read's `WouldBlock`, and the task waits for
+    /// the next read event (or for whatever `attempt` arranged with the
+    /// waker). Readiness that closed or failed stays set (see
+    /// [`ScheduledIo::clear`]), so `attempt` must go ahead when it sees it,
+    /// or the loop would not end. Budget and shutdown as in
+    /// [`IoSource::poll_io`].
+    pub(crate) fn poll_read_with<R>(
+        &self,
+        cx: &mut Context<'_>,
+        mut attempt: impl FnMut(&E, Ready, &Waker) -> io::Result<R>,
+    ) -> Poll<io::Result<R>> {
+        if self.shared.is_stopping() {
+            return Poll::Ready(Err(runtime_gone()));
+        }
+        ready!(coop::poll_proceed(cx));
+        loop {
+            let seen = self.scheduled.readiness();
+            match attempt(self.get_ref(), seen, cx.waker()) {
+                Err(error) if error.kind() == io::ErrorKind::WouldBlock => {}
+                Err(error) if error.kind() == io::ErrorKind::Interrupted => continue,
+                result => {
+                    coop::spend();
+                    return Poll::Ready(result);
+                }
+            }
+            self.scheduled.clear(seen, Direction::Read);
+            // Registers the waker; ready only if an event came since `seen`
+            // (then look again) or the direction closed or failed.
+            if self.scheduled.poll_ready(cx, Direction::Read).is_pending() {
+                return Poll::Pending;
+            }
+        }
+    }
+
+    /// Makes the source look readable and wakes the tasks waiting to read,
+    /// so that they try again under rules that just changed (a batch
+    /// policy): an artificial event. A read that finds nothing clears it,
+    /// as after any event.
+    pub(crate) fn recheck_readable(&self) {
+        let mut wake = Vec::new();
+        let event = Event {
+            readable: true,
+            ..Event::default()
+        };
+        self.scheduled.set(event, &mut wake);
+        wake.into_iter().for_each(Waker::wake);
     }
 
     /// Waits until the source may be ready in `direction`, without an

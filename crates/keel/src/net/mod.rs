@@ -16,10 +16,18 @@
 //! Address arguments take [`ToSocketAddrs`] like
 //! `std::net`; a host name is resolved with the blocking system resolver,
 //! so pass a [`SocketAddr`] from inside tasks.
+//!
+//! A TCP stream may deliver its input in batches rather than per packet
+//! ([`BatchPolicy`], set with [`TcpStream::set_batch`]), so that a peer
+//! writing small pieces does not wake its reader for each; [`batch`]
+//! explains the rules and what they cost.
 
+pub mod batch;
 mod tcp;
 mod udp;
 
+pub(crate) use batch::BatchMode;
+pub use batch::BatchPolicy;
 pub use tcp::listener::{TcpListenOptions, TcpListener, DEFAULT_BACKLOG};
 pub use tcp::split::{OwnedReadHalf, OwnedWriteHalf};
 pub use tcp::stream::TcpStream;

@@ -3,15 +3,19 @@
 //!
 //! Workers account for themselves (the `account` module); [`Handle::stats`] gathers
 //! what they published into a [`Stats`] snapshot, with the blocking pool's
-//! figures beside them ([`BlockingStats`]).
+//! figures beside them ([`BlockingStats`]) and the TCP read deliveries per
+//! batch mode ([`DeliveryStats`], counted in the `deliveries` module).
 //!
 //! [`Handle::stats`]: crate::Handle::stats
 
 pub(crate) mod account;
 pub(crate) mod clock;
+pub(crate) mod deliveries;
 mod snapshot;
 
-pub use snapshot::{BlockingStats, ClassStats, QueueDelay, Stats, WorkerStats};
+pub use snapshot::{
+    BlockingStats, ClassStats, Deliveries, DeliveryStats, QueueDelay, Stats, WorkerStats,
+};
 
 use std::time::Duration;
 
@@ -76,5 +80,6 @@ pub(crate) fn snapshot(shared: &Shared) -> Stats {
         classes,
         pending_timers: shared.timers.len(),
         blocking: shared.blocking.stats(),
+        deliveries: shared.reactor.deliveries.snapshot(),
     }
 }

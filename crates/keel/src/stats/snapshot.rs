@@ -23,6 +23,78 @@ pub struct Stats {
     pub pending_timers: usize,
     /// The blocking pool.
     pub blocking: BlockingStats,
+    /// Reads of TCP streams that returned data, per batch mode (see
+    /// [`crate::net::BatchPolicy`]).
+    pub deliveries: DeliveryStats,
+}
+
+/// Reads of TCP streams that returned data (*deliveries*), per
+/// [`BatchPolicy`](crate::net::BatchPolicy) mode of the stream at the time
+/// of the read, since the runtime was built.
+///
+/// Each delivery costs the reading task a poll, and usually a wake-up: the
+/// point of batching is to make these fewer and larger. Between two
+/// snapshots taken `dt` apart, `later.since(&earlier)` gives deliveries per
+/// second (`count / dt`) and bytes per delivery
+/// ([`Deliveries::bytes_per_delivery`]) for each mode. A read that returns
+/// end-of-file (zero bytes) or an error is not a delivery.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DeliveryStats {
+    /// Streams with batching off (the default).
+    pub off: Deliveries,
+    /// Streams with [`BatchPolicy::fixed`](crate::net::BatchPolicy::fixed).
+    pub fixed: Deliveries,
+    /// Streams with [`BatchPolicy::adaptive`](crate::net::BatchPolicy::adaptive).
+    pub adaptive: Deliveries,
+}
+
+impl DeliveryStats {
+    /// All modes together.
+    pub fn total(&self) -> Deliveries {
+        Deliveries {
+            count: self.off.count + self.fixed.count + self.adaptive.count,
+            bytes: self.off.bytes + self.fixed.bytes + self.adaptive.bytes,
+        }
+    }
+
+    /// What happened between `earlier` and `self` (two snapshots of the
+    /// same runtime).
+    pub fn since(&self, earlier: &DeliveryStats) -> DeliveryStats {
+        DeliveryStats {
+            off: self.off.since(&earlier.off),
+            fixed: self.fixed.since(&earlier.fixed),
+            adaptive: self.adaptive.since(&earlier.adaptive),
+        }
+    }
+}
+
+/// A count of deliveries and the bytes they carried; cumulative in a
+/// snapshot, an interval after [`Deliveries::since`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Deliveries {
+    /// Reads that returned at least one byte.
+    pub count: u64,
+    /// Bytes those reads returned.
+    pub bytes: u64,
+}
+
+impl Deliveries {
+    /// Average bytes per delivery; zero when there was none.
+    pub fn bytes_per_delivery(&self) -> f64 {
+        if self.count == 0 {
+            0.0
+        } else {
+            self.bytes as f64 / self.count as f64
+        }
+    }
+
+    /// What happened between `earlier` and `self`.
+    pub fn since(&self, earlier: &Deliveries) -> Deliveries {
+        Deliveries {
+            count: self.count.saturating_sub(earlier.count),
+            bytes: self.bytes.saturating_sub(earlier.bytes),
+        }
+    }
 }
 
 /// The blocking pool's threads, queue and work (see [`crate::blocking`]).

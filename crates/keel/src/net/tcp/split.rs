@@ -10,8 +10,10 @@ use std::task::{Context, Poll};
 use futures_io::{AsyncRead, AsyncWrite};
 
 use super::stream::TcpStream;
+use crate::net::BatchPolicy;
 
 /// The reading half of a [`TcpStream`], from [`TcpStream::into_split`].
+/// It keeps the stream's [`BatchPolicy`], which it may change.
 #[derive(Debug)]
 pub struct OwnedReadHalf {
     stream: Arc<TcpStream>,
@@ -28,6 +30,20 @@ pub struct OwnedWriteHalf {
 impl OwnedReadHalf {
     pub(crate) fn new(stream: Arc<TcpStream>) -> OwnedReadHalf {
         OwnedReadHalf { stream }
+    }
+
+    /// Sets how reads deliver input; see [`TcpStream::set_batch`].
+    ///
+    /// # Errors
+    ///
+    /// See [`TcpStream::set_batch`].
+    pub fn set_batch(&self, policy: BatchPolicy) -> io::Result<()> {
+        self.stream.set_batch(policy)
+    }
+
+    /// The batch policy in force; see [`TcpStream::batch`].
+    pub fn batch(&self) -> BatchPolicy {
+        self.stream.batch()
     }
 
     /// The remote address of the connection.

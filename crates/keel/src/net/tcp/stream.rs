@@ -14,7 +14,8 @@ use socket2::SockRef;
 use super::split::{OwnedReadHalf, OwnedWriteHalf};
 use crate::io::readiness::Direction;
 use crate::io::source::{current_runtime, IoSource};
-use crate::net::resolve;
+use crate::net::batch::reader::BatchCell;
+use crate::net::{resolve, BatchMode, BatchPolicy};
 use crate::sched::Shared;
 
 /// A TCP connection, readable and writable through
@@ -24,9 +25,14 @@ use crate::sched::Shared;
 /// `&TcpStream`, and [`TcpStream::into_split`] gives owned halves); two
 /// tasks reading at once would race for the bytes, and only the last to
 /// wait is woken.
+///
+/// Reads deliver input as soon as any byte is there, unless a
+/// [`BatchPolicy`] says to wait for more ([`TcpStream::set_batch`]).
 #[derive(Debug)]
 pub struct TcpStream {
     io: IoSource<mio::net::TcpStream>,
+    /// The batch policy and the state of batched reads.
+    batch: BatchCell,
 }
 
 impl TcpStream {
@@ -91,6 +97,7 @@ impl TcpStream {
     ) -> io::Result<TcpStream> {
         Ok(TcpStream {
             io: IoSource::new(shared, stream, assume_ready)?,
+            batch: BatchCell::new(),
         })
     }
 
@@ -155,6 +162,45 @@ impl TcpStream {
         SockRef::from(self.io.get_ref()).set_linger(linger)
     }
 
+    /// Sets how reads deliver input: at once ([`BatchPolicy::off`], the
+    /// default) or in batches of at least `min_bytes` within `max_delay`
+    /// ([`BatchPolicy::fixed`], [`BatchPolicy::adaptive`]). See
+    /// [`crate::net::batch`] for the rules, the latency a batch adds, and
+    /// when not to batch.
+    ///
+    /// May be called at any time, also while a task waits in a read: that
+    /// read goes on under the new policy. Setting [`BatchPolicy::off`]
+    /// restores the plain read path and the socket's `SO_RCVLOWAT` of 1.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use keel::net::{BatchPolicy, TcpListener, TcpStream};
+    ///
+    /// let rt = keel::Runtime::new().unwrap();
+    /// rt.block_on(async {
+    ///     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    ///     let stream = TcpStream::connect(listener.local_addr().unwrap()).await.unwrap();
+    ///     let policy = BatchPolicy::adaptive(Duration::from_millis(100));
+    ///     stream.set_batch(policy).unwrap();
+    ///     assert_eq!(stream.batch(), policy);
+    /// });
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// The OS error of reading `SO_RCVBUF` or setting `SO_RCVLOWAT`;
+    /// `Unsupported` on platforms without them (batching needs unix). The
+    /// previous policy then stays in force.
+    pub fn set_batch(&self, policy: BatchPolicy) -> io::Result<()> {
+        self.batch.set(&self.io, policy)
+    }
+
+    /// The batch policy last set with [`TcpStream::set_batch`], as given
+    /// (before `min_bytes` is clamped to the receive buffer).
+    pub fn batch(&self) -> BatchPolicy {
+        self.batch.policy()
+    }
+
     /// Shuts down the reading half, the writing half, or both. Shutting
     /// down writing sends FIN: the peer reads end-of-file, and may still
     /// send (a half-close).
@@ -182,8 +228,8 @@ impl TcpStream {
         cx: &mut Context<'_>,
         buf: &mut [u8],
     ) -> Poll<io::Result<usize>> {
-        self.io
-            .poll_io(cx, Direction::Read, |mut socket| socket.read(buf))
+        let len = buf.len();
+        self.poll_read_op(cx, len, |mut socket| socket.read(buf))
     }
 
     pub(crate) fn poll_read_vectored_priv(
@@ -191,8 +237,29 @@ impl TcpStream {
         cx: &mut Context<'_>,
         bufs: &mut [IoSliceMut<'_>],
     ) -> Poll<io::Result<usize>> {
-        self.io
-            .poll_io(cx, Direction::Read, |mut socket| socket.read_vectored(bufs))
+        let len = bufs.iter().map(|buf| buf.len()).sum();
+        self.poll_read_op(cx, len, |mut socket| socket.read_vectored(bufs))
+    }
+
+    /// A read of up to `len` bytes by `read`: batched if a policy says so
+    /// (and the buffer is not empty), else the plain readiness loop.
+    fn poll_read_op(
+        &self,
+        cx: &mut Context<'_>,
+        len: usize,
+        mut read: impl FnMut(&mio::net::TcpStream) -> io::Result<usize>,
+    ) -> Poll<io::Result<usize>> {
+        if !self.batch.is_off() && len > 0 {
+            if let Some(result) = self.batch.poll_read(&self.io, cx, &mut read) {
+                return result;
+            }
+        }
+        let result = self.io.poll_io(cx, Direction::Read, read);
+        if let Poll::Ready(Ok(n)) = result {
+            let deliveries = &self.io.runtime().reactor.deliveries;
+            deliveries.record(BatchMode::Off, n);
+        }
+        result
     }
 
     pub(crate) fn poll_write_priv(
@@ -200,8 +267,11 @@ impl TcpStream {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        self.io
-            .poll_io(cx, Direction::Write, |mut socket| socket.write(buf))
+        let result = self
+            .io
+            .poll_io(cx, Direction::Write, |mut socket| socket.write(buf));
+        self.wrote(&result);
+        result
     }
 
     pub(crate) fn poll_write_vectored_priv(
@@ -209,9 +279,21 @@ impl TcpStream {
         cx: &mut Context<'_>,
         bufs: &[IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        self.io.poll_io(cx, Direction::Write, |mut socket| {
+        let result = self.io.poll_io(cx, Direction::Write, |mut socket| {
             socket.write_vectored(bufs)
-        })
+        });
+        self.wrote(&result);
+        result
+    }
+
+    /// Tells the batch policy about a write that sent bytes (adaptive
+    /// batching delivers at once to a stream that answers).
+    fn wrote(&self, result: &Poll<io::Result<usize>>) {
+        if let Poll::Ready(Ok(n)) = result {
+            if *n > 0 {
+                self.batch.note_write();
+            }
+        }
     }
 
     /// Shuts down writing; `NotConnected` (the peer is gone) counts as done.

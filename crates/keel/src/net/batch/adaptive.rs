@@ -1,0 +1,237 @@
+//! The adaptive rule: the next batch size from the last few deliveries.
+//!
+//! See the parent module's docs ("Adaptive mode") for the rule in words;
+//! this is that rule in integers, a handful of operations per delivery.
+
+/// The smallest batch adaptive mode gathers: 4 KiB, about three full-size
+/// Ethernet segments. A pace that would not fill this much in half of
+/// `max_delay` is served immediately: a smaller batch saves too few
+/// wake-ups to be worth any delay.
+pub const ADAPTIVE_MIN_BYTES: usize = 4 * 1024;
+
+/// The largest batch adaptive mode gathers: 64 KiB, half of Linux's
+/// default receive buffer (128 KiB), so the socket can hold a whole batch
+/// and keep receiving. It is lowered further to half of `SO_RCVBUF` when
+/// the socket's buffer is smaller.
+pub const ADAPTIVE_MAX_BYTES: usize = 64 * 1024;
+
+/// The state of the rule for one stream.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Adaptive {
+    /// Bytes one `max_delay` brings at the stream's recent rate (a running
+    /// average); zero when unknown.
+    pace: u64,
+    /// When the previous batch was delivered, in nanoseconds on the timer
+    /// clock; `None` before the first or after an idle spell.
+    last: Option<u64>,
+}
+
+/// What the rule learns from one delivery.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Sample {
+    /// The bytes of the batch: what was queued when it was released, or
+    /// what the read returned for an immediate read.
+    pub(crate) bytes: usize,
+    /// When it was delivered (timer clock, ns).
+    pub(crate) now: u64,
+    /// Whether the stream was written to since the previous delivery.
+    pub(crate) answered: bool,
+    /// Whether the batch was released by its deadline, short of its size.
+    pub(crate) timed_out: bool,
+}
+
+impl Adaptive {
+    /// Forgets the stream's history: the next delivery starts afresh.
+    pub(crate) fn reset(&mut self) {
+        *self = Adaptive::default();
+    }
+
+    /// Learns from one delivery that began a batch and returns the next
+    /// batch size (0: immediate delivery). `current` is the present size,
+    /// `delay_ns` the policy's `max_delay`, `cap` the largest size allowed
+    /// on this socket.
+    pub(crate) fn next_target(
+        &mut self,
+        sample: Sample,
+        current: usize,
+        delay_ns: u64,
+        cap: usize,
+    ) -> usize {
+        let previous = self.last.replace(sample.now);
+        let Some(previous) = previous else {
+            // The first delivery, or the first after an idle spell: no gap
+            // to measure a pace over yet.
+            self.pace = 0;
+            return 0;
+        };
+        let gap = sample.now.saturating_sub(previous);
+        if sample.answered || sample.timed_out || gap > delay_ns {
+            // The peer may be waiting for us, or the stream is idle or too
+            // slow for the current batch: deliver at once.
+            self.pace = 0;
+            return 0;
+        }
+        let pace = u128::from(sample.bytes as u64) * u128::from(delay_ns) / u128::from(gap.max(1));
+        let pace = u64::try_from(pace).unwrap_or(u64::MAX);
+        self.pace = if self.pace == 0 {
+            pace
+        } else {
+            self.pace / 2 + pace / 2
+        };
+        let half = usize::try_from(self.pace / 2).unwrap_or(usize::MAX);
+        if half < ADAPTIVE_MIN_BYTES {
+            // Entering needs a pace that fills the smallest batch in half
+            // the delay; staying needs only one that fills it in the whole
+            // delay, so a stream near the threshold does not flap.
+            let stays = current >= ADAPTIVE_MIN_BYTES && self.pace >= ADAPTIVE_MIN_BYTES as u64;
+            return if stays { ADAPTIVE_MIN_BYTES } else { 0 };
+        }
+        let limit = current.max(ADAPTIVE_MIN_BYTES / 2).saturating_mul(2);
+        let cap = cap.clamp(1, ADAPTIVE_MAX_BYTES);
+        prev_power_of_two(half.min(limit).min(cap))
+    }
+}
+
+/// The largest power of two not above `n` (`n > 0`).
+fn prev_power_of_two(n: usize) -> usize {
+    1 << (usize::BITS - 1 - n.leading_zeros())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: u64 = 1_000_000;
+    const DELAY: u64 = 100 * MS;
+
+    /// Feeds `count` deliveries of `bytes` every `every` ns; returns the
+    /// targets chosen after each.
+    fn run(rule: &mut Adaptive, start: u64, bytes: usize, every: u64, count: usize) -> Vec<usize> {
+        let mut target = 0;
+        (0..count)
+            .map(|i| {
+                let sample = Sample {
+                    bytes,
+                    now: start + i as u64 * every,
+                    answered: false,
+                    timed_out: false,
+                };
+                target = rule.next_target(sample, target, DELAY, ADAPTIVE_MAX_BYTES);
+                target
+            })
+            .collect()
+    }
+
+    #[test]
+    fn small_fast_deliveries_raise_the_target_step_by_step() {
+        let mut rule = Adaptive::default();
+        // 1460 bytes every 2 ms: a pace of 73 KB per 100 ms.
+        let targets = run(&mut rule, 0, 1460, 2 * MS, 8);
+        assert_eq!(targets[0], 0, "no gap to measure on the first delivery");
+        assert_eq!(&targets[1..5], &[4096, 8192, 16384, 32768]);
+        assert!(targets[5..].iter().all(|&t| t == 32768), "{targets:?}");
+    }
+
+    #[test]
+    fn a_camera_pace_settles_on_a_batch_that_fills_in_half_the_delay() {
+        let mut rule = Adaptive::default();
+        // 1460 bytes every 8 ms: about 18 KB per 100 ms.
+        let targets = run(&mut rule, 0, 1460, 8 * MS, 10);
+        assert_eq!(*targets.last().unwrap(), 8192, "{targets:?}");
+    }
+
+    #[test]
+    fn a_trickle_stays_immediate() {
+        let mut rule = Adaptive::default();
+        // 100 bytes every 10 ms: 1 KB per 100 ms, no batch worth waiting for.
+        let targets = run(&mut rule, 0, 100, 10 * MS, 50);
+        assert!(targets.iter().all(|&t| t == 0), "{targets:?}");
+    }
+
+    #[test]
+    fn an_answer_or_a_long_gap_drops_to_immediate() {
+        let mut rule = Adaptive::default();
+        let targets = run(&mut rule, 0, 1460, MS, 6);
+        let target = *targets.last().unwrap();
+        assert!(target > 0);
+        let answered = Sample {
+            bytes: 1460,
+            now: 6 * MS,
+            answered: true,
+            timed_out: false,
+        };
+        assert_eq!(
+            rule.next_target(answered, target, DELAY, ADAPTIVE_MAX_BYTES),
+            0
+        );
+
+        let mut rule = Adaptive::default();
+        let targets = run(&mut rule, 0, 1460, MS, 6);
+        let target = *targets.last().unwrap();
+        // A batch that took the whole delay without filling.
+        let slow = Sample {
+            bytes: 2000,
+            now: 5 * MS + DELAY + MS,
+            answered: false,
+            timed_out: true,
+        };
+        assert_eq!(rule.next_target(slow, target, DELAY, ADAPTIVE_MAX_BYTES), 0);
+        // And the pace is forgotten: the next fast delivery starts over.
+        let next = Sample {
+            bytes: 1460,
+            now: 7 * MS + DELAY,
+            answered: false,
+            timed_out: false,
+        };
+        assert_eq!(rule.next_target(next, 0, DELAY, ADAPTIVE_MAX_BYTES), 4096);
+    }
+
+    #[test]
+    fn a_pace_near_the_threshold_keeps_the_smallest_batch() {
+        let mut rule = Adaptive::default();
+        // 100 bytes a millisecond: 10 KB per 100 ms, enough to enter.
+        let targets = run(&mut rule, 0, 100, MS, 3);
+        assert_eq!(targets[2], ADAPTIVE_MIN_BYTES);
+        // The 4 KiB batches now take 60 ms each: a pace of 6.8 KB, too
+        // little to enter, enough to stay.
+        let mut target = targets[2];
+        for i in 1..=5 {
+            let sample = Sample {
+                bytes: 4100,
+                now: 2 * MS + i * 60 * MS,
+                answered: false,
+                timed_out: false,
+            };
+            target = rule.next_target(sample, target, DELAY, ADAPTIVE_MAX_BYTES);
+            assert_eq!(target, ADAPTIVE_MIN_BYTES, "after batch {i}");
+        }
+        // A fresh rule at that pace does not enter.
+        let mut fresh = Adaptive::default();
+        let targets = run(&mut fresh, 0, 4100, 60 * MS, 5);
+        assert!(targets.iter().all(|&t| t == 0), "{targets:?}");
+    }
+
+    #[test]
+    fn the_target_respects_the_socket_cap() {
+        let mut rule = Adaptive::default();
+        let mut target = 0;
+        for i in 0..20 {
+            let sample = Sample {
+                bytes: 60_000,
+                now: i * MS,
+                answered: false,
+                timed_out: false,
+            };
+            target = rule.next_target(sample, target, DELAY, 10_000);
+        }
+        assert_eq!(target, 8192, "the largest power of two under the cap");
+    }
+
+    #[test]
+    fn powers_of_two_round_down() {
+        assert_eq!(prev_power_of_two(1), 1);
+        assert_eq!(prev_power_of_two(4096), 4096);
+        assert_eq!(prev_power_of_two(8191), 4096);
+        assert_eq!(prev_power_of_two(usize::MAX), 1 << (usize::BITS - 1));
+    }
+}
