@@ -64,7 +64,30 @@ fn quick_bench_writes_a_report_for_both_runtimes() {
         "idle + loaded, per runtime"
     );
 
-    let s5 = &report["scenarios"][1];
+    let s2 = &report["scenarios"][1];
+    assert_eq!(s2["id"], "s2");
+    let modes: Vec<&str> = s2["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["mode"].as_str().unwrap())
+        .collect();
+    assert_eq!(modes, ["off", "fixed", "adaptive", "read-1460", "read-64k"]);
+    for run in s2["runs"].as_array().unwrap() {
+        let metrics = &run["metrics"];
+        for name in [
+            "cpu_s_per_gb",
+            "deliveries_per_s",
+            "bytes_per_delivery",
+            "api_storm_p99_ms",
+            "api_alone_p99_ms",
+        ] {
+            let value = metrics[name].as_f64().unwrap_or(0.0);
+            assert!(value > 0.0, "{name} = {value} in {run}");
+        }
+    }
+
+    let s5 = &report["scenarios"][2];
     assert_eq!(s5["id"], "s5");
     assert_eq!(s5["sizes"]["clients"], 8);
     let runs: Vec<(String, String)> = s5["runs"]
@@ -136,7 +159,11 @@ fn unknown_scenario_exits_2() {
     let run = keel(&["bench", "s9"], Duration::from_secs(30));
     assert_eq!(run.status.code(), Some(2), "{}", run.stderr);
     assert!(run.stderr.contains("unknown scenario"), "{}", run.stderr);
-    assert!(run.stderr.contains("available: s1, s5"), "{}", run.stderr);
+    assert!(
+        run.stderr.contains("available: s1, s2, s5"),
+        "{}",
+        run.stderr
+    );
     assert!(run.stdout.is_empty(), "{}", run.stdout);
 }
 

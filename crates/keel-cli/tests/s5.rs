@@ -4,88 +4,27 @@
 
 mod support;
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::Path;
-use std::process::{Child, ChildStdin, Command, Stdio};
-use std::sync::mpsc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use support::{keel, scratch_dir};
+use support::{keel, scratch_dir, Node};
 
-/// A node under test and its control pipes.
-struct Node {
-    child: Child,
-    stdin: ChildStdin,
-    lines: mpsc::Receiver<String>,
-    first: serde_json::Value,
-}
-
-impl Node {
-    /// Starts `keel serve s5` and reads its address line.
-    fn start(runtime: &str, mode: &str, dir: &Path) -> Node {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_keel"))
-            .args(["serve", "s5", "--runtime", runtime, "--mode", mode])
-            .args(["--workers", "2", "--dir", dir.to_str().unwrap()])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap();
-        let stdout = child.stdout.take().unwrap();
-        let (tx, lines) = mpsc::channel();
-        std::thread::spawn(move || {
-            for l in BufReader::new(stdout).lines().map_while(Result::ok) {
-                let _ = tx.send(l);
-            }
-        });
-        let stdin = child.stdin.take().unwrap();
-        let mut node = Node {
-            child,
-            stdin,
-            lines,
-            first: serde_json::Value::Null,
-        };
-        node.first = node.line();
-        node
-    }
-
-    /// The next stdout line, as JSON.
-    fn line(&self) -> serde_json::Value {
-        let text = self
-            .lines
-            .recv_timeout(Duration::from_secs(20))
-            .expect("the node answers within 20 s");
-        serde_json::from_str(&text).unwrap()
-    }
-
-    /// An address from the first line.
-    fn addr(&self, key: &str) -> SocketAddr {
-        self.first[key].as_str().unwrap().parse().unwrap()
-    }
-
-    /// The node's `log` counters, from a mark.
-    fn counters(&mut self) -> serde_json::Value {
-        self.stdin.write_all(b"mark\n").unwrap();
-        self.line()["runtime"]["log"].clone()
-    }
-
-    /// Sends `stop` and checks the node exits 0.
-    fn stop(mut self) {
-        self.stdin.write_all(b"stop\n").unwrap();
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                assert!(status.success(), "{status}");
-                return;
-            }
-            if Instant::now() >= deadline {
-                let _ = self.child.kill();
-                panic!("the node did not exit after stop");
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
+/// Starts `keel serve s5` with 2 workers on `dir`.
+fn s5_node(runtime: &str, mode: &str, dir: &Path) -> Node {
+    let dir = dir.to_str().unwrap();
+    Node::start(&[
+        "s5",
+        "--runtime",
+        runtime,
+        "--mode",
+        mode,
+        "--workers",
+        "2",
+        "--dir",
+        dir,
+    ])
 }
 
 /// A connection with timeouts.
@@ -118,7 +57,7 @@ fn append(addr: SocketAddr, count: usize) -> Vec<u64> {
 /// consecutive LSNs and counts them.
 fn acknowledges(runtime: &str, mode: &str) {
     let dir = scratch_dir(&format!("s5-{runtime}-{mode}"));
-    let mut node = Node::start(runtime, mode, &dir);
+    let mut node = s5_node(runtime, mode, &dir);
     let mut echo = connect(node.addr("addr"));
     echo.write_all(b"ping").unwrap();
     let mut back = [0u8; 4];
@@ -127,7 +66,7 @@ fn acknowledges(runtime: &str, mode: &str) {
 
     let lsns = append(node.addr("log_addr"), 50);
     assert_eq!(lsns, (1..=50).collect::<Vec<u64>>());
-    let counters = node.counters();
+    let counters = node.mark("log");
     assert_eq!(counters["acked"], 50, "{counters}");
     assert!(counters["syncs"].as_u64().unwrap() >= 1, "{counters}");
     assert_eq!(counters["failed"], 0, "{counters}");
@@ -160,13 +99,13 @@ fn tokio_inline_acknowledges() {
 #[test]
 fn keel_log_survives_a_restart() {
     let dir = scratch_dir("s5-restart");
-    let node = Node::start("keel", "group", &dir);
+    let node = s5_node("keel", "group", &dir);
     assert_eq!(
         append(node.addr("log_addr"), 10),
         (1..=10).collect::<Vec<u64>>()
     );
     node.stop();
-    let node = Node::start("keel", "group", &dir);
+    let node = s5_node("keel", "group", &dir);
     assert_eq!(
         node.first["startup"]["recovery"]["records"], 10,
         "{}",
@@ -183,7 +122,7 @@ fn keel_log_survives_a_restart() {
 fn oversized_record_closes_only_its_connection() {
     for runtime in ["keel", "tokio"] {
         let dir = scratch_dir(&format!("s5-bad-{runtime}"));
-        let node = Node::start(runtime, "group", &dir);
+        let node = s5_node(runtime, "group", &dir);
         let mut bad = connect(node.addr("log_addr"));
         bad.write_all(&u32::MAX.to_le_bytes()).unwrap();
         let mut buf = [0u8; 8];

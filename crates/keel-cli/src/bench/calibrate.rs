@@ -29,31 +29,36 @@ pub struct Calibration {
 
 /// Finds the iteration count for which one slice takes about `target`.
 pub fn calibrate(target: Duration) -> Calibration {
+    calibrate_with(target, time_slice)
+}
+
+/// Finds the size for which one run of some work takes about `target`,
+/// given `time(size)`, which runs the work once at that size and says how
+/// long it took (sizes in the same unit as [`Calibration::iters`]).
+pub fn calibrate_with(target: Duration, time: impl Fn(u64) -> Duration) -> Calibration {
     let target = target.max(Duration::from_micros(1));
     // Grow until one run is long enough to time well (at least the target,
     // and at least a millisecond).
     let floor = target.max(Duration::from_millis(1));
     let mut iters = 1_000u64;
-    let mut took = time_slice(iters);
+    let mut took = time(iters);
     while took < floor && iters < MAX_ITERS {
         iters *= 2;
-        took = time_slice(iters);
+        took = time(iters);
     }
     let mut iters = scale(iters, target, took);
-    // Correct once from the median of several slices of the estimate.
-    let measured = median_time(iters);
+    // Correct once from the median of several runs of the estimate.
+    let measured = median_time(&time, iters);
     iters = scale(iters, target, measured);
     Calibration {
         iters,
-        measured: median_time(iters),
+        measured: median_time(&time, iters),
     }
 }
 
-/// The median of [`SAMPLES`] timed slices of `iters`.
-fn median_time(iters: u64) -> Duration {
-    let times: Vec<f64> = (0..SAMPLES)
-        .map(|_| time_slice(iters).as_secs_f64())
-        .collect();
+/// The median of [`SAMPLES`] timed runs of `iters`.
+fn median_time(time: &impl Fn(u64) -> Duration, iters: u64) -> Duration {
+    let times: Vec<f64> = (0..SAMPLES).map(|_| time(iters).as_secs_f64()).collect();
     Duration::from_secs_f64(median(&times).unwrap_or(0.0).max(0.0))
 }
 

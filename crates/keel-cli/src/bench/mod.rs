@@ -22,6 +22,7 @@ pub mod proc;
 pub mod progress;
 pub mod report;
 pub mod s1;
+pub mod s2;
 pub mod s5;
 pub mod stats;
 pub mod table;
@@ -37,15 +38,15 @@ use crate::serve::{default_workers, RuntimeKind};
 use report::{Machine, Report};
 
 /// Scenarios that can run in this build.
-pub const AVAILABLE: &[&str] = &["s1", "s5"];
+pub const AVAILABLE: &[&str] = &["s1", "s2", "s5"];
 
 /// Scenarios described in SCENARIOS.md that do not exist yet.
-pub const PLANNED: &[&str] = &["s0", "s2", "s3", "s4"];
+pub const PLANNED: &[&str] = &["s0", "s3", "s4"];
 
 /// Flags of `keel bench`.
 #[derive(Debug, Args)]
 pub struct BenchArgs {
-    /// Scenarios to run (s1, s5); all available ones when none is given.
+    /// Scenarios to run (s1, s2, s5); all available ones when none is given.
     #[arg(value_name = "SCENARIO")]
     pub scenarios: Vec<String>,
     /// About a second per phase and one round: checks that the figures
@@ -73,6 +74,21 @@ pub struct BenchArgs {
     /// S1 and S5: ping probe interval, µs.
     #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(10..=1_000_000))]
     pub interval_us: u64,
+    /// S2: storm connections.
+    #[arg(long, default_value_t = 300, value_parser = clap::value_parser!(u64).range(1..=20_000))]
+    pub streams: u64,
+    /// S2: storm rate over all connections, MB/s.
+    #[arg(long, default_value_t = 40.0, value_parser = crate::load::parse_rate)]
+    pub rate_mb: f64,
+    /// S2: target duration of the API job, ms.
+    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u64).range(1..=10_000))]
+    pub job_ms: u64,
+    /// S2: keel fixed batching, bytes a delivery waits for.
+    #[arg(long, default_value_t = 64 * 1024, value_parser = clap::value_parser!(u64).range(1..=64 * 1024 * 1024))]
+    pub min_bytes: u64,
+    /// S2: keel batching, the longest a byte waits, ms.
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..=60_000))]
+    pub max_delay_ms: u64,
     /// S5: closed-loop log clients.
     #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=1024))]
     pub clients: u32,
@@ -163,6 +179,21 @@ pub fn run(args: &BenchArgs) -> Result<(), Error> {
                 interval_us: args.interval_us,
                 payload: 64,
             })?,
+            "s2" => s2::run(&s2::S2Config {
+                exe: exe.clone(),
+                runtimes: runtimes.clone(),
+                runs,
+                workers: args.workers,
+                duration_s,
+                warmup_ms,
+                streams: args.streams,
+                chunk: 1460,
+                rate_mb: args.rate_mb,
+                api_interval_ms: 200,
+                job_ms: args.job_ms,
+                min_bytes: args.min_bytes,
+                max_delay_ms: args.max_delay_ms,
+            })?,
             "s5" => {
                 let data_dir = args
                     .data_dir
@@ -234,13 +265,13 @@ mod tests {
     /// Named, default, deduplicated, planned and unknown scenarios.
     #[test]
     fn selects_scenarios() {
-        assert_eq!(select(&[]).unwrap(), vec!["s1", "s5"]);
+        assert_eq!(select(&[]).unwrap(), vec!["s1", "s2", "s5"]);
         assert_eq!(select(&["S1".into(), "s1".into()]).unwrap(), vec!["s1"]);
         let planned = select(&["s3".into()]).unwrap_err();
         assert_eq!(planned.code(), 2);
         assert!(planned.to_string().contains("not available"), "{planned}");
         assert!(
-            planned.to_string().contains("available: s1, s5"),
+            planned.to_string().contains("available: s1, s2, s5"),
             "{planned}"
         );
         let unknown = select(&["s9".into()]).unwrap_err();

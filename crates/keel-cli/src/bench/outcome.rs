@@ -12,6 +12,8 @@ use std::fmt;
 use serde::ser::{SerializeMap, Serializer};
 use serde::Serialize;
 
+use crate::serve::RuntimeKind;
+
 /// One scenario's results.
 #[derive(Debug, Clone, Serialize)]
 pub struct Outcome {
@@ -49,6 +51,55 @@ impl RunFigures {
     pub fn metric(&self, name: &str) -> Option<f64> {
         self.metrics.get(name)
     }
+
+    /// The run as a column header: the runtime, and the mode unless it is
+    /// `default`.
+    pub fn label(&self) -> String {
+        if self.mode == "default" {
+            self.runtime.clone()
+        } else {
+            format!("{} {}", self.runtime, self.mode)
+        }
+    }
+}
+
+/// The value of metric `name` of the run of `runtime` in `mode`, if any.
+pub fn find_metric(runs: &[RunFigures], runtime: &str, mode: &str, name: &str) -> Option<f64> {
+    runs.iter()
+        .find(|r| r.runtime == runtime && r.mode == mode)
+        .and_then(|r| r.metric(name))
+}
+
+/// Problems with the figures of `runs`: a run without a complete round,
+/// and metrics that are not numbers.
+pub fn check_runs(runs: &[RunFigures]) -> Vec<String> {
+    let mut problems = Vec::new();
+    for run in runs {
+        if run.metrics.0.is_empty() {
+            problems.push(format!("{}: no complete round", run.label()));
+        }
+        for (name, value) in &run.metrics.0 {
+            if !value.is_finite() {
+                problems.push(format!("{}: {name} is not a number", run.label()));
+            }
+        }
+    }
+    problems
+}
+
+/// Why a verdict that needs `needed` has no value, when `ran` were run:
+/// the runtimes that were not run, or else a missing figure.
+pub fn why_missing(needed: &[RuntimeKind], ran: &[RuntimeKind]) -> String {
+    let absent: Vec<&str> = needed
+        .iter()
+        .filter(|r| !ran.contains(r))
+        .map(|r| r.name())
+        .collect();
+    if absent.is_empty() {
+        "a figure is missing".to_string()
+    } else {
+        format!("{} not run", absent.join(" and "))
+    }
 }
 
 /// An ordered list of named values that serialises as a JSON object.
@@ -62,6 +113,29 @@ impl<T: Clone> Pairs<T> {
             .iter()
             .find(|(key, _)| *key == name)
             .map(|(_, value)| value.clone())
+    }
+}
+
+impl Pairs<f64> {
+    /// Per metric, the median across `rounds` (each the same metrics in the
+    /// same order, as one round produces them); empty without rounds.
+    pub fn medians(rounds: &[Vec<(&'static str, f64)>]) -> Pairs<f64> {
+        let Some(first) = rounds.first() else {
+            return Pairs::default();
+        };
+        Pairs(
+            first
+                .iter()
+                .enumerate()
+                .map(|(i, (name, _))| {
+                    let values: Vec<f64> = rounds
+                        .iter()
+                        .filter_map(|round| round.get(i).map(|(_, v)| *v))
+                        .collect();
+                    (*name, super::stats::median(&values).unwrap_or(f64::NAN))
+                })
+                .collect(),
+        )
     }
 }
 
@@ -183,6 +257,19 @@ mod tests {
         let v = Verdict::new("x", "keel", None, Some(Goal::AtMost(3.0))).missing_because("no keel");
         assert_eq!(v.pass, None);
         assert_eq!(v.missing.as_deref(), Some("no keel"));
+    }
+
+    /// Medians are taken per metric across rounds.
+    #[test]
+    fn medians_per_metric() {
+        let rounds = vec![
+            vec![("a", 1.0), ("b", 30.0)],
+            vec![("a", 3.0), ("b", 10.0)],
+            vec![("a", 2.0), ("b", 20.0)],
+        ];
+        let medians = Pairs::medians(&rounds);
+        assert_eq!(medians, Pairs(vec![("a", 2.0), ("b", 20.0)]));
+        assert_eq!(Pairs::medians(&[]), Pairs::default());
     }
 
     /// Pairs serialise as an object in their own order.

@@ -21,7 +21,7 @@ use crate::serve::control::{AddrLine, Mark};
 use crate::serve::RuntimeKind;
 
 /// How long a server may stay silent before the harness gives up on it.
-const SERVER_SILENCE: Duration = Duration::from_secs(10);
+pub const SERVER_SILENCE: Duration = Duration::from_secs(10);
 
 /// How long CPU tasks get to spin up before the first mark.
 const SPIN_UP: Duration = Duration::from_millis(300);
@@ -206,7 +206,7 @@ fn measure(exe: &Path, spec: &PhaseSpec, bar: &PhaseBar) -> Result<PhaseFigures,
 }
 
 /// Asks the server for a mark and reads its CPU time right after.
-fn mark(server: &mut Child, bar: &PhaseBar) -> Result<(Mark, f64), Error> {
+pub fn mark(server: &mut Child, bar: &PhaseBar) -> Result<(Mark, f64), Error> {
     server.send_line("mark")?;
     let mark: Mark = server.recv_json(SERVER_SILENCE, "the answer to mark", || bar.tick())?;
     let cpu = proc::cpu_seconds(server.pid())?;

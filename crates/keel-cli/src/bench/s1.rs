@@ -16,9 +16,9 @@ use serde::Serialize;
 use serde_json::json;
 
 use super::calibrate::calibrate;
-use super::outcome::{Goal, Outcome, Pairs, RunFigures, Verdict};
+use super::outcome::{check_runs, why_missing, Goal, Outcome, Pairs, RunFigures, Verdict};
 use super::phase::{self, PhaseFigures, PhaseSpec};
-use super::stats::{median, ratio};
+use super::stats::ratio;
 use crate::error::Error;
 use crate::serve::RuntimeKind;
 
@@ -175,20 +175,7 @@ fn medians(records: &[PhaseRecord], runtime: RuntimeKind) -> Pairs<f64> {
             rounds.push(round_metrics(&idle.figures, &loaded.figures));
         }
     }
-    let Some(first) = rounds.first() else {
-        return Pairs::default();
-    };
-    let names: Vec<&'static str> = first.iter().map(|(name, _)| *name).collect();
-    Pairs(
-        names
-            .into_iter()
-            .enumerate()
-            .map(|(i, name)| {
-                let values: Vec<f64> = rounds.iter().map(|r| r[i].1).collect();
-                (name, median(&values).unwrap_or(f64::NAN))
-            })
-            .collect(),
-    )
+    Pairs::medians(&rounds)
 }
 
 /// The S1 verdicts, from the medians.
@@ -198,18 +185,7 @@ fn verdicts(runs: &[RunFigures], runtimes: &[RuntimeKind]) -> Vec<Verdict> {
             .find(|r| r.runtime == runtime.name())
             .and_then(|r| r.metric(name))
     };
-    let why = |needed: &[RuntimeKind]| {
-        let absent: Vec<&str> = needed
-            .iter()
-            .filter(|r| !runtimes.contains(r))
-            .map(|r| r.name())
-            .collect();
-        if absent.is_empty() {
-            "a figure is missing".to_string()
-        } else {
-            format!("{} not run", absent.join(" and "))
-        }
-    };
+    let why = |needed: &[RuntimeKind]| why_missing(needed, runtimes);
     let (keel, tokio) = (RuntimeKind::Keel, RuntimeKind::Tokio);
     vec![
         Verdict::new(
@@ -286,16 +262,7 @@ fn check(
             ));
         }
     }
-    for run in runs {
-        if run.metrics.0.is_empty() {
-            problems.push(format!("{}: no complete round", run.runtime));
-        }
-        for (name, value) in &run.metrics.0 {
-            if !value.is_finite() {
-                problems.push(format!("{}: {name} is not a number", run.runtime));
-            }
-        }
-    }
+    problems.extend(check_runs(runs));
     (problems, notes)
 }
 

@@ -23,10 +23,12 @@ use serde_json::json;
 
 use super::child::Child;
 use super::disk::{self, SyncLatency};
-use super::outcome::{Goal, Outcome, Pairs, RunFigures, Verdict};
-use super::proc;
+use super::outcome::{
+    check_runs, find_metric, why_missing, Goal, Outcome, Pairs, RunFigures, Verdict,
+};
+use super::phase::{mark, SERVER_SILENCE};
 use super::progress::PhaseBar;
-use super::stats::{median, ratio};
+use super::stats::ratio;
 use crate::error::{Context, Error};
 use crate::load::s5::LogLoadSummary;
 use crate::load::summary::ProbeSummary;
@@ -36,9 +38,6 @@ use crate::serve::RuntimeKind;
 
 /// What the scenario measures, for the table.
 const TITLE: &str = "fsync must not hurt the network";
-
-/// How long a server may stay silent before the harness gives up on it.
-const SERVER_SILENCE: Duration = Duration::from_secs(10);
 
 /// How long a node runs before measuring starts.
 const SETTLE: Duration = Duration::from_millis(200);
@@ -382,14 +381,6 @@ pub fn start_node(
     )
 }
 
-/// Asks the node for a mark and reads its CPU time right after.
-fn mark(node: &mut Child, bar: &PhaseBar) -> Result<(Mark, f64), Error> {
-    node.send_line("mark")?;
-    let mark: Mark = node.recv_json(SERVER_SILENCE, "the answer to mark", || bar.tick())?;
-    let cpu = proc::cpu_seconds(node.pid())?;
-    Ok((mark, cpu))
-}
-
 /// The metrics of one round of one runtime in one mode.
 fn round_metrics(idle: &PhaseRecord, loaded: &PhaseRecord) -> Vec<(&'static str, f64)> {
     let log = loaded.log.as_ref();
@@ -421,40 +412,13 @@ fn medians(records: &[PhaseRecord], runtime: RuntimeKind, mode: LogMode) -> Pair
     let rounds: Vec<_> = (1..=last_round)
         .filter_map(|round| Some(round_metrics(find(round, None)?, find(round, Some(mode))?)))
         .collect();
-    let Some(first) = rounds.first() else {
-        return Pairs::default();
-    };
-    Pairs(
-        first
-            .iter()
-            .enumerate()
-            .map(|(i, (name, _))| {
-                let values: Vec<f64> = rounds.iter().map(|r| r[i].1).collect();
-                (*name, median(&values).unwrap_or(f64::NAN))
-            })
-            .collect(),
-    )
+    Pairs::medians(&rounds)
 }
 
 /// The S5 verdicts, from the medians.
 fn verdicts(runs: &[RunFigures], runtimes: &[RuntimeKind]) -> Vec<Verdict> {
-    let metric = |runtime: &str, mode: &str, name: &str| {
-        runs.iter()
-            .find(|r| r.runtime == runtime && r.mode == mode)
-            .and_then(|r| r.metric(name))
-    };
-    let missing = |needed: &[RuntimeKind]| {
-        let absent: Vec<&str> = needed
-            .iter()
-            .filter(|r| !runtimes.contains(r))
-            .map(|r| r.name())
-            .collect();
-        if absent.is_empty() {
-            "a figure is missing".to_string()
-        } else {
-            format!("{} not run", absent.join(" and "))
-        }
-    };
+    let metric = |runtime: &str, mode: &str, name: &str| find_metric(runs, runtime, mode, name);
+    let missing = |needed: &[RuntimeKind]| why_missing(needed, runtimes);
     let (keel, tokio) = (RuntimeKind::Keel, RuntimeKind::Tokio);
     let both = [keel, tokio];
     let stretch = |runtime: &str, mode: &str| {
@@ -555,18 +519,6 @@ fn check(records: &[PhaseRecord], runs: &[RunFigures]) -> Vec<String> {
             }
         }
     }
-    for run in runs {
-        if run.metrics.0.is_empty() {
-            problems.push(format!("{} {}: no complete round", run.runtime, run.mode));
-        }
-        for (name, value) in &run.metrics.0 {
-            if !value.is_finite() {
-                problems.push(format!(
-                    "{} {}: {name} is not a number",
-                    run.runtime, run.mode
-                ));
-            }
-        }
-    }
+    problems.extend(check_runs(runs));
     problems
 }

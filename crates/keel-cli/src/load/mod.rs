@@ -7,6 +7,7 @@
 //! harness to read. They only ever target loopback addresses.
 
 pub mod s1;
+pub mod s2;
 pub mod s5;
 pub mod summary;
 
@@ -23,9 +24,62 @@ pub enum LoadCommand {
     /// S1: one connection sends a payload on a fixed grid and times each
     /// echo.
     S1(LoadS1Args),
+    /// S2: a storm of connections writing small chunks at a fixed pace.
+    S2(LoadS2Args),
+    /// S2: calls `GET /job` on a fixed grid and times each answer.
+    Api(LoadApiArgs),
     /// S5: closed-loop clients that send records to a log node and wait
     /// for each acknowledgement.
     S5(LoadS5Args),
+}
+
+/// Flags of `keel load s2`.
+#[derive(Debug, Args)]
+pub struct LoadS2Args {
+    /// The stream service (a loopback address).
+    #[arg(long)]
+    pub addr: SocketAddr,
+    /// Connections.
+    #[arg(long, default_value_t = 300, value_parser = clap::value_parser!(u64).range(1..=20_000))]
+    pub streams: u64,
+    /// Bytes per write.
+    #[arg(long, default_value_t = 1460, value_parser = clap::value_parser!(u64).range(1..=1_048_576))]
+    pub chunk: u64,
+    /// Total megabytes (10^6 bytes) per second over all connections.
+    #[arg(long, default_value_t = 40.0, value_parser = parse_rate)]
+    pub rate_mb: f64,
+    /// Seconds to write.
+    #[arg(long, default_value_t = 10.0, value_parser = parse_seconds)]
+    pub duration_s: f64,
+}
+
+/// Flags of `keel load api`.
+#[derive(Debug, Args)]
+pub struct LoadApiArgs {
+    /// The API service (a loopback address).
+    #[arg(long)]
+    pub addr: SocketAddr,
+    /// Milliseconds between calls (an absolute grid).
+    #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u64).range(1..=60_000))]
+    pub interval_ms: u64,
+    /// Seconds of measurement, after the warm-up.
+    #[arg(long, default_value_t = 10.0, value_parser = parse_seconds)]
+    pub duration_s: f64,
+    /// Milliseconds of calls before measuring (not recorded).
+    #[arg(long, default_value_t = 500, value_parser = clap::value_parser!(u64).range(0..=600_000))]
+    pub warmup_ms: u64,
+}
+
+/// Parses a rate in MB/s: finite, positive, at most 10 GB/s.
+pub fn parse_rate(text: &str) -> Result<f64, String> {
+    let value: f64 = text
+        .trim()
+        .parse()
+        .map_err(|_| format!("{text:?} is not a number of MB/s"))?;
+    if !value.is_finite() || value <= 0.0 || value > 10_000.0 {
+        return Err(format!("{text} must be more than 0 and at most 10000 MB/s"));
+    }
+    Ok(value)
 }
 
 /// Flags of `keel load s5`.
@@ -107,6 +161,36 @@ pub fn run(command: &LoadCommand) -> Result<(), Error> {
                 io_timeout: Duration::from_millis(args.timeout_ms),
             };
             let summary = s1::probe(&opts).map_err(|e| e.context("load s1"))?;
+            println!("{}", serde_json::to_string(&summary)?);
+            Ok(())
+        }
+        LoadCommand::S2(args) => {
+            let opts = s2::StormOpts {
+                addr: args.addr,
+                streams: usize::try_from(args.streams).unwrap_or(300),
+                chunk: usize::try_from(args.chunk).unwrap_or(1460),
+                rate: args.rate_mb * 1e6,
+                duration: Duration::from_secs_f64(args.duration_s),
+                io_timeout: Duration::from_secs(5),
+            };
+            let ready = |connected| {
+                let line = serde_json::to_string(&s2::StormReady { connected })
+                    .unwrap_or_else(|_| String::from("{}"));
+                println!("{line}");
+            };
+            let summary = s2::storm(&opts, ready).map_err(|e| e.context("load s2"))?;
+            println!("{}", serde_json::to_string(&summary)?);
+            Ok(())
+        }
+        LoadCommand::Api(args) => {
+            let opts = s2::ApiOpts {
+                addr: args.addr,
+                interval: Duration::from_millis(args.interval_ms),
+                duration: Duration::from_secs_f64(args.duration_s),
+                warmup: Duration::from_millis(args.warmup_ms),
+                io_timeout: Duration::from_secs(10),
+            };
+            let summary = s2::api(&opts).map_err(|e| e.context("load api"))?;
             println!("{}", serde_json::to_string(&summary)?);
             Ok(())
         }

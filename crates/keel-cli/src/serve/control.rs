@@ -26,6 +26,9 @@ pub struct AddrLine {
     /// S5: the bound address of the log service.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub log_addr: Option<SocketAddr>,
+    /// S2: the bound address of the API service.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api_addr: Option<SocketAddr>,
     /// What the server found when it started (S5: what recovery dropped),
     /// or `null`.
     #[serde(default, skip_serializing_if = "serde_json::Value::is_null")]
@@ -51,6 +54,7 @@ pub fn serve_until_stop(running: Running, slices: &AtomicU64) -> Result<(), Erro
     let line = AddrLine {
         addr: running.addr,
         log_addr: running.log_addr,
+        api_addr: running.api_addr,
         startup: running.startup.clone(),
     };
     send(&mut stdout.lock(), &line)?;

@@ -10,8 +10,12 @@
 
 pub mod control;
 pub mod cpu;
+pub mod job;
 pub mod s1_keel;
 pub mod s1_tokio;
+pub mod s2;
+pub mod s2_keel;
+pub mod s2_tokio;
 pub mod s5;
 pub mod s5_keel;
 pub mod s5_tokio;
@@ -59,6 +63,9 @@ impl fmt::Display for RuntimeKind {
 pub enum ServeCommand {
     /// S1: an echo service plus CPU tasks that yield between slices.
     S1(ServeS1Args),
+    /// S2: a stream service whose handlers process every delivery, plus
+    /// an API that runs a CPU job per request.
+    S2(ServeS2Args),
     /// S5: a log node (records acknowledged once durable) plus an echo
     /// service for the ping probe.
     S5(ServeS5Args),
@@ -82,6 +89,37 @@ pub struct ServeS1Args {
     /// Address to bind the echo service to.
     #[arg(long, default_value = "127.0.0.1:0")]
     pub addr: SocketAddr,
+}
+
+/// Flags of `keel serve s2`.
+#[derive(Debug, Args)]
+pub struct ServeS2Args {
+    /// The runtime to serve on.
+    #[arg(long, value_enum)]
+    pub runtime: RuntimeKind,
+    /// How stream handlers read (keel: off, fixed, adaptive; tokio:
+    /// read-1460, read-64k).
+    #[arg(long, value_enum)]
+    pub mode: s2::S2Mode,
+    /// Worker threads of the runtime.
+    #[arg(long, default_value_t = default_workers(), value_parser = clap::value_parser!(u64).range(1..=1024))]
+    pub workers: u64,
+    /// Lines of the API job's configuration (see `keel bench`, which
+    /// calibrates it to about 20 ms).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=100_000_000))]
+    pub job_lines: u64,
+    /// Batching: bytes a delivery waits for (fixed mode).
+    #[arg(long, default_value_t = 64 * 1024, value_parser = clap::value_parser!(u64).range(1..=64 * 1024 * 1024))]
+    pub min_bytes: u64,
+    /// Batching: milliseconds a byte may wait (fixed and adaptive modes).
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..=60_000))]
+    pub max_delay_ms: u64,
+    /// Address to bind the stream service to.
+    #[arg(long, default_value = "127.0.0.1:0")]
+    pub addr: SocketAddr,
+    /// Address to bind the API service to.
+    #[arg(long, default_value = "127.0.0.1:0")]
+    pub api_addr: SocketAddr,
 }
 
 /// Flags of `keel serve s5`.
@@ -133,6 +171,8 @@ pub struct Running {
     pub addr: SocketAddr,
     /// The bound address of the log service, for servers that have one.
     pub log_addr: Option<SocketAddr>,
+    /// The bound address of the API service, for servers that have one.
+    pub api_addr: Option<SocketAddr>,
     /// What the server found when it started (`null` if nothing to say),
     /// printed with its address.
     pub startup: serde_json::Value,
@@ -178,6 +218,24 @@ pub fn run(command: &ServeCommand) -> Result<(), Error> {
             let running = s1_start(args.runtime)(&opts, Arc::clone(&slices))
                 .map_err(|e| e.context(format!("serve s1 --runtime {}", args.runtime)))?;
             control::serve_until_stop(running, &slices)
+        }
+        ServeCommand::S2(args) => {
+            let opts = s2::S2Opts {
+                workers: usize::try_from(args.workers).unwrap_or(usize::MAX),
+                addr: args.addr,
+                api_addr: args.api_addr,
+                mode: args.mode,
+                job_lines: args.job_lines,
+                min_bytes: usize::try_from(args.min_bytes).unwrap_or(usize::MAX),
+                max_delay: std::time::Duration::from_millis(args.max_delay_ms),
+            };
+            let context = format!("serve s2 --runtime {} --mode {}", args.runtime, args.mode);
+            let running = match args.runtime {
+                RuntimeKind::Keel => s2_keel::start(&opts),
+                RuntimeKind::Tokio => s2_tokio::start(&opts),
+            }
+            .map_err(|e| e.context(&context))?;
+            control::serve_until_stop(running, &AtomicU64::new(0))
         }
         ServeCommand::S5(args) => {
             let opts = s5::S5Opts {

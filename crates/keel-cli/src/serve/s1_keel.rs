@@ -26,12 +26,7 @@ pub fn start(opts: &S1Opts, slices: Arc<AtomicU64>) -> Result<Running, Error> {
         .workers(opts.workers)
         .build()
         .map_err(|e| Error::new(format!("cannot start a keel runtime: {e}")))?;
-    let listener = rt
-        .block_on(async { TcpListener::bind(opts.addr) })
-        .map_err(|e| Error::new(format!("cannot bind {}: {e}", opts.addr)))?;
-    let addr = listener
-        .local_addr()
-        .map_err(|e| Error::new(format!("cannot read the bound address: {e}")))?;
+    let (listener, addr) = bind(&rt, opts.addr)?;
     rt.spawn(accept_loop(listener));
     for _ in 0..opts.cpu_tasks {
         rt.spawn(cpu_task(opts.slice_iters, Arc::clone(&slices)));
@@ -40,10 +35,22 @@ pub fn start(opts: &S1Opts, slices: Arc<AtomicU64>) -> Result<Running, Error> {
     Ok(Running {
         addr,
         log_addr: None,
+        api_addr: None,
         startup: Value::Null,
         runtime_stats: Box::new(move || stats_json(&handle.stats())),
         guard: Box::new(rt),
     })
+}
+
+/// Binds a listener on `rt` to `addr`; returns it and its bound address.
+pub fn bind(rt: &keel::Runtime, addr: SocketAddr) -> Result<(TcpListener, SocketAddr), Error> {
+    let listener = rt
+        .block_on(async { TcpListener::bind(addr) })
+        .map_err(|e| Error::new(format!("cannot bind {addr}: {e}")))?;
+    let local = listener
+        .local_addr()
+        .map_err(|e| Error::new(format!("cannot read the bound address: {e}")))?;
+    Ok((listener, local))
 }
 
 /// Accepts echo connections forever, one task each.
@@ -122,6 +129,7 @@ pub fn stats_json(stats: &keel::stats::Stats) -> Value {
                 "shares": c.shares,
                 "busy_s": secs(c.busy),
                 "polls": c.polls,
+                "stalls": c.stalls,
                 "queue_delay_count": c.queue_delay.count(),
                 "queue_delay_p50_us": micros(c.queue_delay.p50()),
                 "queue_delay_p99_us": micros(c.queue_delay.p99()),

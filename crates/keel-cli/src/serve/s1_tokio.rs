@@ -27,12 +27,7 @@ pub fn start(opts: &S1Opts, slices: Arc<AtomicU64>) -> Result<Running, Error> {
         .enable_all()
         .build()
         .map_err(|e| Error::new(format!("cannot start a tokio runtime: {e}")))?;
-    let listener = rt
-        .block_on(TcpListener::bind(opts.addr))
-        .map_err(|e| Error::new(format!("cannot bind {}: {e}", opts.addr)))?;
-    let addr = listener
-        .local_addr()
-        .map_err(|e| Error::new(format!("cannot read the bound address: {e}")))?;
+    let (listener, addr) = bind(&rt, opts.addr)?;
     rt.spawn(accept_loop(listener));
     for _ in 0..opts.cpu_tasks {
         rt.spawn(cpu_task(opts.slice_iters, Arc::clone(&slices)));
@@ -49,10 +44,22 @@ pub fn start(opts: &S1Opts, slices: Arc<AtomicU64>) -> Result<Running, Error> {
     Ok(Running {
         addr,
         log_addr: None,
+        api_addr: None,
         startup: serde_json::Value::Null,
         runtime_stats,
         guard: Box::new(Guard(Some(rt))),
     })
+}
+
+/// Binds a listener on `rt` to `addr`; returns it and its bound address.
+pub fn bind(rt: &Runtime, addr: SocketAddr) -> Result<(TcpListener, SocketAddr), Error> {
+    let listener = rt
+        .block_on(TcpListener::bind(addr))
+        .map_err(|e| Error::new(format!("cannot bind {addr}: {e}")))?;
+    let local = listener
+        .local_addr()
+        .map_err(|e| Error::new(format!("cannot read the bound address: {e}")))?;
+    Ok((listener, local))
 }
 
 /// Shuts the runtime down without waiting on the endless CPU tasks for

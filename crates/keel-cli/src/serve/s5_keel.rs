@@ -19,7 +19,6 @@
 //!   the CPU they need to send the next record. Measured here, spinning
 //!   raised the loaded ping p99 by about a third at the same record rate.
 
-use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
@@ -29,7 +28,7 @@ use keel::net::{TcpListener, TcpStream};
 use keel::wal::{Log, Options, Recovery};
 use serde_json::{json, Value};
 
-use super::s1_keel::{accept_loop as echo_accept_loop, stats_json};
+use super::s1_keel::{accept_loop as echo_accept_loop, bind, stats_json};
 use super::s5::{check_len, LogCounters, LogMode, S5Opts};
 use super::Running;
 use crate::error::Error;
@@ -55,17 +54,8 @@ pub fn start(opts: &S5Opts) -> Result<Running, Error> {
     })?;
     let startup = json!({"mode": opts.mode, "recovery": recovery_json(log.recovery())});
 
-    let bind = |addr: SocketAddr| {
-        rt.block_on(async { TcpListener::bind(addr) })
-            .map_err(|e| Error::new(format!("cannot bind {addr}: {e}")))
-    };
-    let echo = bind(opts.addr)?;
-    let listener = bind(opts.log_addr)?;
-    let local = |l: &TcpListener| {
-        l.local_addr()
-            .map_err(|e| Error::new(format!("cannot read the bound address: {e}")))
-    };
-    let (addr, log_addr) = (local(&echo)?, local(&listener)?);
+    let (echo, addr) = bind(&rt, opts.addr)?;
+    let (listener, log_addr) = bind(&rt, opts.log_addr)?;
 
     let counters = Arc::new(LogCounters::default());
     rt.spawn(echo_accept_loop(echo));
@@ -87,6 +77,7 @@ pub fn start(opts: &S5Opts) -> Result<Running, Error> {
     Ok(Running {
         addr,
         log_addr: Some(log_addr),
+        api_addr: None,
         startup,
         runtime_stats,
         // The runtime stops first, then the log writes what is pending and

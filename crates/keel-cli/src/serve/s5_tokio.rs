@@ -24,7 +24,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, oneshot};
 
-use super::s1_tokio::{accept_loop as echo_accept_loop, Guard};
+use super::s1_tokio::{accept_loop as echo_accept_loop, bind, Guard};
 use super::s5::{check_len, frame, LogCounters, LogMode, S5Opts};
 use super::Running;
 use crate::error::Error;
@@ -55,17 +55,8 @@ pub fn start(opts: &S5Opts) -> Result<Running, Error> {
         counters: Arc::clone(&counters),
     });
 
-    let bind = |addr| {
-        rt.block_on(TcpListener::bind(addr))
-            .map_err(|e| Error::new(format!("cannot bind {addr}: {e}")))
-    };
-    let echo = bind(opts.addr)?;
-    let log = bind(opts.log_addr)?;
-    let local = |l: &TcpListener| {
-        l.local_addr()
-            .map_err(|e| Error::new(format!("cannot read the bound address: {e}")))
-    };
-    let (addr, log_addr) = (local(&echo)?, local(&log)?);
+    let (echo, addr) = bind(&rt, opts.addr)?;
+    let (log, log_addr) = bind(&rt, opts.log_addr)?;
 
     let sink = match opts.mode {
         LogMode::PerRecord => Sink::PerRecord(Arc::clone(&store)),
@@ -91,6 +82,7 @@ pub fn start(opts: &S5Opts) -> Result<Running, Error> {
     Ok(Running {
         addr,
         log_addr: Some(log_addr),
+        api_addr: None,
         startup: serde_json::json!({"mode": opts.mode, "file": path}),
         runtime_stats,
         guard: Box::new(Guard(Some(rt))),

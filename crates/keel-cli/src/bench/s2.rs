@@ -1,0 +1,501 @@
+//! S2, the scheduling storm: wakeups must track work, not packets.
+//!
+//! 300 connections each write 1460-byte chunks at a pace that adds up to
+//! about 40 MB/s, and the node hands every delivery to a handler; in the
+//! same node an API call runs a ~20 ms CPU job, probed every 200 ms. Each
+//! round measures, per runtime, the API with no storm (alone), then per
+//! read mode the API under the storm, the node's CPU per gigabyte
+//! received, and how many deliveries carried those bytes. keel reads per
+//! readiness (`off`) or under a batch policy (`fixed`, `adaptive`); tokio
+//! reads into 1460-byte or 64 KiB buffers.
+//!
+//! The job's own speed differs between process starts by up to a quarter,
+//! so the API latencies are compared after dividing each by the job time
+//! the node itself measured in that phase. Rounds interleave runtimes and
+//! modes and alternate their order; figures are medians across rounds.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::Serialize;
+use serde_json::json;
+
+use super::calibrate::calibrate_with;
+use super::child::Child;
+use super::outcome::{
+    check_runs, find_metric, why_missing, Goal, Outcome, Pairs, RunFigures, Verdict,
+};
+use super::phase::{mark, SERVER_SILENCE};
+use super::progress::PhaseBar;
+use super::stats::ratio;
+use crate::error::Error;
+use crate::load::s2::{ApiSummary, StormReady, StormSummary};
+use crate::serve::control::{AddrLine, Mark};
+use crate::serve::s2::S2Mode;
+use crate::serve::{job, RuntimeKind};
+
+/// What the scenario measures, for the table.
+const TITLE: &str = "scheduling storm";
+
+/// How long a node runs before measuring starts.
+const SETTLE: Duration = Duration::from_millis(300);
+
+/// The sizes and setup of one S2 run.
+#[derive(Debug, Clone)]
+pub struct S2Config {
+    /// The `keel` executable to run nodes and load from.
+    pub exe: PathBuf,
+    /// Runtimes to measure, in canonical order.
+    pub runtimes: Vec<RuntimeKind>,
+    /// Rounds (each runs every phase once).
+    pub runs: u32,
+    /// Worker threads of each node.
+    pub workers: u64,
+    /// Measured seconds per phase.
+    pub duration_s: f64,
+    /// Warm-up milliseconds per phase (not measured).
+    pub warmup_ms: u64,
+    /// Storm connections.
+    pub streams: u64,
+    /// Bytes per storm write.
+    pub chunk: u64,
+    /// Storm rate over all connections, MB/s.
+    pub rate_mb: f64,
+    /// Milliseconds between API calls.
+    pub api_interval_ms: u64,
+    /// Target duration of the API job, ms.
+    pub job_ms: u64,
+    /// keel fixed mode: bytes a delivery waits for.
+    pub min_bytes: u64,
+    /// keel fixed and adaptive modes: the longest a byte waits, ms.
+    pub max_delay_ms: u64,
+}
+
+/// The read modes a runtime runs in S2.
+pub fn modes(runtime: RuntimeKind) -> &'static [S2Mode] {
+    match runtime {
+        RuntimeKind::Keel => &[S2Mode::Off, S2Mode::Fixed, S2Mode::Adaptive],
+        RuntimeKind::Tokio => &[S2Mode::Read1460, S2Mode::Read64k],
+    }
+}
+
+/// One phase's figures with where it sat in the run.
+#[derive(Debug, Clone, Serialize)]
+struct PhaseRecord {
+    /// Round number, from 1.
+    round: u32,
+    /// The node's runtime.
+    runtime: RuntimeKind,
+    /// The read mode; `None` for the phase without a storm.
+    mode: Option<S2Mode>,
+    /// The API probe's results.
+    api: ApiSummary,
+    /// The storm's own account (storm phases).
+    storm: Option<StormSummary>,
+    /// Reads that returned data, between the marks.
+    deliveries: u64,
+    /// Bytes those reads returned.
+    bytes: u64,
+    /// Seconds between the marks.
+    window_s: f64,
+    /// Node process CPU seconds between the marks.
+    cpu_s: f64,
+}
+
+/// Runs S2 and judges it.
+pub fn run(config: &S2Config) -> Result<Outcome, Error> {
+    let calibration = calibrate_with(Duration::from_millis(config.job_ms), job::time);
+    eprintln!(
+        "s2: the API job = {} lines ({:.1} ms measured, target {} ms)",
+        calibration.iters,
+        calibration.measured.as_secs_f64() * 1e3,
+        config.job_ms
+    );
+    let mut records = Vec::new();
+    for round in 0..config.runs {
+        let mut order = config.runtimes.clone();
+        if round % 2 == 1 {
+            order.reverse();
+        }
+        for &runtime in &order {
+            records.push(phase(config, calibration.iters, round + 1, runtime, None)?);
+        }
+        for &runtime in &order {
+            let mut mine = modes(runtime).to_vec();
+            if round % 2 == 1 {
+                mine.reverse();
+            }
+            for mode in mine {
+                records.push(phase(
+                    config,
+                    calibration.iters,
+                    round + 1,
+                    runtime,
+                    Some(mode),
+                )?);
+            }
+        }
+    }
+    let mut runs = Vec::new();
+    for &runtime in &config.runtimes {
+        for &mode in modes(runtime) {
+            runs.push(RunFigures {
+                runtime: runtime.to_string(),
+                mode: mode.to_string(),
+                metrics: medians(&records, runtime, mode),
+            });
+        }
+    }
+    let verdicts = verdicts(&runs, &config.runtimes);
+    let (problems, notes) = check(&records, &runs);
+    let sizes = Pairs(vec![
+        ("streams", json!(config.streams)),
+        ("chunk_bytes", json!(config.chunk)),
+        ("rate_mb_per_s", json!(config.rate_mb)),
+        ("api_interval_ms", json!(config.api_interval_ms)),
+        ("job_ms", json!(config.job_ms)),
+        ("job_lines", json!(calibration.iters)),
+        ("min_bytes", json!(config.min_bytes)),
+        ("max_delay_ms", json!(config.max_delay_ms)),
+        ("duration_s", json!(config.duration_s)),
+        ("warmup_ms", json!(config.warmup_ms)),
+        ("workers", json!(config.workers)),
+        ("runs", json!(config.runs)),
+    ]);
+    Ok(Outcome {
+        id: "s2",
+        title: TITLE,
+        sizes,
+        runs,
+        verdicts,
+        rounds: serde_json::to_value(&records)?,
+        problems,
+        notes,
+    })
+}
+
+/// Runs one phase: a fresh node, the API probe, and (with a mode) the
+/// storm at the same time.
+fn phase(
+    config: &S2Config,
+    job_lines: u64,
+    round: u32,
+    runtime: RuntimeKind,
+    mode: Option<S2Mode>,
+) -> Result<PhaseRecord, Error> {
+    let what = mode.map_or("alone", S2Mode::name);
+    let label = format!("s2 r{round}/{} {runtime} {what}", config.runs);
+    let expected = SETTLE
+        + Duration::from_millis(config.warmup_ms)
+        + Duration::from_secs_f64(config.duration_s);
+    let bar = PhaseBar::new(&label, expected);
+    match measure(config, job_lines, runtime, mode, &bar) {
+        Ok(figures) => {
+            let record = PhaseRecord { round, ..figures };
+            let per_delivery = ratio(Some(record.bytes as f64), Some(record.deliveries as f64));
+            bar.finish(&format!(
+                "{label:<28} api p50 {:>7.1} ms  p99 {:>7.1} ms  job {:>5.1} ms  deliveries/s {:>7.0}  bytes/delivery {:>7.0}  cpu {:.2} s",
+                record.api.latency.p50_us / 1e3,
+                record.api.latency.p99_us / 1e3,
+                record.api.job_p50_us / 1e3,
+                record.deliveries as f64 / record.window_s.max(1e-9),
+                per_delivery.unwrap_or(0.0),
+                record.cpu_s,
+            ));
+            Ok(record)
+        }
+        Err(error) => {
+            bar.abandon();
+            Err(error.context(label))
+        }
+    }
+}
+
+/// The body of [`phase`]; children are killed on any early return.
+fn measure(
+    config: &S2Config,
+    job_lines: u64,
+    runtime: RuntimeKind,
+    mode: Option<S2Mode>,
+    bar: &PhaseBar,
+) -> Result<PhaseRecord, Error> {
+    bar.step("starting the node");
+    let node_mode = mode.unwrap_or(modes(runtime)[0]);
+    let mut node = Child::spawn(
+        format!("keel serve s2 ({runtime} {node_mode})"),
+        &config.exe,
+        &[
+            "serve".into(),
+            "s2".into(),
+            "--runtime".into(),
+            runtime.to_string(),
+            "--mode".into(),
+            node_mode.to_string(),
+            "--workers".into(),
+            config.workers.to_string(),
+            "--job-lines".into(),
+            job_lines.to_string(),
+            "--min-bytes".into(),
+            config.min_bytes.to_string(),
+            "--max-delay-ms".into(),
+            config.max_delay_ms.to_string(),
+        ],
+    )?;
+    let tick = || bar.tick();
+    let addrs: AddrLine = node.recv_json(SERVER_SILENCE, "its address", tick)?;
+    let api_addr = addrs
+        .api_addr
+        .ok_or_else(|| Error::new(format!("{} did not say where its API is", node.name())))?;
+    std::thread::sleep(SETTLE);
+
+    let storm_s = config.duration_s + config.warmup_ms as f64 / 1e3 + 1.0;
+    let mut storm = match mode {
+        Some(_) => Some(Child::spawn(
+            "keel load s2",
+            &config.exe,
+            &[
+                "load".into(),
+                "s2".into(),
+                "--addr".into(),
+                addrs.addr.to_string(),
+                "--streams".into(),
+                config.streams.to_string(),
+                "--chunk".into(),
+                config.chunk.to_string(),
+                "--rate-mb".into(),
+                config.rate_mb.to_string(),
+                "--duration-s".into(),
+                storm_s.to_string(),
+            ],
+        )?),
+        None => None,
+    };
+    if let Some(storm) = storm.as_mut() {
+        bar.step("connecting the storm");
+        let _: StormReady = storm.recv_json(SERVER_SILENCE * 3, "its connections", tick)?;
+    }
+    bar.step("probing the API");
+    let mut api = Child::spawn(
+        "keel load api",
+        &config.exe,
+        &[
+            "load".into(),
+            "api".into(),
+            "--addr".into(),
+            api_addr.to_string(),
+            "--interval-ms".into(),
+            config.api_interval_ms.to_string(),
+            "--duration-s".into(),
+            config.duration_s.to_string(),
+            "--warmup-ms".into(),
+            config.warmup_ms.to_string(),
+        ],
+    )?;
+    std::thread::sleep(Duration::from_millis(config.warmup_ms));
+    let (mark0, cpu0) = mark(&mut node, bar)?;
+    let budget = Duration::from_secs_f64(storm_s) + Duration::from_secs(30);
+    let api_summary: ApiSummary = api.recv_json(budget, "its results", tick)?;
+    let (mark1, cpu1) = mark(&mut node, bar)?;
+    let storm_summary = match storm.as_mut() {
+        Some(storm) => Some(storm.recv_json::<StormSummary>(budget, "its results", tick)?),
+        None => None,
+    };
+    bar.step("stopping");
+    node.send_line("stop")?;
+    let _ = node.finish(Duration::from_secs(5))?;
+    for child in [Some(&mut api), storm.as_mut()].into_iter().flatten() {
+        let (status, _) = child.finish(Duration::from_secs(5))?;
+        if !status.success() {
+            return Err(Error::new(format!(
+                "{} printed results but then exited ({status}): {}",
+                child.name(),
+                child.stderr_tail()
+            )));
+        }
+    }
+    let counter = |mark: &Mark, name: &str| mark.runtime["s2"][name].as_u64().unwrap_or(0);
+    Ok(PhaseRecord {
+        round: 0,
+        runtime,
+        mode,
+        api: api_summary,
+        storm: storm_summary,
+        deliveries: counter(&mark1, "deliveries").saturating_sub(counter(&mark0, "deliveries")),
+        bytes: counter(&mark1, "bytes").saturating_sub(counter(&mark0, "bytes")),
+        window_s: mark1.t_ns.saturating_sub(mark0.t_ns) as f64 / 1e9,
+        cpu_s: (cpu1 - cpu0).max(0.0),
+    })
+}
+
+/// The metrics of one round of one runtime in one mode.
+fn round_metrics(alone: &PhaseRecord, storm: &PhaseRecord) -> Vec<(&'static str, f64)> {
+    let ms = |us: f64| us / 1e3;
+    let normalised = |r: &PhaseRecord| ratio(Some(r.api.latency.p99_us), Some(r.api.job_p50_us));
+    let gb = storm.bytes as f64 / 1e9;
+    vec![
+        ("api_alone_p50_ms", ms(alone.api.latency.p50_us)),
+        ("api_alone_p99_ms", ms(alone.api.latency.p99_us)),
+        ("job_alone_ms", ms(alone.api.job_p50_us)),
+        ("api_storm_p50_ms", ms(storm.api.latency.p50_us)),
+        ("api_storm_p99_ms", ms(storm.api.latency.p99_us)),
+        ("job_storm_ms", ms(storm.api.job_p50_us)),
+        (
+            "api_p99_ratio",
+            ratio(normalised(storm), normalised(alone)).unwrap_or(f64::NAN),
+        ),
+        (
+            "cpu_s_per_gb",
+            ratio(Some(storm.cpu_s), Some(gb)).unwrap_or(f64::NAN),
+        ),
+        (
+            "deliveries_per_s",
+            ratio(Some(storm.deliveries as f64), Some(storm.window_s)).unwrap_or(f64::NAN),
+        ),
+        (
+            "bytes_per_delivery",
+            ratio(Some(storm.bytes as f64), Some(storm.deliveries as f64)).unwrap_or(f64::NAN),
+        ),
+        (
+            "received_mb_per_s",
+            ratio(Some(storm.bytes as f64 / 1e6), Some(storm.window_s)).unwrap_or(f64::NAN),
+        ),
+        ("cpu_s", storm.cpu_s),
+        ("api_samples", storm.api.latency.count as f64),
+    ]
+}
+
+/// Per metric, the median across rounds of one runtime in one mode.
+fn medians(records: &[PhaseRecord], runtime: RuntimeKind, mode: S2Mode) -> Pairs<f64> {
+    let find = |round: u32, mode: Option<S2Mode>| {
+        records
+            .iter()
+            .find(|r| r.round == round && r.runtime == runtime && r.mode == mode)
+    };
+    let last_round = records.iter().map(|r| r.round).max().unwrap_or(0);
+    let rounds: Vec<_> = (1..=last_round)
+        .filter_map(|round| Some(round_metrics(find(round, None)?, find(round, Some(mode))?)))
+        .collect();
+    Pairs::medians(&rounds)
+}
+
+/// The S2 verdicts, from the medians.
+fn verdicts(runs: &[RunFigures], runtimes: &[RuntimeKind]) -> Vec<Verdict> {
+    let metric = |runtime: &str, mode: &str, name: &str| find_metric(runs, runtime, mode, name);
+    let missing = |needed: &[RuntimeKind]| why_missing(needed, runtimes);
+    let (keel, tokio) = (RuntimeKind::Keel, RuntimeKind::Tokio);
+    let both = [keel, tokio];
+    let mut out = Vec::new();
+    for (batched, per_off, per_tokio, api) in [
+        (
+            "fixed",
+            "cpu_per_gb keel fixed/keel off",
+            "cpu_per_gb keel fixed/tokio read-1460",
+            "api_p99_ratio keel fixed/tokio read-1460",
+        ),
+        (
+            "adaptive",
+            "cpu_per_gb keel adaptive/keel off",
+            "cpu_per_gb keel adaptive/tokio read-1460",
+            "api_p99_ratio keel adaptive/tokio read-1460",
+        ),
+    ] {
+        let cpu = |runtime, mode| metric(runtime, mode, "cpu_s_per_gb");
+        out.push(
+            Verdict::new(
+                per_off,
+                "keel",
+                ratio(cpu("keel", batched), cpu("keel", "off")),
+                Some(Goal::AtMost(0.5)),
+            )
+            .missing_because(missing(&[keel])),
+        );
+        out.push(
+            Verdict::new(
+                per_tokio,
+                "keel",
+                ratio(cpu("keel", batched), cpu("tokio", "read-1460")),
+                Some(Goal::AtMost(0.6)),
+            )
+            .missing_because(missing(&both)),
+        );
+        out.push(
+            Verdict::new(
+                api,
+                "keel",
+                ratio(
+                    metric("keel", batched, "api_p99_ratio"),
+                    metric("tokio", "read-1460", "api_p99_ratio"),
+                ),
+                Some(Goal::AtMost(1.0)),
+            )
+            .missing_because(missing(&both)),
+        );
+    }
+    for (runtime, mode, name) in [
+        ("keel", "off", "api_p99_ratio keel off"),
+        ("keel", "fixed", "api_p99_ratio keel fixed"),
+        ("keel", "adaptive", "api_p99_ratio keel adaptive"),
+        ("tokio", "read-1460", "api_p99_ratio tokio read-1460"),
+        ("tokio", "read-64k", "api_p99_ratio tokio read-64k"),
+    ] {
+        let kind = if runtime == "keel" { keel } else { tokio };
+        out.push(
+            Verdict::new(
+                name,
+                runtime_name(runtime),
+                metric(runtime, mode, "api_p99_ratio"),
+                None,
+            )
+            .missing_because(missing(&[kind])),
+        );
+    }
+    out
+}
+
+/// The static name of a runtime, for a verdict.
+fn runtime_name(runtime: &str) -> &'static str {
+    if runtime == "keel" {
+        "keel"
+    } else {
+        "tokio"
+    }
+}
+
+/// Figures that should exist and do not (problems), and other remarks.
+fn check(records: &[PhaseRecord], runs: &[RunFigures]) -> (Vec<String>, Vec<String>) {
+    let mut problems = Vec::new();
+    let mut notes = Vec::new();
+    for record in records {
+        let at = format!(
+            "round {} {} {}",
+            record.round,
+            record.runtime,
+            record.mode.map_or("alone", S2Mode::name)
+        );
+        if record.api.latency.count == 0 {
+            problems.push(format!("{at}: the API probe recorded no call"));
+        }
+        if record.api.latency.errors > 0 {
+            notes.push(format!(
+                "{at}: {} API calls failed",
+                record.api.latency.errors
+            ));
+        }
+        if let Some(storm) = &record.storm {
+            if record.bytes == 0 {
+                problems.push(format!("{at}: the node received nothing from the storm"));
+            }
+            if storm.errors > 0 {
+                problems.push(format!("{at}: {} storm connections failed", storm.errors));
+            }
+            if storm.late_ticks > 0 {
+                notes.push(format!(
+                    "{at}: the storm fell behind its pace on {} ticks",
+                    storm.late_ticks
+                ));
+            }
+        }
+    }
+    problems.extend(check_runs(runs));
+    (problems, notes)
+}

@@ -1,0 +1,184 @@
+//! S2, the scheduling storm: what the node's variants share.
+//!
+//! The node has two services. The stream service accepts the storm's
+//! connections and hands every delivery (every read that returned data)
+//! to a handler that processes it (sums its bytes); how many bytes one
+//! delivery carries is what the modes change. The API service answers
+//! `GET /job` with the result of a CPU job ([`super::job`]) of a
+//! calibrated size, and says in an `X-Job-Us` header how long the job
+//! itself took in this process, so the probe can tell the runtime's delay
+//! from the job's own speed (which varies between processes).
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use clap::ValueEnum;
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+
+/// The largest API request accepted, bytes: a bigger one is answered 413
+/// and the connection closed.
+pub const MAX_REQUEST: usize = 8 * 1024;
+
+/// How the stream handlers read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, ValueEnum, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum S2Mode {
+    /// keel, a read per readiness (batching off).
+    Off,
+    /// keel, batching with a fixed `min_bytes` and `max_delay`.
+    Fixed,
+    /// keel, adaptive batching bounded by `max_delay`.
+    Adaptive,
+    /// tokio, reads into a 1460-byte buffer.
+    #[value(name = "read-1460")]
+    #[serde(rename = "read-1460")]
+    Read1460,
+    /// tokio, reads into a 64 KiB buffer.
+    #[value(name = "read-64k")]
+    #[serde(rename = "read-64k")]
+    Read64k,
+}
+
+impl S2Mode {
+    /// The name used on the command line and in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Off => "off",
+            Self::Fixed => "fixed",
+            Self::Adaptive => "adaptive",
+            Self::Read1460 => "read-1460",
+            Self::Read64k => "read-64k",
+        }
+    }
+
+    /// The read buffer of a stream handler in this mode.
+    pub fn buffer(self) -> usize {
+        match self {
+            Self::Read1460 => 1460,
+            _ => 64 * 1024,
+        }
+    }
+}
+
+impl std::fmt::Display for S2Mode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// What an S2 node is asked to run.
+#[derive(Debug, Clone)]
+pub struct S2Opts {
+    /// Worker threads of the runtime.
+    pub workers: usize,
+    /// Where the stream service binds.
+    pub addr: SocketAddr,
+    /// Where the API service binds.
+    pub api_addr: SocketAddr,
+    /// How stream handlers read.
+    pub mode: S2Mode,
+    /// Size of the API job (see [`super::job`]).
+    pub job_lines: u64,
+    /// Batching: the bytes a delivery waits for (fixed mode).
+    pub min_bytes: usize,
+    /// Batching: the longest a byte waits (fixed and adaptive modes).
+    pub max_delay: Duration,
+}
+
+/// Counters every variant keeps, reported in each `mark` under `s2`,
+/// cumulative since start.
+#[derive(Debug, Default)]
+pub struct S2Counters {
+    /// Reads that returned data.
+    pub deliveries: AtomicU64,
+    /// Bytes those reads returned.
+    pub bytes: AtomicU64,
+    /// A fold of every byte received, so the processing cannot be skipped.
+    pub checksum: AtomicU64,
+    /// API requests answered.
+    pub api_requests: AtomicU64,
+}
+
+impl S2Counters {
+    /// Processes one delivery: sums its bytes and counts it.
+    pub fn deliver(&self, data: &[u8]) {
+        let sum = data
+            .iter()
+            .fold(0u64, |acc, &b| acc.wrapping_add(u64::from(b)));
+        self.checksum.fetch_add(sum, Ordering::Relaxed);
+        self.deliveries.fetch_add(1, Ordering::Relaxed);
+        self.bytes.fetch_add(data.len() as u64, Ordering::Relaxed);
+    }
+
+    /// The counters as the `s2` object of a mark.
+    pub fn to_json(&self) -> Value {
+        json!({
+            "deliveries": self.deliveries.load(Ordering::Relaxed),
+            "bytes": self.bytes.load(Ordering::Relaxed),
+            "api_requests": self.api_requests.load(Ordering::Relaxed),
+        })
+    }
+}
+
+/// Where a request ends in `buf` (after its blank line), if it has.
+pub fn request_end(buf: &[u8]) -> Option<usize> {
+    buf.windows(4).position(|w| w == b"\r\n\r\n").map(|i| i + 4)
+}
+
+/// The answer to one API request: runs the job and formats the response.
+/// Anything but `GET /job` is answered 404.
+pub fn answer(request: &[u8], job_lines: u64) -> Vec<u8> {
+    if !request.starts_with(b"GET /job ") {
+        return b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n".to_vec();
+    }
+    let start = std::time::Instant::now();
+    let result = super::job::run(job_lines);
+    let job_us = start.elapsed().as_micros();
+    let body = format!("{result}\n");
+    format!(
+        "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nX-Job-Us: {job_us}\r\n\r\n{body}",
+        body.len()
+    )
+    .into_bytes()
+}
+
+/// The answer to a request over [`MAX_REQUEST`].
+pub const TOO_LARGE: &[u8] =
+    b"HTTP/1.1 413 Payload Too Large\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A request ends at its blank line.
+    #[test]
+    fn finds_request_end() {
+        assert_eq!(request_end(b"GET /job HTTP/1.1\r\n\r\n"), Some(21));
+        assert_eq!(request_end(b"GET /job HTTP/1.1\r\n"), None);
+    }
+
+    /// `GET /job` runs the job and reports its time; anything else is 404.
+    #[test]
+    fn answers() {
+        let ok = String::from_utf8(answer(b"GET /job HTTP/1.1\r\n\r\n", 100)).unwrap();
+        assert!(ok.starts_with("HTTP/1.1 200 OK\r\n"), "{ok}");
+        assert!(ok.contains("X-Job-Us: "), "{ok}");
+        let body = ok.split("\r\n\r\n").nth(1).unwrap();
+        assert_eq!(body.trim(), super::super::job::run(100).to_string());
+        let missing = answer(b"GET /nope HTTP/1.1\r\n\r\n", 100);
+        assert!(missing.starts_with(b"HTTP/1.1 404"));
+    }
+
+    /// A delivery is counted and summed.
+    #[test]
+    fn counts_deliveries() {
+        let counters = S2Counters::default();
+        counters.deliver(&[1, 2, 3]);
+        counters.deliver(&[4]);
+        assert_eq!(counters.to_json()["deliveries"], 2);
+        assert_eq!(counters.to_json()["bytes"], 4);
+        assert_eq!(counters.checksum.load(Ordering::Relaxed), 10);
+    }
+}
