@@ -65,11 +65,21 @@ impl Adaptive {
             return 0;
         };
         let gap = sample.now.saturating_sub(previous);
-        if sample.answered || sample.timed_out || gap > delay_ns {
-            // The peer may be waiting for us, or the stream is idle or too
-            // slow for the current batch: deliver at once.
+        if sample.answered || gap > delay_ns.saturating_mul(2) {
+            // The peer may be waiting for us, or the stream paused:
+            // deliver at once.
             self.pace = 0;
             return 0;
+        }
+        if sample.timed_out {
+            // The batch did not fill within the delay: the stream slowed
+            // down. Halve the batch, keep the pace.
+            let halved = round_down_kib(current / 2);
+            if halved < ADAPTIVE_MIN_BYTES {
+                self.pace = 0;
+                return 0;
+            }
+            return halved;
         }
         let pace = u128::from(sample.bytes as u64) * u128::from(delay_ns) / u128::from(gap.max(1));
         let pace = u64::try_from(pace).unwrap_or(u64::MAX);
@@ -78,23 +88,24 @@ impl Adaptive {
         } else {
             self.pace / 2 + pace / 2
         };
-        let half = usize::try_from(self.pace / 2).unwrap_or(usize::MAX);
-        if half < ADAPTIVE_MIN_BYTES {
-            // Entering needs a pace that fills the smallest batch in half
-            // the delay; staying needs only one that fills it in the whole
-            // delay, so a stream near the threshold does not flap.
+        let three_quarters = usize::try_from(self.pace / 4 * 3).unwrap_or(usize::MAX);
+        if three_quarters < ADAPTIVE_MIN_BYTES {
+            // Entering needs a pace that fills the smallest batch in three
+            // quarters of the delay; staying needs only one that fills it
+            // in the whole delay, so a stream near the threshold does not
+            // flap.
             let stays = current >= ADAPTIVE_MIN_BYTES && self.pace >= ADAPTIVE_MIN_BYTES as u64;
             return if stays { ADAPTIVE_MIN_BYTES } else { 0 };
         }
         let limit = current.max(ADAPTIVE_MIN_BYTES / 2).saturating_mul(2);
         let cap = cap.clamp(1, ADAPTIVE_MAX_BYTES);
-        prev_power_of_two(half.min(limit).min(cap))
+        round_down_kib(three_quarters.min(limit).min(cap)).max(ADAPTIVE_MIN_BYTES.min(cap))
     }
 }
 
-/// The largest power of two not above `n` (`n > 0`).
-fn prev_power_of_two(n: usize) -> usize {
-    1 << (usize::BITS - 1 - n.leading_zeros())
+/// `n` rounded down to a whole KiB (at least 1 KiB).
+fn round_down_kib(n: usize) -> usize {
+    (n / 1024 * 1024).max(1024)
 }
 
 #[cfg(test)]
@@ -129,15 +140,16 @@ mod tests {
         let targets = run(&mut rule, 0, 1460, 2 * MS, 8);
         assert_eq!(targets[0], 0, "no gap to measure on the first delivery");
         assert_eq!(&targets[1..5], &[4096, 8192, 16384, 32768]);
-        assert!(targets[5..].iter().all(|&t| t == 32768), "{targets:?}");
+        // Three quarters of 73 KB, to the KiB.
+        assert!(targets[5..].iter().all(|&t| t == 53 * 1024), "{targets:?}");
     }
 
     #[test]
-    fn a_camera_pace_settles_on_a_batch_that_fills_in_half_the_delay() {
+    fn a_camera_pace_settles_on_a_batch_that_fills_in_three_quarters_of_the_delay() {
         let mut rule = Adaptive::default();
         // 1460 bytes every 8 ms: about 18 KB per 100 ms.
         let targets = run(&mut rule, 0, 1460, 8 * MS, 10);
-        assert_eq!(*targets.last().unwrap(), 8192, "{targets:?}");
+        assert_eq!(*targets.last().unwrap(), 13 * 1024, "{targets:?}");
     }
 
     #[test]
@@ -168,18 +180,21 @@ mod tests {
         let mut rule = Adaptive::default();
         let targets = run(&mut rule, 0, 1460, MS, 6);
         let target = *targets.last().unwrap();
-        // A batch that took the whole delay without filling.
-        let slow = Sample {
-            bytes: 2000,
-            now: 5 * MS + DELAY + MS,
+        // A pause of more than twice the delay.
+        let paused = Sample {
+            bytes: 1460,
+            now: 5 * MS + 2 * DELAY + MS,
             answered: false,
-            timed_out: true,
+            timed_out: false,
         };
-        assert_eq!(rule.next_target(slow, target, DELAY, ADAPTIVE_MAX_BYTES), 0);
+        assert_eq!(
+            rule.next_target(paused, target, DELAY, ADAPTIVE_MAX_BYTES),
+            0
+        );
         // And the pace is forgotten: the next fast delivery starts over.
         let next = Sample {
             bytes: 1460,
-            now: 7 * MS + DELAY,
+            now: 7 * MS + 2 * DELAY,
             answered: false,
             timed_out: false,
         };
@@ -187,27 +202,58 @@ mod tests {
     }
 
     #[test]
+    fn a_batch_that_timed_out_halves_the_next() {
+        let mut rule = Adaptive::default();
+        let target = 32 * 1024;
+        let _ = run(&mut rule, 0, 1460, MS, 6);
+        let slow = Sample {
+            bytes: 20_000,
+            now: 5 * MS + DELAY + MS,
+            answered: false,
+            timed_out: true,
+        };
+        assert_eq!(
+            rule.next_target(slow, target, DELAY, ADAPTIVE_MAX_BYTES),
+            16 * 1024
+        );
+        // Below the smallest batch, halving means immediate.
+        let slow_again = Sample {
+            bytes: 3000,
+            now: 5 * MS + 2 * DELAY + 2 * MS,
+            answered: false,
+            timed_out: true,
+        };
+        assert_eq!(
+            rule.next_target(slow_again, ADAPTIVE_MIN_BYTES, DELAY, ADAPTIVE_MAX_BYTES),
+            0
+        );
+    }
+
+    #[test]
     fn a_pace_near_the_threshold_keeps_the_smallest_batch() {
         let mut rule = Adaptive::default();
         // 100 bytes a millisecond: 10 KB per 100 ms, enough to enter.
-        let targets = run(&mut rule, 0, 100, MS, 3);
-        assert_eq!(targets[2], ADAPTIVE_MIN_BYTES);
-        // The 4 KiB batches now take 60 ms each: a pace of 6.8 KB, too
-        // little to enter, enough to stay.
-        let mut target = targets[2];
-        for i in 1..=5 {
+        let targets = run(&mut rule, 0, 100, MS, 2);
+        assert_eq!(targets[1], ADAPTIVE_MIN_BYTES);
+        // The batches now take 90 ms each: a pace of 4.5 KB, too little to
+        // enter (three quarters is under 4 KiB), enough to stay. As the
+        // average forgets the faster start, the target settles on the
+        // smallest batch and never drops to immediate.
+        let mut target = targets[1];
+        for i in 1..=8 {
             let sample = Sample {
                 bytes: 4100,
-                now: 2 * MS + i * 60 * MS,
+                now: MS + i * 90 * MS,
                 answered: false,
                 timed_out: false,
             };
             target = rule.next_target(sample, target, DELAY, ADAPTIVE_MAX_BYTES);
-            assert_eq!(target, ADAPTIVE_MIN_BYTES, "after batch {i}");
+            assert!(target >= ADAPTIVE_MIN_BYTES, "after batch {i}");
         }
+        assert_eq!(target, ADAPTIVE_MIN_BYTES);
         // A fresh rule at that pace does not enter.
         let mut fresh = Adaptive::default();
-        let targets = run(&mut fresh, 0, 4100, 60 * MS, 5);
+        let targets = run(&mut fresh, 0, 4100, 90 * MS, 5);
         assert!(targets.iter().all(|&t| t == 0), "{targets:?}");
     }
 
@@ -224,14 +270,13 @@ mod tests {
             };
             target = rule.next_target(sample, target, DELAY, 10_000);
         }
-        assert_eq!(target, 8192, "the largest power of two under the cap");
+        assert_eq!(target, 9 * 1024, "the largest whole KiB under the cap");
     }
 
     #[test]
-    fn powers_of_two_round_down() {
-        assert_eq!(prev_power_of_two(1), 1);
-        assert_eq!(prev_power_of_two(4096), 4096);
-        assert_eq!(prev_power_of_two(8191), 4096);
-        assert_eq!(prev_power_of_two(usize::MAX), 1 << (usize::BITS - 1));
+    fn sizes_round_down_to_a_whole_kib() {
+        assert_eq!(round_down_kib(1), 1024);
+        assert_eq!(round_down_kib(4096), 4096);
+        assert_eq!(round_down_kib(8191), 7 * 1024);
     }
 }

@@ -146,16 +146,20 @@
 //!   interactive stream sees no added latency. (A full-duplex stream that
 //!   writes as much as it reads therefore gets little batching from
 //!   adaptive mode; use `fixed` there.)
-//! - **Idle or slow: immediate.** If more than `max_delay` passed since
-//!   the previous delivery (the stream paused, or a batch took the whole
-//!   `max_delay` without filling), the next read is immediate and the pace
-//!   is forgotten.
+//! - **Idle: immediate.** If more than twice `max_delay` passed since the
+//!   previous delivery (the stream paused), the next read is immediate and
+//!   the pace is forgotten.
+//! - **Too slow for the batch: halve it.** If the batch was released by
+//!   its deadline, short of its size, the stream slowed down: the next
+//!   batch is half as big (immediate below [`ADAPTIVE_MIN_BYTES`]), and
+//!   the pace is kept.
 //! - **Otherwise, follow the pace.** The delivery's bytes (the whole
 //!   released batch) over the time since the previous delivery give this
 //!   delivery's pace, `bytes × max_delay / gap`; the pace is averaged with
-//!   the previous one (`(old + new) / 2`). The next batch size is half the
-//!   pace (so that a batch fills in about half of `max_delay`), rounded
-//!   down to a power of two, at most twice the current size (a burst cannot
+//!   the previous one (`(old + new) / 2`). The next batch size is three
+//!   quarters of the pace (so that a batch fills in about three quarters
+//!   of `max_delay`, leaving a quarter for the pace to wobble), rounded
+//!   down to a whole KiB, at most twice the current size (a burst cannot
 //!   make one jump to the top), at most [`ADAPTIVE_MAX_BYTES`] (and half of
 //!   `SO_RCVBUF`), and zero, which is immediate delivery, below
 //!   [`ADAPTIVE_MIN_BYTES`]. A stream already batching keeps the smallest
@@ -163,8 +167,8 @@
 //!   stream near the threshold does not flap between the two.
 //!
 //! So a stream of 1460-byte packets every 8 ms with `max_delay` 100 ms
-//! (a pace of about 18 KB) settles on 8 KiB batches, one wake-up per
-//! 45 ms instead of per packet; a trickle of 100 bytes every 10 ms (a pace
+//! (a pace of about 18 KB) settles on 13 KiB batches, one wake-up per
+//! 75 ms instead of per packet; a trickle of 100 bytes every 10 ms (a pace
 //! of 1 KB) stays immediate, since no batch worth having would fill in
 //! time.
 
