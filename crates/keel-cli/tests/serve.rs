@@ -2,21 +2,11 @@
 
 mod support;
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::process::{Command, Stdio};
-use std::sync::mpsc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use support::keel;
-
-/// Reads one stdout line of the server, with a deadline.
-fn line(lines: &mpsc::Receiver<String>) -> serde_json::Value {
-    let text = lines
-        .recv_timeout(Duration::from_secs(10))
-        .expect("the server answers within 10 s");
-    serde_json::from_str(&text).unwrap()
-}
+use support::{keel, Node};
 
 /// The tokio server prints its address, echoes, counts slices between two
 /// marks, and exits 0 on `stop`.
@@ -34,32 +24,18 @@ fn keel_server_speaks_the_protocol() {
 /// A server of `runtime` prints its address, echoes, counts slices between
 /// two marks, and exits 0 on `stop`.
 fn server_speaks_the_protocol(runtime: &str) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_keel"))
-        .args([
-            "serve",
-            "s1",
-            "--runtime",
-            runtime,
-            "--workers",
-            "2",
-            "--cpu-tasks",
-            "2",
-            "--slice-iters",
-            "1000",
-        ])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let stdout = child.stdout.take().unwrap();
-    let (tx, lines) = mpsc::channel();
-    std::thread::spawn(move || {
-        for l in BufReader::new(stdout).lines().map_while(Result::ok) {
-            let _ = tx.send(l);
-        }
-    });
-    let addr: std::net::SocketAddr = line(&lines)["addr"].as_str().unwrap().parse().unwrap();
+    let mut node = Node::start(&[
+        "s1",
+        "--runtime",
+        runtime,
+        "--workers",
+        "2",
+        "--cpu-tasks",
+        "2",
+        "--slice-iters",
+        "1000",
+    ]);
+    let addr = node.addr("addr");
     assert!(addr.ip().is_loopback());
 
     let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).unwrap();
@@ -71,12 +47,9 @@ fn server_speaks_the_protocol(runtime: &str) {
     stream.read_exact(&mut echo).unwrap();
     assert_eq!(&echo, b"hello keel");
 
-    let mut stdin = child.stdin.take().unwrap();
-    stdin.write_all(b"mark\n").unwrap();
-    let first = line(&lines);
+    let first = node.mark_line();
     std::thread::sleep(Duration::from_millis(200));
-    stdin.write_all(b"mark\n").unwrap();
-    let second = line(&lines);
+    let second = node.mark_line();
     assert!(second["slices"].as_u64() > first["slices"].as_u64());
     assert!(second["t_ns"].as_u64() > first["t_ns"].as_u64());
     // tokio reports a worker count, keel one entry per worker.
@@ -85,20 +58,7 @@ fn server_speaks_the_protocol(runtime: &str) {
         workers == 2 || workers.as_array().map(Vec::len) == Some(2),
         "{workers}"
     );
-
-    stdin.write_all(b"stop\n").unwrap();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        if Instant::now() >= deadline {
-            let _ = child.kill();
-            panic!("the server did not exit after stop");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    assert!(status.success());
+    node.stop();
 }
 
 /// A port that is taken is a clear error, not a panic.

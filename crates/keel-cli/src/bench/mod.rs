@@ -37,6 +37,24 @@ use crate::load::parse_seconds;
 use crate::serve::{default_workers, RuntimeKind};
 use report::{Machine, Report};
 
+/// What every scenario run shares: where the servers come from, which
+/// runtimes, how many rounds, and the size of a phase.
+#[derive(Debug, Clone)]
+pub struct RunSpec {
+    /// The `keel` executable to run servers and load from.
+    pub exe: PathBuf,
+    /// Runtimes to measure, in canonical order.
+    pub runtimes: Vec<RuntimeKind>,
+    /// Rounds (each runs every phase once).
+    pub runs: u32,
+    /// Worker threads of each server.
+    pub workers: u64,
+    /// Measured seconds per phase.
+    pub duration_s: f64,
+    /// Warm-up milliseconds per phase (not measured).
+    pub warmup_ms: u64,
+}
+
 /// Scenarios that can run in this build.
 pub const AVAILABLE: &[&str] = &["s1", "s2", "s5"];
 
@@ -164,28 +182,26 @@ pub fn run(args: &BenchArgs) -> Result<(), Error> {
         (args.runs, args.duration_s, 500)
     };
 
+    let spec = RunSpec {
+        exe: exe.clone(),
+        runtimes: runtimes.clone(),
+        runs,
+        workers: args.workers,
+        duration_s,
+        warmup_ms,
+    };
     let mut outcomes = Vec::new();
     for id in scenarios {
         let outcome = match id {
             "s1" => s1::run(&s1::S1Config {
-                exe: exe.clone(),
-                runtimes: runtimes.clone(),
-                runs,
-                workers: args.workers,
-                duration_s,
-                warmup_ms,
+                run: spec.clone(),
                 cpu_tasks: args.cpu_tasks,
                 slice_us: args.slice_us,
                 interval_us: args.interval_us,
                 payload: 64,
             })?,
             "s2" => s2::run(&s2::S2Config {
-                exe: exe.clone(),
-                runtimes: runtimes.clone(),
-                runs,
-                workers: args.workers,
-                duration_s,
-                warmup_ms,
+                run: spec.clone(),
                 streams: args.streams,
                 chunk: 1460,
                 rate_mb: args.rate_mb,
@@ -210,12 +226,7 @@ pub fn run(args: &BenchArgs) -> Result<(), Error> {
                         quick: args.quick,
                     })?,
                     None => s5::run(&s5::S5Config {
-                        exe: exe.clone(),
-                        runtimes: runtimes.clone(),
-                        runs,
-                        workers: args.workers,
-                        duration_s,
-                        warmup_ms,
+                        run: spec.clone(),
                         clients: args.clients,
                         record: args.record,
                         interval_us: args.interval_us,

@@ -9,7 +9,6 @@
 //! are ratios of those medians, computed within one run, never absolute
 //! times.
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 use serde::Serialize;
@@ -19,6 +18,7 @@ use super::calibrate::calibrate;
 use super::outcome::{check_runs, why_missing, Goal, Outcome, Pairs, RunFigures, Verdict};
 use super::phase::{self, PhaseFigures, PhaseSpec};
 use super::stats::ratio;
+use super::RunSpec;
 use crate::error::Error;
 use crate::serve::RuntimeKind;
 
@@ -28,18 +28,8 @@ const TITLE: &str = "IO starvation under CPU load";
 /// The sizes and setup of one S1 run.
 #[derive(Debug, Clone)]
 pub struct S1Config {
-    /// The `keel` executable to run servers and probes from.
-    pub exe: PathBuf,
-    /// Runtimes to measure, in canonical order.
-    pub runtimes: Vec<RuntimeKind>,
-    /// Rounds (each runs every phase once).
-    pub runs: u32,
-    /// Worker threads of each server.
-    pub workers: u64,
-    /// Measured seconds per phase.
-    pub duration_s: f64,
-    /// Warm-up milliseconds per phase (not measured).
-    pub warmup_ms: u64,
+    /// What every scenario run shares.
+    pub run: RunSpec,
     /// CPU tasks in the loaded phases.
     pub cpu_tasks: u64,
     /// Target duration of one CPU slice, µs.
@@ -72,26 +62,30 @@ pub fn run(config: &S1Config) -> Result<Outcome, Error> {
         config.slice_us
     );
     let mut records = Vec::new();
-    for round in 0..config.runs {
+    for round in 0..config.run.runs {
         // Alternate which runtime goes first.
-        let mut order = config.runtimes.clone();
+        let mut order = config.run.runtimes.clone();
         if round % 2 == 1 {
             order.reverse();
         }
         for (phase_name, cpu_tasks) in [("idle", 0), ("loaded", config.cpu_tasks)] {
             for &runtime in &order {
                 let spec = PhaseSpec {
-                    label: format!("s1 r{}/{} {runtime} {phase_name}", round + 1, config.runs),
+                    label: format!(
+                        "s1 r{}/{} {runtime} {phase_name}",
+                        round + 1,
+                        config.run.runs
+                    ),
                     runtime,
-                    workers: config.workers,
+                    workers: config.run.workers,
                     cpu_tasks,
                     slice_iters: calibration.iters,
                     interval_us: config.interval_us,
-                    duration_s: config.duration_s,
-                    warmup_ms: config.warmup_ms,
+                    duration_s: config.run.duration_s,
+                    warmup_ms: config.run.warmup_ms,
                     payload: config.payload,
                 };
-                let figures = phase::run(&config.exe, &spec)?;
+                let figures = phase::run(&config.run.exe, &spec)?;
                 records.push(PhaseRecord {
                     round: round + 1,
                     phase: phase_name,
@@ -102,6 +96,7 @@ pub fn run(config: &S1Config) -> Result<Outcome, Error> {
     }
 
     let runs: Vec<RunFigures> = config
+        .run
         .runtimes
         .iter()
         .map(|&runtime| RunFigures {
@@ -110,17 +105,17 @@ pub fn run(config: &S1Config) -> Result<Outcome, Error> {
             metrics: medians(&records, runtime),
         })
         .collect();
-    let verdicts = verdicts(&runs, &config.runtimes);
+    let verdicts = verdicts(&runs, &config.run.runtimes);
     let (problems, notes) = check(&records, &runs, config.cpu_tasks);
     let sizes = Pairs(vec![
         ("cpu_tasks", json!(config.cpu_tasks)),
         ("slice_us", json!(config.slice_us)),
-        ("duration_s", json!(config.duration_s)),
+        ("duration_s", json!(config.run.duration_s)),
         ("interval_us", json!(config.interval_us)),
         ("payload_bytes", json!(config.payload)),
-        ("warmup_ms", json!(config.warmup_ms)),
-        ("workers", json!(config.workers)),
-        ("runs", json!(config.runs)),
+        ("warmup_ms", json!(config.run.warmup_ms)),
+        ("workers", json!(config.run.workers)),
+        ("runs", json!(config.run.runs)),
         ("slice_iters", json!(calibration.iters)),
         (
             "slice_measured_us",

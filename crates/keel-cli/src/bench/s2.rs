@@ -14,7 +14,6 @@
 //! the node itself measured in that phase. Rounds interleave runtimes and
 //! modes and alternate their order; figures are medians across rounds.
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 use serde::Serialize;
@@ -28,6 +27,7 @@ use super::outcome::{
 use super::phase::{mark, SERVER_SILENCE};
 use super::progress::PhaseBar;
 use super::stats::ratio;
+use super::RunSpec;
 use crate::error::Error;
 use crate::load::s2::{ApiSummary, StormReady, StormSummary};
 use crate::serve::control::{AddrLine, Mark};
@@ -43,18 +43,8 @@ const SETTLE: Duration = Duration::from_millis(300);
 /// The sizes and setup of one S2 run.
 #[derive(Debug, Clone)]
 pub struct S2Config {
-    /// The `keel` executable to run nodes and load from.
-    pub exe: PathBuf,
-    /// Runtimes to measure, in canonical order.
-    pub runtimes: Vec<RuntimeKind>,
-    /// Rounds (each runs every phase once).
-    pub runs: u32,
-    /// Worker threads of each node.
-    pub workers: u64,
-    /// Measured seconds per phase.
-    pub duration_s: f64,
-    /// Warm-up milliseconds per phase (not measured).
-    pub warmup_ms: u64,
+    /// What every scenario run shares.
+    pub run: RunSpec,
     /// Storm connections.
     pub streams: u64,
     /// Bytes per storm write.
@@ -112,8 +102,8 @@ pub fn run(config: &S2Config) -> Result<Outcome, Error> {
         config.job_ms
     );
     let mut records = Vec::new();
-    for round in 0..config.runs {
-        let mut order = config.runtimes.clone();
+    for round in 0..config.run.runs {
+        let mut order = config.run.runtimes.clone();
         if round % 2 == 1 {
             order.reverse();
         }
@@ -137,7 +127,7 @@ pub fn run(config: &S2Config) -> Result<Outcome, Error> {
         }
     }
     let mut runs = Vec::new();
-    for &runtime in &config.runtimes {
+    for &runtime in &config.run.runtimes {
         for &mode in modes(runtime) {
             runs.push(RunFigures {
                 runtime: runtime.to_string(),
@@ -146,7 +136,7 @@ pub fn run(config: &S2Config) -> Result<Outcome, Error> {
             });
         }
     }
-    let verdicts = verdicts(&runs, &config.runtimes);
+    let verdicts = verdicts(&runs, &config.run.runtimes);
     let (problems, notes) = check(&records, &runs);
     let sizes = Pairs(vec![
         ("streams", json!(config.streams)),
@@ -157,10 +147,10 @@ pub fn run(config: &S2Config) -> Result<Outcome, Error> {
         ("job_lines", json!(calibration.iters)),
         ("min_bytes", json!(config.min_bytes)),
         ("max_delay_ms", json!(config.max_delay_ms)),
-        ("duration_s", json!(config.duration_s)),
-        ("warmup_ms", json!(config.warmup_ms)),
-        ("workers", json!(config.workers)),
-        ("runs", json!(config.runs)),
+        ("duration_s", json!(config.run.duration_s)),
+        ("warmup_ms", json!(config.run.warmup_ms)),
+        ("workers", json!(config.run.workers)),
+        ("runs", json!(config.run.runs)),
     ]);
     Ok(Outcome {
         id: "s2",
@@ -184,10 +174,10 @@ fn phase(
     mode: Option<S2Mode>,
 ) -> Result<PhaseRecord, Error> {
     let what = mode.map_or("alone", S2Mode::name);
-    let label = format!("s2 r{round}/{} {runtime} {what}", config.runs);
+    let label = format!("s2 r{round}/{} {runtime} {what}", config.run.runs);
     let expected = SETTLE
-        + Duration::from_millis(config.warmup_ms)
-        + Duration::from_secs_f64(config.duration_s);
+        + Duration::from_millis(config.run.warmup_ms)
+        + Duration::from_secs_f64(config.run.duration_s);
     let bar = PhaseBar::new(&label, expected);
     match measure(config, job_lines, runtime, mode, &bar) {
         Ok(figures) => {
@@ -223,7 +213,7 @@ fn measure(
     let node_mode = mode.unwrap_or(modes(runtime)[0]);
     let mut node = Child::spawn(
         format!("keel serve s2 ({runtime} {node_mode})"),
-        &config.exe,
+        &config.run.exe,
         &[
             "serve".into(),
             "s2".into(),
@@ -232,7 +222,7 @@ fn measure(
             "--mode".into(),
             node_mode.to_string(),
             "--workers".into(),
-            config.workers.to_string(),
+            config.run.workers.to_string(),
             "--job-lines".into(),
             job_lines.to_string(),
             "--min-bytes".into(),
@@ -248,11 +238,11 @@ fn measure(
         .ok_or_else(|| Error::new(format!("{} did not say where its API is", node.name())))?;
     std::thread::sleep(SETTLE);
 
-    let storm_s = config.duration_s + config.warmup_ms as f64 / 1e3 + 1.0;
+    let storm_s = config.run.duration_s + config.run.warmup_ms as f64 / 1e3 + 1.0;
     let mut storm = match mode {
         Some(_) => Some(Child::spawn(
             "keel load s2",
-            &config.exe,
+            &config.run.exe,
             &[
                 "load".into(),
                 "s2".into(),
@@ -277,7 +267,7 @@ fn measure(
     bar.step("probing the API");
     let mut api = Child::spawn(
         "keel load api",
-        &config.exe,
+        &config.run.exe,
         &[
             "load".into(),
             "api".into(),
@@ -286,12 +276,12 @@ fn measure(
             "--interval-ms".into(),
             config.api_interval_ms.to_string(),
             "--duration-s".into(),
-            config.duration_s.to_string(),
+            config.run.duration_s.to_string(),
             "--warmup-ms".into(),
-            config.warmup_ms.to_string(),
+            config.run.warmup_ms.to_string(),
         ],
     )?;
-    std::thread::sleep(Duration::from_millis(config.warmup_ms));
+    std::thread::sleep(Duration::from_millis(config.run.warmup_ms));
     let (mark0, cpu0) = mark(&mut node, bar)?;
     let budget = Duration::from_secs_f64(storm_s) + Duration::from_secs(30);
     let api_summary: ApiSummary = api.recv_json(budget, "its results", tick)?;

@@ -29,6 +29,7 @@ use super::outcome::{
 use super::phase::{mark, SERVER_SILENCE};
 use super::progress::PhaseBar;
 use super::stats::ratio;
+use super::RunSpec;
 use crate::error::{Context, Error};
 use crate::load::s5::LogLoadSummary;
 use crate::load::summary::ProbeSummary;
@@ -45,18 +46,8 @@ const SETTLE: Duration = Duration::from_millis(200);
 /// The sizes and setup of one S5 run.
 #[derive(Debug, Clone)]
 pub struct S5Config {
-    /// The `keel` executable to run nodes and clients from.
-    pub exe: PathBuf,
-    /// Runtimes to measure, in canonical order.
-    pub runtimes: Vec<RuntimeKind>,
-    /// Rounds (each runs every phase once).
-    pub runs: u32,
-    /// Worker threads of each node.
-    pub workers: u64,
-    /// Measured seconds per phase.
-    pub duration_s: f64,
-    /// Warm-up milliseconds per phase (not measured).
-    pub warmup_ms: u64,
+    /// What every scenario run shares.
+    pub run: RunSpec,
     /// Closed-loop log clients.
     pub clients: u32,
     /// Bytes per record.
@@ -120,8 +111,8 @@ pub fn run(config: &S5Config) -> Result<Outcome, Error> {
     );
 
     let mut records = Vec::new();
-    for round in 0..config.runs {
-        let mut order = config.runtimes.clone();
+    for round in 0..config.run.runs {
+        let mut order = config.run.runtimes.clone();
         if round % 2 == 1 {
             order.reverse();
         }
@@ -141,7 +132,7 @@ pub fn run(config: &S5Config) -> Result<Outcome, Error> {
     let _ = std::fs::remove_dir_all(&config.data_dir);
 
     let mut runs: Vec<RunFigures> = Vec::new();
-    for &runtime in &config.runtimes {
+    for &runtime in &config.run.runtimes {
         for &mode in modes(runtime) {
             runs.push(RunFigures {
                 runtime: runtime.to_string(),
@@ -151,7 +142,7 @@ pub fn run(config: &S5Config) -> Result<Outcome, Error> {
         }
     }
     runs.push(disk_run(&sync, config.clients));
-    let verdicts = verdicts(&runs, &config.runtimes);
+    let verdicts = verdicts(&runs, &config.run.runtimes);
     let problems = check(&records, &runs);
     for record in &records {
         if record.ping.errors > 0 {
@@ -167,11 +158,11 @@ pub fn run(config: &S5Config) -> Result<Outcome, Error> {
     let sizes = Pairs(vec![
         ("clients", json!(config.clients)),
         ("record_bytes", json!(config.record)),
-        ("duration_s", json!(config.duration_s)),
+        ("duration_s", json!(config.run.duration_s)),
         ("interval_us", json!(config.interval_us)),
-        ("warmup_ms", json!(config.warmup_ms)),
-        ("workers", json!(config.workers)),
-        ("runs", json!(config.runs)),
+        ("warmup_ms", json!(config.run.warmup_ms)),
+        ("workers", json!(config.run.workers)),
+        ("runs", json!(config.run.runs)),
         ("data_dir", json!(config.data_dir)),
     ]);
     Ok(Outcome {
@@ -218,10 +209,10 @@ fn phase(
     mode: Option<LogMode>,
 ) -> Result<PhaseRecord, Error> {
     let what = mode.map_or("idle", LogMode::name);
-    let label = format!("s5 r{round}/{} {runtime} {what}", config.runs);
+    let label = format!("s5 r{round}/{} {runtime} {what}", config.run.runs);
     let expected = SETTLE
-        + Duration::from_millis(config.warmup_ms)
-        + Duration::from_secs_f64(config.duration_s);
+        + Duration::from_millis(config.run.warmup_ms)
+        + Duration::from_secs_f64(config.run.duration_s);
     let bar = PhaseBar::new(&label, expected);
     let dir = config.data_dir.join(format!("r{round}-{runtime}-{what}"));
     let _ = std::fs::remove_dir_all(&dir);
@@ -262,10 +253,10 @@ fn measure(
 ) -> Result<PhaseRecord, Error> {
     bar.step("starting the node");
     let mut node = start_node(
-        &config.exe,
+        &config.run.exe,
         runtime,
         mode.unwrap_or(LogMode::Group),
-        config.workers,
+        config.run.workers,
         dir,
     )?;
     let tick = || bar.tick();
@@ -281,7 +272,7 @@ fn measure(
     let mut clients = match mode {
         Some(_) => Some(Child::spawn(
             "keel load s5",
-            &config.exe,
+            &config.run.exe,
             &[
                 "load".into(),
                 "s5".into(),
@@ -292,9 +283,9 @@ fn measure(
                 "--record".into(),
                 config.record.to_string(),
                 "--duration-s".into(),
-                config.duration_s.to_string(),
+                config.run.duration_s.to_string(),
                 "--warmup-ms".into(),
-                config.warmup_ms.to_string(),
+                config.run.warmup_ms.to_string(),
             ],
         )?),
         None => None,
@@ -302,7 +293,7 @@ fn measure(
     bar.step("pinging");
     let mut ping = Child::spawn(
         "keel load s1",
-        &config.exe,
+        &config.run.exe,
         &[
             "load".into(),
             "s1".into(),
@@ -311,15 +302,15 @@ fn measure(
             "--interval-us".into(),
             config.interval_us.to_string(),
             "--duration-s".into(),
-            config.duration_s.to_string(),
+            config.run.duration_s.to_string(),
             "--warmup-ms".into(),
-            config.warmup_ms.to_string(),
+            config.run.warmup_ms.to_string(),
         ],
     )?;
-    std::thread::sleep(Duration::from_millis(config.warmup_ms));
+    std::thread::sleep(Duration::from_millis(config.run.warmup_ms));
     let (mark0, cpu0) = mark(&mut node, bar)?;
 
-    let budget = Duration::from_secs_f64(config.duration_s) + Duration::from_secs(20);
+    let budget = Duration::from_secs_f64(config.run.duration_s) + Duration::from_secs(20);
     let ping_summary: ProbeSummary = ping.recv_json(budget, "its results", tick)?;
     let log = match clients.as_mut() {
         Some(clients) => Some(clients.recv_json::<LogLoadSummary>(budget, "its results", tick)?),

@@ -123,10 +123,15 @@ impl Node {
         self.first[key].as_str().unwrap().parse().unwrap()
     }
 
+    /// A fresh mark, whole.
+    pub fn mark_line(&mut self) -> serde_json::Value {
+        self.stdin.write_all(b"mark\n").unwrap();
+        self.line()
+    }
+
     /// The runtime object `key` of a fresh mark.
     pub fn mark(&mut self, key: &str) -> serde_json::Value {
-        self.stdin.write_all(b"mark\n").unwrap();
-        self.line()["runtime"][key].clone()
+        self.mark_line()["runtime"][key].clone()
     }
 
     /// Sends `stop` and checks the node exits 0 within 10 s.
