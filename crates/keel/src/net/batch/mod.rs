@@ -103,8 +103,9 @@
 //!   receive buffer, so `min_bytes` is clamped to half of `SO_RCVBUF` as
 //!   read when the policy is set (Linux clamps `SO_RCVLOWAT` the same way
 //!   when the buffer size is fixed; with the default autotuned buffer of
-//!   128 KiB that is 64 KiB). Enlarge `SO_RCVBUF` before setting the policy
-//!   for larger batches. A `min_bytes` of 0 or 1, or a zero `max_delay`,
+//!   128 KiB that is 64 KiB), and clamped again whenever the kernel
+//!   signals readable below the mark (the buffer may have shrunk since).
+//!   Enlarge `SO_RCVBUF` before setting the policy for larger batches. A `min_bytes` of 0 or 1, or a zero `max_delay`,
 //!   means immediate delivery.
 //! - **Off is untouched.** With batching off (the default, or set back to
 //!   off), `SO_RCVLOWAT` is 1 and a read is the plain readiness loop: no

@@ -284,6 +284,7 @@ impl BatchReader {
             && self.low_water == self.target
             && sys::readable_now(socket)?
         {
+            self.fit_to_buffer(socket)?;
             return Ok(self.release(queued, Cause::Kernel));
         }
         let now = self.shared.timers.now();
@@ -316,6 +317,19 @@ impl BatchReader {
         let deadline = now.saturating_add(self.delay_ns);
         self.phase = Phase::Gathering { deadline };
         self.gather(socket, deadline, waker)
+    }
+
+    /// Clamps the batch size again to half of the receive buffer, which
+    /// may have shrunk since the policy was set: the kernel just said it
+    /// cannot hold a full batch. Later batches then fit, instead of each
+    /// one closing the window and waiting for the peer to probe it.
+    fn fit_to_buffer(&mut self, socket: &TcpStream) -> io::Result<()> {
+        let half_buffer = (sys::receive_buffer(socket)? / 2).max(1);
+        if half_buffer < self.cap {
+            self.cap = half_buffer;
+            self.target = self.target.min(half_buffer);
+        }
+        Ok(())
     }
 
     /// Releases a batch of `queued` bytes; the read goes ahead.
