@@ -55,13 +55,23 @@ pub fn bind(rt: &keel::Runtime, addr: SocketAddr) -> Result<(TcpListener, Socket
 
 /// Accepts echo connections forever, one task each.
 pub async fn accept_loop(listener: TcpListener) {
+    accept_each(listener, echo).await
+}
+
+/// Accepts connections forever and spawns `serve(stream, peer)` for each.
+/// An accept that fails (out of descriptors and the like) is reported and
+/// followed by a short pause, so the loop neither dies nor spins.
+pub async fn accept_each<F, Fut>(listener: TcpListener, mut serve: F)
+where
+    F: FnMut(TcpStream, SocketAddr) -> Fut,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
     loop {
         match listener.accept().await {
             Ok((stream, peer)) => {
-                keel::spawn(echo(stream, peer));
+                keel::spawn(serve(stream, peer));
             }
             Err(error) => {
-                // Out of descriptors and the like: say so, back off briefly.
                 eprintln!("keel serve: accept failed: {error}");
                 keel::time::sleep(Duration::from_millis(10)).await;
             }

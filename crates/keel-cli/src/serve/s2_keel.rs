@@ -9,12 +9,11 @@
 //! the wakeups, not the classes.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use keel::io::{AsyncReadExt, AsyncWriteExt};
 use keel::net::{TcpListener, TcpStream};
 
-use super::s1_keel::{bind, stats_json};
+use super::s1_keel::{accept_each, bind, stats_json};
 use super::s2::{answer, request_end, S2Counters, S2Mode, S2Opts, MAX_REQUEST, TOO_LARGE};
 use super::Running;
 use crate::error::Error;
@@ -68,20 +67,13 @@ async fn stream_accept_loop(
     policy: keel::net::BatchPolicy,
     counters: Arc<S2Counters>,
 ) {
-    loop {
-        match listener.accept().await {
-            Ok((stream, peer)) => {
-                if let Err(error) = stream.set_batch(policy) {
-                    eprintln!("keel serve: {peer}: cannot set the batch policy: {error}");
-                }
-                keel::spawn(handle_stream(stream, Arc::clone(&counters)));
-            }
-            Err(error) => {
-                eprintln!("keel serve: accept failed: {error}");
-                keel::time::sleep(Duration::from_millis(10)).await;
-            }
+    accept_each(listener, move |stream, peer| {
+        if let Err(error) = stream.set_batch(policy) {
+            eprintln!("keel serve: {peer}: cannot set the batch policy: {error}");
         }
-    }
+        handle_stream(stream, Arc::clone(&counters))
+    })
+    .await
 }
 
 /// Reads a stream until it ends, handing every read to the handler.
@@ -97,17 +89,10 @@ async fn handle_stream(mut stream: TcpStream, counters: Arc<S2Counters>) {
 
 /// Accepts API connections forever, one task each.
 async fn api_accept_loop(listener: TcpListener, job_lines: u64, counters: Arc<S2Counters>) {
-    loop {
-        match listener.accept().await {
-            Ok((stream, _)) => {
-                keel::spawn(serve_api(stream, job_lines, Arc::clone(&counters)));
-            }
-            Err(error) => {
-                eprintln!("keel serve: accept failed: {error}");
-                keel::time::sleep(Duration::from_millis(10)).await;
-            }
-        }
-    }
+    accept_each(listener, move |stream, _| {
+        serve_api(stream, job_lines, Arc::clone(&counters))
+    })
+    .await
 }
 
 /// Answers requests on one API connection until it closes.

@@ -5,12 +5,11 @@
 //! batch by itself: a server that keeps up finds one packet per readiness.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
-use super::s1_tokio::{bind, Guard};
+use super::s1_tokio::{accept_each, bind, Guard};
 use super::s2::{answer, request_end, S2Counters, S2Mode, S2Opts, MAX_REQUEST, TOO_LARGE};
 use super::Running;
 use crate::error::Error;
@@ -59,17 +58,10 @@ pub fn start(opts: &S2Opts) -> Result<Running, Error> {
 
 /// Accepts stream connections forever, one handler task each.
 async fn stream_accept_loop(listener: TcpListener, buffer: usize, counters: Arc<S2Counters>) {
-    loop {
-        match listener.accept().await {
-            Ok((stream, _)) => {
-                tokio::spawn(handle_stream(stream, buffer, Arc::clone(&counters)));
-            }
-            Err(error) => {
-                eprintln!("keel serve: accept failed: {error}");
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
-        }
-    }
+    accept_each(listener, move |stream, _| {
+        handle_stream(stream, buffer, Arc::clone(&counters))
+    })
+    .await
 }
 
 /// Reads a stream until it ends, handing every read to the handler.
@@ -85,17 +77,10 @@ async fn handle_stream(mut stream: TcpStream, buffer: usize, counters: Arc<S2Cou
 
 /// Accepts API connections forever, one task each.
 async fn api_accept_loop(listener: TcpListener, job_lines: u64, counters: Arc<S2Counters>) {
-    loop {
-        match listener.accept().await {
-            Ok((stream, _)) => {
-                tokio::spawn(serve_api(stream, job_lines, Arc::clone(&counters)));
-            }
-            Err(error) => {
-                eprintln!("keel serve: accept failed: {error}");
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
-        }
-    }
+    accept_each(listener, move |stream, _| {
+        serve_api(stream, job_lines, Arc::clone(&counters))
+    })
+    .await
 }
 
 /// Answers requests on one API connection until it closes.

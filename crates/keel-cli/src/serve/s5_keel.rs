@@ -21,14 +21,13 @@
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Duration;
 
 use keel::io::{AsyncReadExt, AsyncWriteExt};
 use keel::net::{TcpListener, TcpStream};
 use keel::wal::{Log, Options, Recovery};
 use serde_json::{json, Value};
 
-use super::s1_keel::{accept_loop as echo_accept_loop, bind, stats_json};
+use super::s1_keel::{accept_each, accept_loop as echo_accept_loop, bind, stats_json};
 use super::s5::{check_len, LogCounters, LogMode, S5Opts};
 use super::Running;
 use crate::error::Error;
@@ -103,20 +102,10 @@ pub fn recovery_json(recovery: &Recovery) -> Value {
 
 /// Accepts log clients forever, one task each.
 async fn log_accept_loop(listener: TcpListener, log: Log, counters: Arc<LogCounters>) {
-    loop {
-        match listener.accept().await {
-            Ok((stream, _)) => {
-                keel::spawn_in(
-                    keel::Class::BULK,
-                    serve_log(stream, log.clone(), Arc::clone(&counters)),
-                );
-            }
-            Err(error) => {
-                eprintln!("keel serve: accept failed: {error}");
-                keel::time::sleep(Duration::from_millis(10)).await;
-            }
-        }
-    }
+    accept_each(listener, move |stream, _| {
+        serve_log(stream, log.clone(), Arc::clone(&counters))
+    })
+    .await
 }
 
 /// Serves one log client: record in, LSN out once durable.

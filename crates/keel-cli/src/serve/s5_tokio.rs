@@ -24,7 +24,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, oneshot};
 
-use super::s1_tokio::{accept_loop as echo_accept_loop, bind, Guard};
+use super::s1_tokio::{accept_each, accept_loop as echo_accept_loop, bind, Guard};
 use super::s5::{check_len, frame, LogCounters, LogMode, S5Opts};
 use super::Running;
 use crate::error::Error;
@@ -201,17 +201,10 @@ async fn committer(
 
 /// Accepts log clients forever, one task each.
 async fn log_accept_loop(listener: TcpListener, sink: Sink, counters: Arc<LogCounters>) {
-    loop {
-        match listener.accept().await {
-            Ok((stream, _)) => {
-                tokio::spawn(serve_log(stream, sink.clone(), Arc::clone(&counters)));
-            }
-            Err(error) => {
-                eprintln!("keel serve: accept failed: {error}");
-                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-            }
-        }
-    }
+    accept_each(listener, move |stream, _| {
+        serve_log(stream, sink.clone(), Arc::clone(&counters))
+    })
+    .await
 }
 
 /// Serves one log client: record in, LSN out once durable.
