@@ -33,11 +33,14 @@
 //! - [`blocking`]: the pool for blocking closures, [`spawn_blocking`] and
 //!   [`blocking::unblock`].
 //! - [`fs`]: files, on the blocking pool.
+//! - [`compat`]: other crates' runtime traits on keel (hyper 1.x, with
+//!   the `hyper` feature).
 
 #![warn(missing_docs)]
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod blocking;
+pub mod compat;
 pub mod fs;
 pub mod io;
 pub(crate) mod loom;

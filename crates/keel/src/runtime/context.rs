@@ -76,6 +76,11 @@ pub(crate) fn current_class(shared: &Shared) -> Option<Class> {
         .flatten()
 }
 
+/// The class of the task being polled on this thread, whatever its runtime.
+pub(crate) fn any_current_class() -> Option<Class> {
+    CONTEXT.try_with(|c| c.class.get()).ok().flatten()
+}
+
 /// Records the class of the task about to be polled (or `None` after).
 pub(crate) fn set_class(class: Option<Class>) {
     let _ = CONTEXT.try_with(|c| c.class.set(class));

@@ -77,6 +77,22 @@ impl Class {
     /// Throughput work: bulk transfers, background jobs.
     pub const BULK: Class = Class(2);
 
+    /// The class of the task being polled on the calling thread; `None`
+    /// outside a keel task (in `block_on`'s own future, or on a thread
+    /// that is not a worker).
+    ///
+    /// ```
+    /// use keel::Class;
+    ///
+    /// let rt = keel::Runtime::new().unwrap();
+    /// let class = rt.block_on(rt.handle().spawn_in(Class::BULK, async { Class::current() }));
+    /// assert_eq!(class.unwrap(), Some(Class::BULK));
+    /// assert_eq!(Class::current(), None);
+    /// ```
+    pub fn current() -> Option<Class> {
+        crate::runtime::context::any_current_class()
+    }
+
     /// The class's position in its runtime's class table.
     pub fn index(self) -> usize {
         usize::from(self.0)

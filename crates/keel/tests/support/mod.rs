@@ -217,7 +217,12 @@ pub fn within<T: Send + 'static>(limit: Duration, f: impl FnOnce() -> T + Send +
     });
     match rx.recv_timeout(limit) {
         Ok(value) => value,
-        Err(_) => panic!("did not finish within {limit:?}: a wake-up was lost or a task hung"),
+        Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+            panic!("the body panicked (its message is above)")
+        }
+        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+            panic!("did not finish within {limit:?}: a wake-up was lost or a task hung")
+        }
     }
 }
 

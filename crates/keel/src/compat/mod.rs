@@ -1,0 +1,13 @@
+//! Adapters that let other crates' traits run on keel.
+//!
+//! keel's sockets speak [`futures-io`](crate::io)'s `AsyncRead` and
+//! `AsyncWrite`; libraries written against another runtime's traits need
+//! a thin layer. Each adapter lives behind a feature so that a server that
+//! does not use the library does not build it.
+//!
+//! - [`hyper`](mod@hyper) (feature `hyper`): hyper 1.x's executor, timer and IO traits,
+//!   so `hyper::server::conn::http1` and `http2` (and hyper's clients)
+//!   run on keel.
+
+#[cfg(feature = "hyper")]
+pub mod hyper;
