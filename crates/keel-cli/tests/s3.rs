@@ -2,12 +2,14 @@
 //! by hand: the proxy forwards a large transfer both ways without losing
 //! or changing a byte, passes each side's EOF on and closes, survives a
 //! backend that refuses, answers `/status` on both runtimes, and the load
-//! produces its figures against a real proxy and backend.
+//! produces its figures against a real proxy and backend, and running
+//! out of file descriptors does not stop the proxy's accept loop.
 
 mod support;
 
-use std::io::{Read, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::process::{Child, Command, Stdio};
 use std::sync::{mpsc, LazyLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -442,5 +444,75 @@ fn bad_flags_are_usage_errors() {
         let run = keel(args, Duration::from_secs(30));
         assert_eq!(run.status.code(), Some(2), "{args:?}: {}", run.stderr);
         assert!(run.stderr.contains(needle), "{args:?}: {}", run.stderr);
+    }
+}
+
+/// A proxy of `runtime` started under `ulimit -n limit`, forwarding to
+/// `backend`; returns the child and its listening address. Its stdin is
+/// piped, so dropping the child's stdin ends it.
+fn limited_proxy(runtime: &str, backend: SocketAddr, limit: u32) -> (Child, SocketAddr) {
+    let mut child = Command::new("sh")
+        .arg("-c")
+        .arg(format!("ulimit -n {limit} && exec \"$0\" \"$@\""))
+        .arg(env!("CARGO_BIN_EXE_keel"))
+        .args(["serve", "proxy", "--runtime", runtime, "--workers", "2"])
+        .args(["--backend", &backend.to_string()])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut first)
+        .unwrap();
+    let line: serde_json::Value = serde_json::from_str(&first).unwrap();
+    let addr = line["addr"].as_str().unwrap().parse().unwrap();
+    (child, addr)
+}
+
+/// An echo backend of one thread per connection, for as long as the test
+/// runs.
+fn echo_backend() -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 1024];
+                while let Ok(n) = stream.read(&mut buf) {
+                    if n == 0 || stream.write_all(&buf[..n]).is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
+
+/// A proxy out of file descriptors (more clients than `ulimit -n`
+/// allows) keeps its accept loop: once the clients go, a new one is
+/// served.
+#[test]
+fn out_of_descriptors_does_not_stop_the_proxy() {
+    let backend = echo_backend();
+    for runtime in ["keel", "tokio"] {
+        let (mut child, addr) = limited_proxy(runtime, backend, 64);
+        let crowd: Vec<TcpStream> = (0..100)
+            .filter_map(|_| TcpStream::connect_timeout(&addr, Duration::from_secs(5)).ok())
+            .collect();
+        std::thread::sleep(Duration::from_millis(200));
+        drop(crowd);
+        let mut client = connect(addr);
+        client.write_all(b"still here").unwrap();
+        let mut echo = [0u8; 10];
+        client.read_exact(&mut echo).unwrap();
+        assert_eq!(&echo, b"still here", "{runtime}");
+        assert!(child.try_wait().unwrap().is_none(), "{runtime}: exited");
+        drop(child.stdin.take());
+        let status = child.wait().unwrap();
+        assert!(status.success(), "{runtime}: {status}");
     }
 }
