@@ -34,40 +34,7 @@ pub enum LoadCommand {
     S5(LoadS5Args),
     /// S3: bulk downloads and a connection storm through the proxy, and
     /// the admin probe.
-    S3(LoadS3Args),
-}
-
-/// Flags of `keel load s3`.
-#[derive(Debug, Args)]
-pub struct LoadS3Args {
-    /// The proxy (a loopback address); not needed with `--no-load`.
-    #[arg(long, required_unless_present = "no_load")]
-    pub proxy: Option<SocketAddr>,
-    /// The proxy's admin endpoint (a loopback address).
-    #[arg(long)]
-    pub admin: SocketAddr,
-    /// Seconds of measurement, after the warm-up.
-    #[arg(long, default_value_t = 10.0, value_parser = parse_seconds)]
-    pub duration_s: f64,
-    /// Milliseconds of load and probes before measuring (not counted).
-    #[arg(long, default_value_t = 500, value_parser = clap::value_parser!(u64).range(0..=600_000))]
-    pub warmup_ms: u64,
-    /// Connections downloading the 1 MiB object in a loop.
-    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u64).range(0..=256))]
-    pub bulk: u64,
-    /// Concurrent clients opening a new connection per request.
-    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u64).range(0..=1024))]
-    pub clients: u64,
-    /// Milliseconds between admin requests (an absolute grid).
-    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..=60_000))]
-    pub admin_interval_ms: u64,
-    /// Milliseconds a connect, send or receive may take before it counts
-    /// as an error.
-    #[arg(long, default_value_t = 5000, value_parser = clap::value_parser!(u64).range(1..=60_000))]
-    pub timeout_ms: u64,
-    /// Run the admin probe alone, for the unloaded latency.
-    #[arg(long)]
-    pub no_load: bool,
+    S3(s3::LoadS3Args),
 }
 
 /// Flags of `keel load s2`.
@@ -245,22 +212,7 @@ pub fn run(command: &LoadCommand) -> Result<(), Error> {
             println!("{}", serde_json::to_string(&summary)?);
             Ok(())
         }
-        LoadCommand::S3(args) => {
-            let opts = s3::S3LoadOpts {
-                proxy: args.proxy,
-                admin: args.admin,
-                bulk: usize::try_from(args.bulk).unwrap_or(4),
-                clients: usize::try_from(args.clients).unwrap_or(20),
-                admin_interval: Duration::from_millis(args.admin_interval_ms),
-                warmup: Duration::from_millis(args.warmup_ms),
-                duration: Duration::from_secs_f64(args.duration_s),
-                io_timeout: Duration::from_millis(args.timeout_ms),
-                no_load: args.no_load,
-            };
-            let summary = s3::run(&opts).map_err(|e| e.context("load s3"))?;
-            println!("{}", serde_json::to_string(&summary)?);
-            Ok(())
-        }
+        LoadCommand::S3(args) => s3::command(args),
     }
 }
 

@@ -30,8 +30,10 @@ use std::net::{SocketAddr, TcpStream};
 use std::ops::Range;
 use std::time::{Duration, Instant};
 
+use clap::Args;
 use serde::{Deserialize, Serialize};
 
+use super::parse_seconds;
 use super::summary::{new_histogram, ProbeSummary};
 use crate::error::Error;
 use crate::serve::s3_backend::{body_byte, BIG_LEN};
@@ -47,6 +49,57 @@ const BULK_BUFFER: usize = 256 * 1024;
 
 /// The longest answer head accepted, bytes.
 const MAX_HEAD: usize = 8 * 1024;
+
+/// Flags of `keel load s3`.
+#[derive(Debug, Args)]
+pub struct LoadS3Args {
+    /// The proxy (a loopback address); not needed with `--no-load`.
+    #[arg(long, required_unless_present = "no_load")]
+    pub proxy: Option<SocketAddr>,
+    /// The proxy's admin endpoint (a loopback address).
+    #[arg(long)]
+    pub admin: SocketAddr,
+    /// Seconds of measurement, after the warm-up.
+    #[arg(long, default_value_t = 10.0, value_parser = parse_seconds)]
+    pub duration_s: f64,
+    /// Milliseconds of load and probes before measuring (not counted).
+    #[arg(long, default_value_t = 500, value_parser = clap::value_parser!(u64).range(0..=600_000))]
+    pub warmup_ms: u64,
+    /// Connections downloading the 1 MiB object in a loop.
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u64).range(0..=256))]
+    pub bulk: u64,
+    /// Concurrent clients opening a new connection per request.
+    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u64).range(0..=1024))]
+    pub clients: u64,
+    /// Milliseconds between admin requests (an absolute grid).
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..=60_000))]
+    pub admin_interval_ms: u64,
+    /// Milliseconds a connect, send or receive may take before it counts
+    /// as an error.
+    #[arg(long, default_value_t = 5000, value_parser = clap::value_parser!(u64).range(1..=60_000))]
+    pub timeout_ms: u64,
+    /// Run the admin probe alone, for the unloaded latency.
+    #[arg(long)]
+    pub no_load: bool,
+}
+
+/// Runs `keel load s3` and prints its JSON line.
+pub fn command(args: &LoadS3Args) -> Result<(), Error> {
+    let opts = S3LoadOpts {
+        proxy: args.proxy,
+        admin: args.admin,
+        bulk: usize::try_from(args.bulk).unwrap_or(4),
+        clients: usize::try_from(args.clients).unwrap_or(20),
+        admin_interval: Duration::from_millis(args.admin_interval_ms),
+        warmup: Duration::from_millis(args.warmup_ms),
+        duration: Duration::from_secs_f64(args.duration_s),
+        io_timeout: Duration::from_millis(args.timeout_ms),
+        no_load: args.no_load,
+    };
+    let summary = run(&opts).map_err(|e| e.context("load s3"))?;
+    println!("{}", serde_json::to_string(&summary)?);
+    Ok(())
+}
 
 /// What the load does.
 #[derive(Debug, Clone)]

@@ -75,9 +75,9 @@ pub enum ServeCommand {
     /// service for the ping probe.
     S5(ServeS5Args),
     /// S3: a TCP proxy to a backend, with an admin endpoint.
-    Proxy(ServeProxyArgs),
+    Proxy(s3::ServeProxyArgs),
     /// S3: the file server behind the proxy (always on tokio).
-    S3Backend(ServeS3BackendArgs),
+    S3Backend(s3_backend::ServeS3BackendArgs),
 }
 
 /// Flags of `keel serve s1`.
@@ -153,43 +153,6 @@ pub struct ServeS5Args {
     /// Address to bind the log service to.
     #[arg(long, default_value = "127.0.0.1:0")]
     pub log_addr: SocketAddr,
-}
-
-/// Flags of `keel serve proxy`.
-#[derive(Debug, Args)]
-pub struct ServeProxyArgs {
-    /// The runtime to serve on.
-    #[arg(long, value_enum)]
-    pub runtime: RuntimeKind,
-    /// Worker threads of the runtime.
-    #[arg(long, default_value_t = default_workers(), value_parser = clap::value_parser!(u64).range(1..=1024))]
-    pub workers: u64,
-    /// Address to accept clients on.
-    #[arg(long, default_value = "127.0.0.1:0")]
-    pub listen: SocketAddr,
-    /// Address of the backend each client is forwarded to.
-    #[arg(long)]
-    pub backend: SocketAddr,
-    /// Address to bind the admin endpoint (`GET /status`) to; none if
-    /// absent.
-    #[arg(long)]
-    pub admin_addr: Option<SocketAddr>,
-    /// keel: run admin, accepts and forwarding all in the normal class,
-    /// instead of urgent, normal and bulk.
-    #[arg(long)]
-    pub single_class: bool,
-}
-
-/// Flags of `keel serve s3-backend`.
-#[derive(Debug, Args)]
-pub struct ServeS3BackendArgs {
-    /// Worker threads of its tokio runtime (one serves far more than a
-    /// proxy on the same cores can forward, and leaves them the CPU).
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=1024))]
-    pub workers: u64,
-    /// Address to bind to.
-    #[arg(long, default_value = "127.0.0.1:0")]
-    pub addr: SocketAddr,
 }
 
 /// The default worker count: the available parallelism of this machine.
@@ -301,29 +264,7 @@ pub fn run(command: &ServeCommand) -> Result<(), Error> {
             .map_err(|e| e.context(&context))?;
             control::serve_until_stop(running, &AtomicU64::new(0))
         }
-        ServeCommand::Proxy(args) => {
-            let opts = s3::ProxyOpts {
-                workers: usize::try_from(args.workers).unwrap_or(usize::MAX),
-                listen: args.listen,
-                backend: args.backend,
-                admin: args.admin_addr,
-                single_class: args.single_class,
-            };
-            let context = format!("serve proxy --runtime {}", args.runtime);
-            let running = match args.runtime {
-                RuntimeKind::Keel => s3_keel::start(&opts),
-                RuntimeKind::Tokio => s3_tokio::start(&opts),
-            }
-            .map_err(|e| e.context(&context))?;
-            control::serve_until_stop(running, &AtomicU64::new(0))
-        }
-        ServeCommand::S3Backend(args) => {
-            let opts = s3_backend::BackendOpts {
-                workers: usize::try_from(args.workers).unwrap_or(usize::MAX),
-                addr: args.addr,
-            };
-            let running = s3_backend::start(&opts).map_err(|e| e.context("serve s3-backend"))?;
-            control::serve_until_stop(running, &AtomicU64::new(0))
-        }
+        ServeCommand::Proxy(args) => s3::run(args),
+        ServeCommand::S3Backend(args) => s3_backend::run(args),
     }
 }

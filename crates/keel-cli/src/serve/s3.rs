@@ -22,7 +22,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use clap::Args;
 use serde_json::{json, Value};
+
+use super::{control, default_workers, s3_keel, s3_tokio, RuntimeKind};
+use crate::error::Error;
 
 /// Bytes of each direction's forwarding buffer: large, so a bulk transfer
 /// moves in few system calls.
@@ -30,6 +34,49 @@ pub const BUFFER: usize = 64 * 1024;
 
 /// How long a backend connect may take before the client is dropped.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Flags of `keel serve proxy`.
+#[derive(Debug, Args)]
+pub struct ServeProxyArgs {
+    /// The runtime to serve on.
+    #[arg(long, value_enum)]
+    pub runtime: RuntimeKind,
+    /// Worker threads of the runtime.
+    #[arg(long, default_value_t = default_workers(), value_parser = clap::value_parser!(u64).range(1..=1024))]
+    pub workers: u64,
+    /// Address to accept clients on.
+    #[arg(long, default_value = "127.0.0.1:0")]
+    pub listen: SocketAddr,
+    /// Address of the backend each client is forwarded to.
+    #[arg(long)]
+    pub backend: SocketAddr,
+    /// Address to bind the admin endpoint (`GET /status`) to; none if
+    /// absent.
+    #[arg(long)]
+    pub admin_addr: Option<SocketAddr>,
+    /// keel: run admin, accepts and forwarding all in the normal class,
+    /// instead of urgent, normal and bulk.
+    #[arg(long)]
+    pub single_class: bool,
+}
+
+/// Runs `keel serve proxy` until `stop` or the end of stdin.
+pub fn run(args: &ServeProxyArgs) -> Result<(), Error> {
+    let opts = ProxyOpts {
+        workers: usize::try_from(args.workers).unwrap_or(usize::MAX),
+        listen: args.listen,
+        backend: args.backend,
+        admin: args.admin_addr,
+        single_class: args.single_class,
+    };
+    let context = format!("serve proxy --runtime {}", args.runtime);
+    let running = match args.runtime {
+        RuntimeKind::Keel => s3_keel::start(&opts),
+        RuntimeKind::Tokio => s3_tokio::start(&opts),
+    }
+    .map_err(|e| e.context(&context))?;
+    control::serve_until_stop(running, &AtomicU64::new(0))
+}
 
 /// What a proxy is asked to run.
 #[derive(Debug, Clone)]

@@ -19,13 +19,14 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock};
 
+use clap::Args;
 use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
 use super::s1_tokio::{accept_each, bind, Guard};
 use super::s2::request_end;
-use super::Running;
+use super::{control, Running};
 use crate::error::Error;
 
 /// Bytes of the `/big` object.
@@ -83,6 +84,28 @@ fn answer(status: &str, body: &[u8], close: bool) -> Vec<u8> {
 /// The answer to a request over [`MAX_REQUEST`].
 const TOO_LARGE: &[u8] =
     b"HTTP/1.1 413 Payload Too Large\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
+
+/// Flags of `keel serve s3-backend`.
+#[derive(Debug, Args)]
+pub struct ServeS3BackendArgs {
+    /// Worker threads of its tokio runtime (one serves far more than a
+    /// proxy on the same cores can forward, and leaves them the CPU).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=1024))]
+    pub workers: u64,
+    /// Address to bind to.
+    #[arg(long, default_value = "127.0.0.1:0")]
+    pub addr: SocketAddr,
+}
+
+/// Runs `keel serve s3-backend` until `stop` or the end of stdin.
+pub fn run(args: &ServeS3BackendArgs) -> Result<(), Error> {
+    let opts = BackendOpts {
+        workers: usize::try_from(args.workers).unwrap_or(usize::MAX),
+        addr: args.addr,
+    };
+    let running = start(&opts).map_err(|e| e.context("serve s3-backend"))?;
+    control::serve_until_stop(running, &AtomicU64::new(0))
+}
 
 /// What the backend is asked to run.
 #[derive(Debug, Clone)]
