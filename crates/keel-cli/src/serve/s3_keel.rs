@@ -154,7 +154,10 @@ async fn connect_and_forward(
     let _ = client.set_nodelay(true);
     let _ = upstream.set_nodelay(true);
     keel::spawn_in(class, async move {
-        if forward(&client, &upstream, &counters).await.is_err() {
+        let result = forward(&client, &upstream, &counters).await;
+        // Close both sockets before the connection stops counting as open.
+        drop((client, upstream));
+        if result.is_err() {
             counters.io_errors.fetch_add(1, Ordering::Relaxed);
         }
         drop(open);

@@ -128,10 +128,11 @@ async fn proxy(client: TcpStream, backend: SocketAddr, counters: Arc<ProxyCounte
         up: &counters.bytes_up,
         down: &counters.bytes_down,
     };
-    if tokio::io::copy_bidirectional_with_sizes(&mut client, &mut upstream, BUFFER, BUFFER)
-        .await
-        .is_err()
-    {
+    let result =
+        tokio::io::copy_bidirectional_with_sizes(&mut client, &mut upstream, BUFFER, BUFFER).await;
+    // Close both sockets before the connection stops counting as open.
+    drop((client, upstream));
+    if result.is_err() {
         counters.io_errors.fetch_add(1, Ordering::Relaxed);
     }
     drop(open);
