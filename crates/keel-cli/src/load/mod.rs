@@ -8,6 +8,7 @@
 
 pub mod s1;
 pub mod s2;
+pub mod s3;
 pub mod s5;
 pub mod summary;
 
@@ -31,6 +32,9 @@ pub enum LoadCommand {
     /// S5: closed-loop clients that send records to a log node and wait
     /// for each acknowledgement.
     S5(LoadS5Args),
+    /// S3: bulk downloads and a connection storm through the proxy, and
+    /// the admin probe.
+    S3(s3::LoadS3Args),
 }
 
 /// Flags of `keel load s2`.
@@ -208,6 +212,7 @@ pub fn run(command: &LoadCommand) -> Result<(), Error> {
             println!("{}", serde_json::to_string(&summary)?);
             Ok(())
         }
+        LoadCommand::S3(args) => s3::command(args),
     }
 }
 

@@ -29,6 +29,9 @@ pub struct AddrLine {
     /// S2: the bound address of the API service.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub api_addr: Option<SocketAddr>,
+    /// The proxy: the bound address of the admin endpoint.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub admin_addr: Option<SocketAddr>,
     /// What the server found when it started (S5: what recovery dropped),
     /// or `null`.
     #[serde(default, skip_serializing_if = "serde_json::Value::is_null")]
@@ -55,6 +58,7 @@ pub fn serve_until_stop(running: Running, slices: &AtomicU64) -> Result<(), Erro
         addr: running.addr,
         log_addr: running.log_addr,
         api_addr: running.api_addr,
+        admin_addr: running.admin_addr,
         startup: running.startup.clone(),
     };
     send(&mut stdout.lock(), &line)?;

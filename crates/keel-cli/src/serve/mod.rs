@@ -16,6 +16,11 @@ pub mod s1_tokio;
 pub mod s2;
 pub mod s2_keel;
 pub mod s2_tokio;
+pub mod s3;
+pub mod s3_admin_keel;
+pub mod s3_backend;
+pub mod s3_keel;
+pub mod s3_tokio;
 pub mod s5;
 pub mod s5_keel;
 pub mod s5_tokio;
@@ -69,6 +74,10 @@ pub enum ServeCommand {
     /// S5: a log node (records acknowledged once durable) plus an echo
     /// service for the ping probe.
     S5(ServeS5Args),
+    /// S3: a TCP proxy to a backend, with an admin endpoint.
+    Proxy(s3::ServeProxyArgs),
+    /// S3: the file server behind the proxy (always on tokio).
+    S3Backend(s3_backend::ServeS3BackendArgs),
 }
 
 /// Flags of `keel serve s1`.
@@ -173,6 +182,8 @@ pub struct Running {
     pub log_addr: Option<SocketAddr>,
     /// The bound address of the API service, for servers that have one.
     pub api_addr: Option<SocketAddr>,
+    /// The bound address of the admin endpoint, for servers that have one.
+    pub admin_addr: Option<SocketAddr>,
     /// What the server found when it started (`null` if nothing to say),
     /// printed with its address.
     pub startup: serde_json::Value,
@@ -253,5 +264,7 @@ pub fn run(command: &ServeCommand) -> Result<(), Error> {
             .map_err(|e| e.context(&context))?;
             control::serve_until_stop(running, &AtomicU64::new(0))
         }
+        ServeCommand::Proxy(args) => s3::run(args),
+        ServeCommand::S3Backend(args) => s3_backend::run(args),
     }
 }

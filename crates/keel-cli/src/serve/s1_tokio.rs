@@ -45,6 +45,7 @@ pub fn start(opts: &S1Opts, slices: Arc<AtomicU64>) -> Result<Running, Error> {
         addr,
         log_addr: None,
         api_addr: None,
+        admin_addr: None,
         startup: serde_json::Value::Null,
         runtime_stats,
         guard: Box::new(Guard(Some(rt))),

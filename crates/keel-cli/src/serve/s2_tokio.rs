@@ -50,6 +50,7 @@ pub fn start(opts: &S2Opts) -> Result<Running, Error> {
         addr,
         log_addr: None,
         api_addr: Some(api_addr),
+        admin_addr: None,
         startup: serde_json::json!({"mode": opts.mode}),
         runtime_stats,
         guard: Box::new(Guard(Some(rt))),

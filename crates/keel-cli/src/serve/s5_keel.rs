@@ -77,6 +77,7 @@ pub fn start(opts: &S5Opts) -> Result<Running, Error> {
         addr,
         log_addr: Some(log_addr),
         api_addr: None,
+        admin_addr: None,
         startup,
         runtime_stats,
         // The runtime stops first, then the log writes what is pending and

@@ -83,6 +83,7 @@ pub fn start(opts: &S5Opts) -> Result<Running, Error> {
         addr,
         log_addr: Some(log_addr),
         api_addr: None,
+        admin_addr: None,
         startup: serde_json::json!({"mode": opts.mode, "file": path}),
         runtime_stats,
         guard: Box::new(Guard(Some(rt))),

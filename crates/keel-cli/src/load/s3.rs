@@ -1,0 +1,704 @@
+//! The S3 load: bulk downloads and a connection storm through the proxy,
+//! and the admin probe that times the control plane meanwhile.
+//!
+//! Everything is plain blocking threads, one per connection, so the load
+//! needs no runtime and the probe's own wake-ups are a thread's:
+//!
+//! - **bulk**: each thread keeps one keep-alive connection and downloads
+//!   `GET /big` (1 MiB) in a loop. The body's length is checked, and its
+//!   content is checked at a few offsets of every read (all of it on each
+//!   connection's first download) against the backend's pattern, so
+//!   corruption along the proxy is caught without the checks costing the
+//!   CPU the proxy needs.
+//! - **connection rate**: each thread opens a new connection per request
+//!   for `GET /empty` with `Connection: close`, reads the answer and then
+//!   the end of the stream, which also checks that the proxy passes the
+//!   backend's close on. The backend closes first, so TIME_WAIT does not
+//!   pile up on this side's ephemeral ports.
+//! - **admin probe**: on a fixed grid (100 ms by default), it opens a new
+//!   connection to the admin endpoint, sends `GET /status` and reads the
+//!   whole answer, timed from before the connect to the last byte.
+//!
+//! Counts and latencies are taken inside the measured window (after the
+//! warm-up); errors count whenever they happen, and a failing thread
+//! pauses briefly before it retries, so a dead proxy is not hammered.
+//! Loops stop at the end of the window, are bounded in count, and every
+//! socket operation has a timeout. Only loopback addresses are accepted.
+
+use std::io::{self, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::ops::Range;
+use std::time::{Duration, Instant};
+
+use clap::Args;
+use serde::{Deserialize, Serialize};
+
+use super::parse_seconds;
+use super::summary::{new_histogram, ProbeSummary};
+use crate::error::Error;
+use crate::serve::s3_backend::{body_byte, BIG_LEN};
+
+/// Requests one load thread makes at most, whatever the duration.
+const MAX_REQUESTS_PER_THREAD: u64 = 100_000_000;
+
+/// How long a thread pauses after an error before it tries again.
+const ERROR_PAUSE: Duration = Duration::from_millis(10);
+
+/// Bytes of a bulk thread's read buffer.
+const BULK_BUFFER: usize = 256 * 1024;
+
+/// The longest answer head accepted, bytes.
+const MAX_HEAD: usize = 8 * 1024;
+
+/// Flags of `keel load s3`.
+#[derive(Debug, Args)]
+pub struct LoadS3Args {
+    /// The proxy (a loopback address); not needed with `--no-load`.
+    #[arg(long, required_unless_present = "no_load")]
+    pub proxy: Option<SocketAddr>,
+    /// The proxy's admin endpoint (a loopback address).
+    #[arg(long)]
+    pub admin: SocketAddr,
+    /// Seconds of measurement, after the warm-up.
+    #[arg(long, default_value_t = 10.0, value_parser = parse_seconds)]
+    pub duration_s: f64,
+    /// Milliseconds of load and probes before measuring (not counted).
+    #[arg(long, default_value_t = 500, value_parser = clap::value_parser!(u64).range(0..=600_000))]
+    pub warmup_ms: u64,
+    /// Connections downloading the 1 MiB object in a loop.
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u64).range(0..=256))]
+    pub bulk: u64,
+    /// Concurrent clients opening a new connection per request.
+    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u64).range(0..=1024))]
+    pub clients: u64,
+    /// Milliseconds between admin requests (an absolute grid).
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..=60_000))]
+    pub admin_interval_ms: u64,
+    /// Milliseconds a connect, send or receive may take before it counts
+    /// as an error.
+    #[arg(long, default_value_t = 5000, value_parser = clap::value_parser!(u64).range(1..=60_000))]
+    pub timeout_ms: u64,
+    /// Run the admin probe alone, for the unloaded latency.
+    #[arg(long)]
+    pub no_load: bool,
+}
+
+/// Runs `keel load s3` and prints its JSON line.
+pub fn command(args: &LoadS3Args) -> Result<(), Error> {
+    let opts = S3LoadOpts {
+        proxy: args.proxy,
+        admin: args.admin,
+        bulk: usize::try_from(args.bulk).unwrap_or(4),
+        clients: usize::try_from(args.clients).unwrap_or(20),
+        admin_interval: Duration::from_millis(args.admin_interval_ms),
+        warmup: Duration::from_millis(args.warmup_ms),
+        duration: Duration::from_secs_f64(args.duration_s),
+        io_timeout: Duration::from_millis(args.timeout_ms),
+        no_load: args.no_load,
+    };
+    let summary = run(&opts).map_err(|e| e.context("load s3"))?;
+    println!("{}", serde_json::to_string(&summary)?);
+    Ok(())
+}
+
+/// What the load does.
+#[derive(Debug, Clone)]
+pub struct S3LoadOpts {
+    /// The proxy (a loopback address); needed unless `no_load`.
+    pub proxy: Option<SocketAddr>,
+    /// The admin endpoint (a loopback address).
+    pub admin: SocketAddr,
+    /// Bulk download connections.
+    pub bulk: usize,
+    /// Connection-rate clients.
+    pub clients: usize,
+    /// Time between admin requests (an absolute grid).
+    pub admin_interval: Duration,
+    /// Time of load and probes that is not counted.
+    pub warmup: Duration,
+    /// Measured time after the warm-up.
+    pub duration: Duration,
+    /// Timeout of a connect, a write or a read.
+    pub io_timeout: Duration,
+    /// Run the admin probe alone (the unloaded latency).
+    pub no_load: bool,
+}
+
+/// The JSON line `keel load s3` prints.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct S3LoadSummary {
+    /// Seconds of the measured window.
+    pub duration_s: f64,
+    /// Whether the bulk and connection-rate load ran (false with
+    /// `--no-load`).
+    pub loaded: bool,
+    /// Admin requests timed inside the window.
+    pub admin_samples: u64,
+    /// Median admin latency (connect to last byte), µs.
+    pub admin_p50_us: f64,
+    /// 99th percentile admin latency, µs.
+    pub admin_p99_us: f64,
+    /// Longest admin latency, µs.
+    pub admin_max_us: f64,
+    /// Admin requests that failed.
+    pub admin_errors: u64,
+    /// Body bytes downloaded by the bulk connections inside the window.
+    pub bulk_bytes: u64,
+    /// `bulk_bytes` in MB (10^6 bytes) per second of the window.
+    pub bulk_mb_per_s: f64,
+    /// Whole downloads that ended inside the window.
+    pub bulk_downloads: u64,
+    /// Bulk downloads or connections that failed.
+    pub bulk_errors: u64,
+    /// Connection-rate requests completed inside the window.
+    pub conns: u64,
+    /// `conns` per second of the window.
+    pub conns_per_s: f64,
+    /// Connection-rate requests that failed.
+    pub conn_errors: u64,
+    /// All failures: `admin_errors + bulk_errors + conn_errors`.
+    pub errors: u64,
+    /// The first failure's message, if any (admin first, then bulk, then
+    /// connection rate).
+    pub first_error: Option<String>,
+}
+
+/// The window every thread measures in.
+#[derive(Debug, Clone, Copy)]
+struct Window {
+    /// When the warm-up ends.
+    from: Instant,
+    /// When everything stops.
+    end: Instant,
+}
+
+impl Window {
+    /// Whether `at` is inside the window.
+    fn contains(self, at: Instant) -> bool {
+        at >= self.from && at < self.end
+    }
+}
+
+/// The failures of one thread: how many and the first one's message.
+#[derive(Debug, Default)]
+struct Failures {
+    /// Failures counted.
+    count: u64,
+    /// The first failure's message.
+    first: Option<String>,
+}
+
+impl Failures {
+    /// Counts a failure, keeping the first message.
+    fn record(&mut self, what: impl FnOnce() -> String) {
+        self.count += 1;
+        if self.first.is_none() {
+            self.first = Some(what());
+        }
+    }
+
+    /// Adds another thread's failures.
+    fn merge(&mut self, other: Failures) {
+        self.count += other.count;
+        if self.first.is_none() {
+            self.first = other.first;
+        }
+    }
+}
+
+/// Runs the load and the probe to the end of the window and summarises
+/// them.
+pub fn run(opts: &S3LoadOpts) -> Result<S3LoadSummary, Error> {
+    let proxy = check_opts(opts)?;
+    let start = Instant::now();
+    let from = start + opts.warmup;
+    let window = Window {
+        from,
+        end: from + opts.duration,
+    };
+    let spawn = |name: String, body: Box<dyn FnOnce() -> Tally + Send>| {
+        std::thread::Builder::new()
+            .name(name)
+            .spawn(body)
+            .map_err(|e| Error::new(format!("cannot start a load thread: {e}")))
+    };
+    let mut bulk_threads = Vec::new();
+    let mut conn_threads = Vec::new();
+    if let Some(proxy) = proxy {
+        for i in 0..opts.bulk {
+            let opts = opts.clone();
+            bulk_threads.push(spawn(
+                format!("s3-bulk-{i}"),
+                Box::new(move || bulk(&opts, proxy, window)),
+            )?);
+        }
+        for i in 0..opts.clients {
+            let opts = opts.clone();
+            conn_threads.push(spawn(
+                format!("s3-conn-{i}"),
+                Box::new(move || conns(&opts, proxy, window)),
+            )?);
+        }
+    }
+    // The probe runs on this thread, on its grid from the start.
+    let (hist, admin_failures) = probe(opts, start, window);
+
+    let join = |threads: Vec<std::thread::JoinHandle<Tally>>| -> Result<Tally, Error> {
+        let mut total = Tally::default();
+        for thread in threads {
+            let tally = thread
+                .join()
+                .map_err(|_| Error::new("a load thread panicked"))?;
+            total.merge(tally);
+        }
+        Ok(total)
+    };
+    let bulk_tally = join(bulk_threads)?;
+    let conn_tally = join(conn_threads)?;
+
+    let seconds = opts.duration.as_secs_f64();
+    let admin = ProbeSummary::from_histogram(&hist, admin_failures.count);
+    let (admin_errors, bulk_errors, conn_errors) = (
+        admin_failures.count,
+        bulk_tally.failures.count,
+        conn_tally.failures.count,
+    );
+    let mut failures = admin_failures;
+    failures.merge(bulk_tally.failures);
+    failures.merge(conn_tally.failures);
+    Ok(S3LoadSummary {
+        duration_s: seconds,
+        loaded: proxy.is_some(),
+        admin_samples: admin.count,
+        admin_p50_us: admin.p50_us,
+        admin_p99_us: admin.p99_us,
+        admin_max_us: admin.max_us,
+        admin_errors,
+        bulk_bytes: bulk_tally.bytes,
+        bulk_mb_per_s: bulk_tally.bytes as f64 / 1e6 / seconds,
+        bulk_downloads: bulk_tally.requests,
+        bulk_errors,
+        conns: conn_tally.requests,
+        conns_per_s: conn_tally.requests as f64 / seconds,
+        conn_errors,
+        errors: failures.count,
+        first_error: failures.first,
+    })
+}
+
+/// Checks the options; returns the proxy to load, or `None` with
+/// `no_load`.
+fn check_opts(opts: &S3LoadOpts) -> Result<Option<SocketAddr>, Error> {
+    let loopback = |addr: SocketAddr, what: &str| {
+        if addr.ip().is_loopback() {
+            Ok(())
+        } else {
+            Err(Error::usage(format!(
+                "{addr} ({what}) is not a loopback address: the load only targets this machine"
+            )))
+        }
+    };
+    loopback(opts.admin, "the admin endpoint")?;
+    if opts.admin_interval.is_zero() || opts.duration.is_zero() {
+        return Err(Error::usage(
+            "the admin interval and the duration must be positive",
+        ));
+    }
+    if opts.no_load {
+        return Ok(None);
+    }
+    let proxy = opts
+        .proxy
+        .ok_or_else(|| Error::usage("the proxy address is needed unless there is no load"))?;
+    loopback(proxy, "the proxy")?;
+    Ok(Some(proxy))
+}
+
+/// What a group of load threads did inside the window.
+#[derive(Debug, Default)]
+struct Tally {
+    /// Requests completed (whole downloads, or short connections).
+    requests: u64,
+    /// Body bytes received.
+    bytes: u64,
+    /// What failed, inside the window or not.
+    failures: Failures,
+}
+
+impl Tally {
+    /// Adds another thread's tally.
+    fn merge(&mut self, other: Tally) {
+        self.requests += other.requests;
+        self.bytes += other.bytes;
+        self.failures.merge(other.failures);
+    }
+}
+
+/// One bulk thread: downloads `/big` over keep-alive connections until
+/// the end of the window.
+fn bulk(opts: &S3LoadOpts, proxy: SocketAddr, window: Window) -> Tally {
+    let mut tally = Tally::default();
+    let mut buf = vec![0u8; BULK_BUFFER];
+    let mut requests = 0u64;
+    while Instant::now() < window.end && requests < MAX_REQUESTS_PER_THREAD {
+        let mut stream = match connect(proxy, opts.io_timeout) {
+            Ok(stream) => stream,
+            Err(error) => {
+                tally
+                    .failures
+                    .record(|| format!("bulk: connecting to {proxy}: {error}"));
+                std::thread::sleep(ERROR_PAUSE);
+                continue;
+            }
+        };
+        // The first download of a connection checks every byte.
+        let mut full_check = true;
+        while requests < MAX_REQUESTS_PER_THREAD && Instant::now() < window.end {
+            requests += 1;
+            match download(&mut stream, &mut buf, full_check, window, &mut tally.bytes) {
+                Ok(true) => {
+                    if window.contains(Instant::now()) {
+                        tally.requests += 1;
+                    }
+                }
+                Ok(false) => return tally,
+                Err(error) => {
+                    tally
+                        .failures
+                        .record(|| format!("bulk: downloading /big: {error}"));
+                    std::thread::sleep(ERROR_PAUSE);
+                    break;
+                }
+            }
+            full_check = false;
+        }
+    }
+    tally
+}
+
+/// Downloads `/big` once over `stream`, checking its length and content
+/// and adding the body bytes read inside the window to `bytes`. Returns
+/// `Ok(false)` if the window ended first (the download is abandoned).
+fn download(
+    stream: &mut TcpStream,
+    buf: &mut [u8],
+    full_check: bool,
+    window: Window,
+    bytes: &mut u64,
+) -> io::Result<bool> {
+    stream.write_all(b"GET /big HTTP/1.1\r\nHost: keel\r\n\r\n")?;
+    let (head, first) = read_head(stream, buf)?;
+    expect(head.status == 200, || {
+        format!("the answer is {} instead of 200", head.status)
+    })?;
+    expect(head.length == BIG_LEN as u64, || {
+        format!("the body is {} bytes instead of {BIG_LEN}", head.length)
+    })?;
+    let mut offset = 0u64;
+    let mut chunk = first;
+    loop {
+        let data = &buf[chunk];
+        expect(offset + data.len() as u64 <= head.length, || {
+            String::from("more bytes than the Content-Length arrived")
+        })?;
+        check_body(data, offset, full_check)?;
+        offset += data.len() as u64;
+        let now = Instant::now();
+        if window.contains(now) {
+            *bytes += data.len() as u64;
+        }
+        if offset == head.length {
+            return Ok(true);
+        }
+        if now >= window.end {
+            return Ok(false);
+        }
+        let want = usize::try_from(head.length - offset)
+            .unwrap_or(usize::MAX)
+            .min(buf.len());
+        let n = stream.read(&mut buf[..want])?;
+        expect(n > 0, || format!("the body ended after {offset} bytes"))?;
+        chunk = 0..n;
+    }
+}
+
+/// Checks body bytes read at `offset` of `/big` against its pattern:
+/// every byte if `full`, else the first, middle and last (enough to catch
+/// a dropped, repeated or moved chunk at almost no cost).
+fn check_body(data: &[u8], offset: u64, full: bool) -> io::Result<()> {
+    let check = |i: usize| -> io::Result<()> {
+        let at = offset + i as u64;
+        let want = body_byte(at);
+        expect(data[i] == want, || {
+            format!(
+                "byte {at} of /big is {:#04x} instead of {want:#04x}",
+                data[i]
+            )
+        })
+    };
+    if data.is_empty() {
+        return Ok(());
+    }
+    if full {
+        (0..data.len()).try_for_each(check)
+    } else {
+        [0, data.len() / 2, data.len() - 1]
+            .into_iter()
+            .try_for_each(check)
+    }
+}
+
+/// One connection-rate thread: a new connection per `/empty` request
+/// until the end of the window.
+fn conns(opts: &S3LoadOpts, proxy: SocketAddr, window: Window) -> Tally {
+    let mut tally = Tally::default();
+    let mut buf = [0u8; 1024];
+    for _ in 0..MAX_REQUESTS_PER_THREAD {
+        if Instant::now() >= window.end {
+            break;
+        }
+        match short_request(proxy, opts.io_timeout, &mut buf) {
+            Ok(()) => {
+                if window.contains(Instant::now()) {
+                    tally.requests += 1;
+                }
+            }
+            Err(error) => {
+                tally
+                    .failures
+                    .record(|| format!("connection rate: GET /empty: {error}"));
+                std::thread::sleep(ERROR_PAUSE);
+            }
+        }
+    }
+    tally
+}
+
+/// Connects, asks for `/empty` with `Connection: close`, reads the answer
+/// and then the end of the stream.
+fn short_request(proxy: SocketAddr, timeout: Duration, buf: &mut [u8]) -> io::Result<()> {
+    let mut stream = connect(proxy, timeout)?;
+    stream.write_all(b"GET /empty HTTP/1.1\r\nHost: keel\r\nConnection: close\r\n\r\n")?;
+    let (head, body) = read_head(&mut stream, buf)?;
+    expect(
+        head.status == 200 && head.length == 0 && body.is_empty(),
+        || {
+            format!(
+                "the answer is {} with {} body bytes instead of 200 with none",
+                head.status, head.length
+            )
+        },
+    )?;
+    // The backend closes after answering; the proxy must pass that on.
+    let n = stream.read(buf)?;
+    expect(n == 0, || String::from("bytes arrived after the answer"))
+}
+
+/// The admin probe: one timed `GET /status` per interval on an absolute
+/// grid from `start` to the end of the window. Returns the latencies
+/// inside the window (ns) and the failures.
+fn probe(
+    opts: &S3LoadOpts,
+    start: Instant,
+    window: Window,
+) -> (hdrhistogram::Histogram<u64>, Failures) {
+    let mut hist = new_histogram();
+    let mut failures = Failures::default();
+    let mut buf = [0u8; 4096];
+    let total = window.end.duration_since(start);
+    let max_calls = total.as_nanos() / opts.admin_interval.as_nanos().max(1) + 2;
+    for call in 0..max_calls {
+        let due = start
+            + opts
+                .admin_interval
+                .saturating_mul(u32::try_from(call).unwrap_or(u32::MAX));
+        if due >= window.end {
+            break;
+        }
+        if let Some(wait) = due.checked_duration_since(Instant::now()) {
+            std::thread::sleep(wait);
+        }
+        let sent = Instant::now();
+        match status_request(opts.admin, opts.io_timeout, &mut buf) {
+            Ok(()) => {
+                let done = Instant::now();
+                if sent >= window.from && done < window.end {
+                    let ns = done.duration_since(sent).as_nanos();
+                    hist.saturating_record(u64::try_from(ns).unwrap_or(u64::MAX));
+                }
+            }
+            Err(error) => failures.record(|| format!("admin: GET /status: {error}")),
+        }
+    }
+    (hist, failures)
+}
+
+/// Connects to the admin endpoint, asks for `/status` and reads the whole
+/// answer.
+fn status_request(admin: SocketAddr, timeout: Duration, buf: &mut [u8]) -> io::Result<()> {
+    let mut stream = connect(admin, timeout)?;
+    stream.write_all(b"GET /status HTTP/1.1\r\nHost: keel\r\nConnection: close\r\n\r\n")?;
+    let (head, body) = read_head(&mut stream, buf)?;
+    expect(head.status == 200 && head.length > 0, || {
+        format!(
+            "the answer is {} with {} body bytes instead of 200 with a status",
+            head.status, head.length
+        )
+    })?;
+    let mut got = body.len() as u64;
+    while got < head.length {
+        let n = stream.read(buf)?;
+        expect(n > 0, || format!("the answer ended after {got} body bytes"))?;
+        got += n as u64;
+    }
+    expect(got == head.length, || {
+        String::from("more bytes than the Content-Length arrived")
+    })
+}
+
+/// The part of an answer's head the load looks at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Head {
+    /// The status code.
+    status: u16,
+    /// The `Content-Length`.
+    length: u64,
+}
+
+/// Reads an answer's head into `buf`; returns it and where in `buf` the
+/// body bytes already read are.
+fn read_head(stream: &mut TcpStream, buf: &mut [u8]) -> io::Result<(Head, Range<usize>)> {
+    let mut filled = 0;
+    loop {
+        if let Some(end) = buf[..filled].windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = parse_head(&buf[..end])?;
+            return Ok((head, end + 4..filled));
+        }
+        expect(filled < MAX_HEAD.min(buf.len()), || {
+            String::from("the answer's head is too long")
+        })?;
+        let n = stream.read(&mut buf[filled..])?;
+        expect(n > 0, || {
+            String::from("the connection closed before an answer")
+        })?;
+        filled += n;
+    }
+}
+
+/// Parses an answer's head (without its blank line).
+fn parse_head(head: &[u8]) -> io::Result<Head> {
+    let text =
+        std::str::from_utf8(head).map_err(|_| io::Error::other("the answer's head is not text"))?;
+    let mut lines = text.split("\r\n");
+    let status_line = lines.next().unwrap_or("");
+    let status = status_line
+        .strip_prefix("HTTP/1.1 ")
+        .and_then(|rest| rest.get(..3))
+        .and_then(|code| code.parse().ok())
+        .ok_or_else(|| io::Error::other(format!("bad status line {status_line:?}")))?;
+    let length = lines
+        .find_map(|line| {
+            let (name, value) = line.split_once(':')?;
+            name.trim()
+                .eq_ignore_ascii_case("content-length")
+                .then(|| value.trim().parse::<u64>().ok())?
+        })
+        .ok_or_else(|| io::Error::other("the answer has no valid Content-Length"))?;
+    Ok(Head { status, length })
+}
+
+/// An error with `why()` as its message unless `ok`.
+fn expect(ok: bool, why: impl FnOnce() -> String) -> io::Result<()> {
+    if ok {
+        Ok(())
+    } else {
+        Err(io::Error::other(why()))
+    }
+}
+
+/// Connects with timeouts and `TCP_NODELAY`.
+fn connect(addr: SocketAddr, timeout: Duration) -> io::Result<TcpStream> {
+    let stream = TcpStream::connect_timeout(&addr, timeout)?;
+    stream.set_nodelay(true)?;
+    stream.set_read_timeout(Some(timeout))?;
+    stream.set_write_timeout(Some(timeout))?;
+    Ok(stream)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Heads parse in any header case; bad ones are errors.
+    #[test]
+    fn parses_heads() {
+        let head = parse_head(b"HTTP/1.1 200 OK\r\ncontent-length: 262\r\nX: y").unwrap();
+        assert_eq!(
+            head,
+            Head {
+                status: 200,
+                length: 262
+            }
+        );
+        let head = parse_head(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0").unwrap();
+        assert_eq!(head.status, 404);
+        assert!(parse_head(b"HTTP/1.1 200 OK\r\nX: y").is_err());
+        assert!(parse_head(b"HTTP/1.1 200 OK\r\nContent-Length: -1").is_err());
+        assert!(parse_head(b"SSH-2.0").is_err());
+        assert!(parse_head(b"HTTP/1.1 2").is_err());
+        assert!(parse_head(&[0xff, 0xfe]).is_err());
+    }
+
+    /// The body check passes the pattern and catches a flipped, shifted
+    /// or repeated chunk.
+    #[test]
+    fn body_checks_catch_corruption() {
+        let body: Vec<u8> = (0..4096u64).map(body_byte).collect();
+        check_body(&body, 0, true).unwrap();
+        check_body(&body[1000..3000], 1000, false).unwrap();
+        let mut flipped = body.clone();
+        flipped[1234] ^= 1;
+        assert!(check_body(&flipped, 0, true).is_err());
+        // A chunk delivered at the wrong offset (shifted or repeated).
+        assert!(check_body(&body[..1000], 1000, false).is_err());
+        assert!(check_body(&body[1..1001], 0, false).is_err());
+        check_body(&[], 7, false).unwrap();
+    }
+
+    /// Addresses off this machine and a missing proxy are usage errors.
+    #[test]
+    fn checks_options() {
+        let mut opts = S3LoadOpts {
+            proxy: Some("127.0.0.1:9".parse().unwrap()),
+            admin: "10.0.0.1:9".parse().unwrap(),
+            bulk: 1,
+            clients: 1,
+            admin_interval: Duration::from_millis(100),
+            warmup: Duration::ZERO,
+            duration: Duration::from_millis(10),
+            io_timeout: Duration::from_millis(100),
+            no_load: false,
+        };
+        assert_eq!(run(&opts).unwrap_err().code(), 2);
+        opts.admin = "127.0.0.1:9".parse().unwrap();
+        opts.proxy = Some("10.0.0.1:9".parse().unwrap());
+        assert_eq!(run(&opts).unwrap_err().code(), 2);
+        opts.proxy = None;
+        assert_eq!(run(&opts).unwrap_err().code(), 2);
+        opts.no_load = true;
+        assert_eq!(check_opts(&opts).unwrap(), None);
+    }
+
+    /// Failing threads report their count and the first message.
+    #[test]
+    fn failures_keep_the_first_message() {
+        let mut a = Failures::default();
+        a.record(|| "first".into());
+        a.record(|| "second".into());
+        let mut b = Failures::default();
+        b.record(|| "other".into());
+        a.merge(b);
+        assert_eq!(a.count, 3);
+        assert_eq!(a.first.as_deref(), Some("first"));
+    }
+}
