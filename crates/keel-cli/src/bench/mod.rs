@@ -21,6 +21,7 @@ pub mod phase;
 pub mod proc;
 pub mod progress;
 pub mod report;
+pub mod s0;
 pub mod s1;
 pub mod s2;
 pub mod s5;
@@ -56,15 +57,15 @@ pub struct RunSpec {
 }
 
 /// Scenarios that can run in this build.
-pub const AVAILABLE: &[&str] = &["s1", "s2", "s5"];
+pub const AVAILABLE: &[&str] = &["s0", "s1", "s2", "s5"];
 
 /// Scenarios described in SCENARIOS.md that do not exist yet.
-pub const PLANNED: &[&str] = &["s0", "s3", "s4"];
+pub const PLANNED: &[&str] = &["s3", "s4"];
 
 /// Flags of `keel bench`.
 #[derive(Debug, Args)]
 pub struct BenchArgs {
-    /// Scenarios to run (s1, s2, s5); all available ones when none is given.
+    /// Scenarios to run (s0, s1, s2, s5); all available ones when none is given.
     #[arg(value_name = "SCENARIO")]
     pub scenarios: Vec<String>,
     /// About a second per phase and one round: checks that the figures
@@ -83,6 +84,14 @@ pub struct BenchArgs {
     /// Measured seconds per phase.
     #[arg(long, default_value_t = 10.0, value_parser = parse_seconds)]
     pub duration_s: f64,
+    /// S0: keep-alive connections, and concurrent short-connection
+    /// clients.
+    #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=10_000))]
+    pub connections: u64,
+    /// S0: requests of a short-connection phase (each on a new
+    /// connection).
+    #[arg(long, default_value_t = 50_000, value_parser = clap::value_parser!(u64).range(1..=100_000_000))]
+    pub requests: u64,
     /// S1: CPU tasks in the loaded phases.
     #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u64).range(1..=4096))]
     pub cpu_tasks: u64,
@@ -193,6 +202,13 @@ pub fn run(args: &BenchArgs) -> Result<(), Error> {
     let mut outcomes = Vec::new();
     for id in scenarios {
         let outcome = match id {
+            "s0" => s0::run(&s0::S0Config {
+                run: spec.clone(),
+                connections: args.connections,
+                requests: args.requests,
+                short_limit_s: 60.0,
+                quick: args.quick,
+            })?,
             "s1" => s1::run(&s1::S1Config {
                 run: spec.clone(),
                 cpu_tasks: args.cpu_tasks,
@@ -276,13 +292,13 @@ mod tests {
     /// Named, default, deduplicated, planned and unknown scenarios.
     #[test]
     fn selects_scenarios() {
-        assert_eq!(select(&[]).unwrap(), vec!["s1", "s2", "s5"]);
+        assert_eq!(select(&[]).unwrap(), vec!["s0", "s1", "s2", "s5"]);
         assert_eq!(select(&["S1".into(), "s1".into()]).unwrap(), vec!["s1"]);
         let planned = select(&["s3".into()]).unwrap_err();
         assert_eq!(planned.code(), 2);
         assert!(planned.to_string().contains("not available"), "{planned}");
         assert!(
-            planned.to_string().contains("available: s1, s2, s5"),
+            planned.to_string().contains("available: s0, s1, s2, s5"),
             "{planned}"
         );
         let unknown = select(&["s9".into()]).unwrap_err();

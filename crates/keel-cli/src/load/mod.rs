@@ -1,11 +1,16 @@
 //! Load generators and latency probes, run as their own process.
 //!
-//! They never use keel (or any async runtime): a probe is a plain blocking
-//! thread, so its own wake-ups are not what gets measured, and running it
-//! in a separate process keeps its CPU time out of the server's figures.
+//! They never use keel. A latency probe is a plain blocking thread, so its
+//! own wake-ups are not what gets measured; S0's throughput clients drive
+//! many connections from one thread on a current-thread tokio runtime,
+//! because they must cost the shared cores as little as possible (see
+//! [`s0`]). Running them in a separate process keeps their CPU time out of
+//! the server's figures.
 //! Each prints one JSON line of results ([`summary::ProbeSummary`]) for the
 //! harness to read. They only ever target loopback addresses.
 
+pub mod s0;
+pub mod s0_wire;
 pub mod s1;
 pub mod s2;
 pub mod s3;
@@ -22,6 +27,9 @@ use crate::error::Error;
 /// `keel load <scenario>`.
 #[derive(Debug, Subcommand)]
 pub enum LoadCommand {
+    /// S0: closed-loop HTTP/1.1 clients on keep-alive or short
+    /// connections, counting requests per second.
+    S0(LoadS0Args),
     /// S1: one connection sends a payload on a fixed grid and times each
     /// echo.
     S1(LoadS1Args),
@@ -35,6 +43,42 @@ pub enum LoadCommand {
     /// S3: bulk downloads and a connection storm through the proxy, and
     /// the admin probe.
     S3(s3::LoadS3Args),
+}
+
+/// Flags of `keel load s0`.
+#[derive(Debug, Args)]
+pub struct LoadS0Args {
+    /// The HTTP service (a loopback address).
+    #[arg(long)]
+    pub addr: SocketAddr,
+    /// keepalive: every connection carries requests back to back; short:
+    /// a new connection per request.
+    #[arg(long, value_enum)]
+    pub mode: s0::S0Mode,
+    /// Concurrent connections (keepalive) or clients (short).
+    #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=10_000))]
+    pub connections: u64,
+    /// keepalive: seconds of measurement, after the warm-up.
+    #[arg(long, default_value_t = 10.0, value_parser = parse_seconds)]
+    pub duration_s: f64,
+    /// short: requests to make after the warm-up.
+    #[arg(long, default_value_t = 50_000, value_parser = clap::value_parser!(u64).range(1..=100_000_000))]
+    pub requests: u64,
+    /// short: the most seconds the requests may take; the run stops there
+    /// and reports what was done.
+    #[arg(long, default_value_t = 60.0, value_parser = parse_seconds)]
+    pub time_limit_s: f64,
+    /// Milliseconds of requests before measuring (not counted).
+    #[arg(long, default_value_t = 500, value_parser = clap::value_parser!(u64).range(0..=600_000))]
+    pub warmup_ms: u64,
+    /// Client threads the connections are spread over (each drives its
+    /// share from one current-thread runtime).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=64))]
+    pub threads: u64,
+    /// Milliseconds a connection may still be waiting after the end before
+    /// it is abandoned as an error.
+    #[arg(long, default_value_t = 5000, value_parser = clap::value_parser!(u64).range(1..=60_000))]
+    pub timeout_ms: u64,
 }
 
 /// Flags of `keel load s2`.
@@ -155,6 +199,22 @@ pub fn parse_seconds(text: &str) -> Result<f64, String> {
 /// Runs `keel load ...` and prints its JSON line.
 pub fn run(command: &LoadCommand) -> Result<(), Error> {
     match command {
+        LoadCommand::S0(args) => {
+            let opts = s0::HttpLoadOpts {
+                addr: args.addr,
+                mode: args.mode,
+                connections: usize::try_from(args.connections).unwrap_or(60),
+                threads: usize::try_from(args.threads).unwrap_or(1),
+                warmup: Duration::from_millis(args.warmup_ms),
+                duration: Duration::from_secs_f64(args.duration_s),
+                requests: args.requests,
+                time_limit: Duration::from_secs_f64(args.time_limit_s),
+                io_timeout: Duration::from_millis(args.timeout_ms),
+            };
+            let summary = s0::run(&opts).map_err(|e| e.context("load s0"))?;
+            println!("{}", serde_json::to_string(&summary)?);
+            Ok(())
+        }
         LoadCommand::S1(args) => {
             let opts = s1::ProbeOpts {
                 addr: args.addr,

@@ -11,6 +11,9 @@
 pub mod control;
 pub mod cpu;
 pub mod job;
+pub mod s0;
+pub mod s0_keel;
+pub mod s0_tokio;
 pub mod s1_keel;
 pub mod s1_tokio;
 pub mod s2;
@@ -66,6 +69,9 @@ impl fmt::Display for RuntimeKind {
 /// `keel serve <scenario>`.
 #[derive(Debug, Subcommand)]
 pub enum ServeCommand {
+    /// S0: a minimal HTTP/1.1 server (hyper) answering every request with
+    /// a 13-byte body.
+    S0(ServeS0Args),
     /// S1: an echo service plus CPU tasks that yield between slices.
     S1(ServeS1Args),
     /// S2: a stream service whose handlers process every delivery, plus
@@ -78,6 +84,20 @@ pub enum ServeCommand {
     Proxy(s3::ServeProxyArgs),
     /// S3: the file server behind the proxy (always on tokio).
     S3Backend(s3_backend::ServeS3BackendArgs),
+}
+
+/// Flags of `keel serve s0`.
+#[derive(Debug, Args)]
+pub struct ServeS0Args {
+    /// The runtime to serve on.
+    #[arg(long, value_enum)]
+    pub runtime: RuntimeKind,
+    /// Worker threads of the runtime.
+    #[arg(long, default_value_t = default_workers(), value_parser = clap::value_parser!(u64).range(1..=1024))]
+    pub workers: u64,
+    /// Address to bind the HTTP service to.
+    #[arg(long, default_value = "127.0.0.1:0")]
+    pub addr: SocketAddr,
 }
 
 /// Flags of `keel serve s1`.
@@ -218,6 +238,18 @@ pub fn s1_start(runtime: RuntimeKind) -> S1Start {
 /// Runs `keel serve ...` until `stop` or the end of stdin.
 pub fn run(command: &ServeCommand) -> Result<(), Error> {
     match command {
+        ServeCommand::S0(args) => {
+            let opts = s0::S0Opts {
+                workers: usize::try_from(args.workers).unwrap_or(usize::MAX),
+                addr: args.addr,
+            };
+            let running = match args.runtime {
+                RuntimeKind::Keel => s0_keel::start(&opts),
+                RuntimeKind::Tokio => s0_tokio::start(&opts),
+            }
+            .map_err(|e| e.context(format!("serve s0 --runtime {}", args.runtime)))?;
+            control::serve_until_stop(running, &AtomicU64::new(0))
+        }
         ServeCommand::S1(args) => {
             let opts = S1Opts {
                 workers: usize::try_from(args.workers).unwrap_or(usize::MAX),
