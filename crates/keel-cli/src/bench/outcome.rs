@@ -156,6 +156,8 @@ pub enum Goal {
     AtMost(f64),
     /// The value should be at least this.
     AtLeast(f64),
+    /// The value should lie in this closed range.
+    Within(f64, f64),
 }
 
 impl Goal {
@@ -164,6 +166,7 @@ impl Goal {
         match self {
             Self::AtMost(limit) => value <= limit,
             Self::AtLeast(limit) => value >= limit,
+            Self::Within(low, high) => (low..=high).contains(&value),
         }
     }
 }
@@ -173,6 +176,7 @@ impl fmt::Display for Goal {
         match self {
             Self::AtMost(limit) => write!(f, "<= {limit}"),
             Self::AtLeast(limit) => write!(f, ">= {limit}"),
+            Self::Within(low, high) => write!(f, "in [{low}, {high}]"),
         }
     }
 }
