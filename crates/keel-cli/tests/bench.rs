@@ -97,6 +97,7 @@ fn quick_bench_writes_a_report_for_both_runtimes() {
     }
 
     check_s4(&scenario("s4"));
+    check_charts(path, &report, &["s1", "s4", "s5"]);
 
     let s5 = &scenario("s5");
     assert_eq!(s5["id"], "s5");
@@ -139,6 +140,31 @@ fn quick_bench_writes_a_report_for_both_runtimes() {
         assert!(verdict["value"].as_f64().unwrap().is_finite(), "{verdict}");
     }
     std::fs::remove_dir_all(&out).unwrap();
+}
+
+/// Every scenario in `with_charts` lists chart files, and each is an SVG
+/// that parses, has the scenario's title and draws shapes.
+fn check_charts(report_path: &Path, report: &serde_json::Value, with_charts: &[&str]) {
+    for scenario in report["scenarios"].as_array().unwrap() {
+        let id = scenario["id"].as_str().unwrap();
+        let charts = scenario["charts"].as_array().unwrap();
+        if with_charts.contains(&id) {
+            assert!(!charts.is_empty(), "{id} drew no chart");
+        }
+        for chart in charts {
+            let file = report_path.with_file_name(chart["file"].as_str().unwrap());
+            let text = std::fs::read_to_string(&file).unwrap();
+            let doc = roxmltree::Document::parse(&text)
+                .unwrap_or_else(|e| panic!("{} is not valid XML: {e}", file.display()));
+            assert_eq!(doc.root_element().tag_name().name(), "svg");
+            assert!(text.contains(chart["title"].as_str().unwrap()));
+            let shapes = doc
+                .descendants()
+                .filter(|n| matches!(n.tag_name().name(), "polyline" | "rect" | "path"))
+                .count();
+            assert!(shapes > 5, "{} draws {shapes} shapes", file.display());
+        }
+    }
 }
 
 /// S4 measured every spin setting of keel and tokio, and judged keel.

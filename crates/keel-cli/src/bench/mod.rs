@@ -13,6 +13,7 @@
 //! 2 for a usage error such as an unknown scenario.
 
 pub mod calibrate;
+pub mod charts;
 pub mod child;
 pub mod crash;
 pub mod disk;
@@ -257,7 +258,7 @@ pub fn run(args: &BenchArgs) -> Result<(), Error> {
         outcomes.push(outcome);
     }
 
-    let report = Report {
+    let mut report = Report {
         started,
         machine: Machine::this(),
         quick: args.quick,
@@ -267,7 +268,7 @@ pub fn run(args: &BenchArgs) -> Result<(), Error> {
         print!("{}", table::render(outcome));
         println!();
     }
-    let path = report::write(&report, &args.out)?;
+    let path = report::write(&mut report, &args.out)?;
     let problems: Vec<String> = report
         .scenarios
         .iter()

@@ -12,6 +12,7 @@ use std::fmt;
 use serde::ser::{SerializeMap, Serializer};
 use serde::Serialize;
 
+use super::charts::{Chart, ChartFile};
 use crate::serve::RuntimeKind;
 
 /// One scenario's results.
@@ -33,6 +34,13 @@ pub struct Outcome {
     pub problems: Vec<String>,
     /// Things worth knowing that do not invalidate the figures.
     pub notes: Vec<String>,
+    /// Charts to draw beside the report; their files are listed under
+    /// `charts` once the report is written.
+    #[serde(skip)]
+    pub charts: Vec<Chart>,
+    /// The chart files drawn, next to `report.json`.
+    #[serde(rename = "charts")]
+    pub chart_files: Vec<ChartFile>,
 }
 
 /// The figures of one runtime in one mode.

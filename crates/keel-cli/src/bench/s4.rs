@@ -27,6 +27,7 @@ use std::time::Duration;
 use serde::Serialize;
 use serde_json::{json, Value};
 
+use super::charts::{self, Chart};
 use super::child::Child;
 use super::outcome::{
     check_runs, find_metric, why_missing, Goal, Outcome, Pairs, RunFigures, Verdict,
@@ -139,6 +140,9 @@ struct PhaseRecord {
     bytes: u64,
     /// The load's own account.
     storm: StormSummary,
+    /// keel: per worker, the share of the window each state took (in the
+    /// order of [`charts::KEEL_STATES`]).
+    worker_states: Option<Vec<[f64; 6]>>,
 }
 
 /// Runs S4 and judges it.
@@ -182,7 +186,26 @@ pub fn run(config: &S4Config) -> Result<Outcome, Error> {
         rounds: serde_json::to_value(&records)?,
         problems,
         notes,
+        charts: vec![worker_chart(&records)],
+        chart_files: Vec::new(),
     })
+}
+
+/// Where keel's workers spent the first round's windows, per spin setting.
+fn worker_chart(records: &[PhaseRecord]) -> Chart {
+    let mut bars = Vec::new();
+    for record in records.iter().filter(|r| r.round == 1) {
+        if let (Setting::Keel(spin), Some(states)) = (record.setting, &record.worker_states) {
+            for (i, s) in states.iter().enumerate() {
+                bars.push((format!("{spin} w{i}"), *s));
+            }
+        }
+    }
+    charts::worker_state_bars(
+        "workers",
+        "S4: keel workers by state, per spin setting (round 1)".into(),
+        &bars,
+    )
 }
 
 /// Runs one phase, showing its progress.
@@ -290,6 +313,7 @@ fn measure(config: &S4Config, setting: Setting, bar: &PhaseBar) -> Result<PhaseR
             .since(reported(setting.runtime(), &mark0.runtime)),
         bytes: bytes(&mark1).saturating_sub(bytes(&mark0)),
         storm,
+        worker_states: charts::keel_worker_states(&mark0.runtime, &mark1.runtime),
     })
 }
 
@@ -542,6 +566,7 @@ mod tests {
                 utilized_s: 1.2,
             },
             bytes: 250_000_000,
+            worker_states: None,
             storm: StormSummary {
                 streams: 200,
                 writes: 20_000,
