@@ -209,6 +209,8 @@ pub fn run(config: &CrashConfig) -> Result<Outcome, Error> {
         rounds: json!({"kills": kills, "final_open": opened, "audit": audit}),
         problems,
         notes,
+        charts: Vec::new(),
+        chart_files: Vec::new(),
     })
 }
 

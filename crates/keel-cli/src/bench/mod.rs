@@ -13,6 +13,7 @@
 //! 2 for a usage error such as an unknown scenario.
 
 pub mod calibrate;
+pub mod charts;
 pub mod child;
 pub mod crash;
 pub mod disk;
@@ -24,6 +25,7 @@ pub mod report;
 pub mod s0;
 pub mod s1;
 pub mod s2;
+pub mod s4;
 pub mod s5;
 pub mod stats;
 pub mod table;
@@ -57,15 +59,15 @@ pub struct RunSpec {
 }
 
 /// Scenarios that can run in this build.
-pub const AVAILABLE: &[&str] = &["s0", "s1", "s2", "s5"];
+pub const AVAILABLE: &[&str] = &["s0", "s1", "s2", "s4", "s5"];
 
 /// Scenarios described in SCENARIOS.md that do not exist yet.
-pub const PLANNED: &[&str] = &["s3", "s4"];
+pub const PLANNED: &[&str] = &["s3"];
 
 /// Flags of `keel bench`.
 #[derive(Debug, Args)]
 pub struct BenchArgs {
-    /// Scenarios to run (s0, s1, s2, s5); all available ones when none is given.
+    /// Scenarios to run (s0, s1, s2, s4, s5); all available ones when none is given.
     #[arg(value_name = "SCENARIO")]
     pub scenarios: Vec<String>,
     /// About a second per phase and one round: checks that the figures
@@ -116,6 +118,16 @@ pub struct BenchArgs {
     /// S2: keel batching, the longest a byte waits, ms.
     #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..=60_000))]
     pub max_delay_ms: u64,
+    /// S4: sending connections.
+    #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u64).range(1..=20_000))]
+    pub senders: u64,
+    /// S4: bytes per send (each sender sends one every 100 ms at the
+    /// default rate).
+    #[arg(long, default_value_t = 12_500, value_parser = clap::value_parser!(u64).range(1..=1_048_576))]
+    pub send_bytes: u64,
+    /// S4: rate over all senders, MB/s.
+    #[arg(long, default_value_t = 25.0, value_parser = crate::load::parse_rate)]
+    pub s4_rate_mb: f64,
     /// S5: closed-loop log clients.
     #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=1024))]
     pub clients: u32,
@@ -226,6 +238,12 @@ pub fn run(args: &BenchArgs) -> Result<(), Error> {
                 min_bytes: args.min_bytes,
                 max_delay_ms: args.max_delay_ms,
             })?,
+            "s4" => s4::run(&s4::S4Config {
+                run: spec.clone(),
+                senders: args.senders,
+                chunk: args.send_bytes,
+                rate_mb: args.s4_rate_mb,
+            })?,
             "s5" => {
                 let data_dir = args
                     .data_dir
@@ -256,7 +274,7 @@ pub fn run(args: &BenchArgs) -> Result<(), Error> {
         outcomes.push(outcome);
     }
 
-    let report = Report {
+    let mut report = Report {
         started,
         machine: Machine::this(),
         quick: args.quick,
@@ -266,7 +284,7 @@ pub fn run(args: &BenchArgs) -> Result<(), Error> {
         print!("{}", table::render(outcome));
         println!();
     }
-    let path = report::write(&report, &args.out)?;
+    let path = report::write(&mut report, &args.out)?;
     let problems: Vec<String> = report
         .scenarios
         .iter()
@@ -292,13 +310,15 @@ mod tests {
     /// Named, default, deduplicated, planned and unknown scenarios.
     #[test]
     fn selects_scenarios() {
-        assert_eq!(select(&[]).unwrap(), vec!["s0", "s1", "s2", "s5"]);
+        assert_eq!(select(&[]).unwrap(), vec!["s0", "s1", "s2", "s4", "s5"]);
         assert_eq!(select(&["S1".into(), "s1".into()]).unwrap(), vec!["s1"]);
         let planned = select(&["s3".into()]).unwrap_err();
         assert_eq!(planned.code(), 2);
         assert!(planned.to_string().contains("not available"), "{planned}");
         assert!(
-            planned.to_string().contains("available: s0, s1, s2, s5"),
+            planned
+                .to_string()
+                .contains("available: s0, s1, s2, s4, s5"),
             "{planned}"
         );
         let unknown = select(&["s9".into()]).unwrap_err();

@@ -12,6 +12,7 @@ use std::fmt;
 use serde::ser::{SerializeMap, Serializer};
 use serde::Serialize;
 
+use super::charts::{Chart, ChartFile};
 use crate::serve::RuntimeKind;
 
 /// One scenario's results.
@@ -33,6 +34,13 @@ pub struct Outcome {
     pub problems: Vec<String>,
     /// Things worth knowing that do not invalidate the figures.
     pub notes: Vec<String>,
+    /// Charts to draw beside the report; their files are listed under
+    /// `charts` once the report is written.
+    #[serde(skip)]
+    pub charts: Vec<Chart>,
+    /// The chart files drawn, next to `report.json`.
+    #[serde(rename = "charts")]
+    pub chart_files: Vec<ChartFile>,
 }
 
 /// The figures of one runtime in one mode.
@@ -156,6 +164,8 @@ pub enum Goal {
     AtMost(f64),
     /// The value should be at least this.
     AtLeast(f64),
+    /// The value should lie in this closed range.
+    Within(f64, f64),
 }
 
 impl Goal {
@@ -164,6 +174,7 @@ impl Goal {
         match self {
             Self::AtMost(limit) => value <= limit,
             Self::AtLeast(limit) => value >= limit,
+            Self::Within(low, high) => (low..=high).contains(&value),
         }
     }
 }
@@ -173,6 +184,7 @@ impl fmt::Display for Goal {
         match self {
             Self::AtMost(limit) => write!(f, "<= {limit}"),
             Self::AtLeast(limit) => write!(f, ">= {limit}"),
+            Self::Within(low, high) => write!(f, "in [{low}, {high}]"),
         }
     }
 }

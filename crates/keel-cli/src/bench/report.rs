@@ -1,4 +1,5 @@
-//! The files a run leaves behind: `report.json` and `report.md`.
+//! The files a run leaves behind: `report.json`, `report.md`, and the
+//! scenarios' SVG charts (see [`super::charts`]).
 //!
 //! `report.json` carries every figure a verdict is computed from, so
 //! anyone can recompute or re-judge a run later (its shape is in
@@ -11,6 +12,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
 
+use super::charts::{self, ChartFile};
 use super::outcome::Outcome;
 use super::proc;
 use super::table;
@@ -105,14 +107,33 @@ pub fn to_markdown(report: &Report) -> String {
             outcome.title,
             table::render(outcome)
         ));
+        for chart in &outcome.chart_files {
+            md.push_str(&format!("\n![{}]({})\n", chart.title, chart.file));
+        }
     }
     md
 }
 
-/// Writes `report.json` and `report.md` into a new `<out>/<started>/` and
-/// returns the absolute path of `report.json`.
-pub fn write(report: &Report, out: &Path) -> Result<PathBuf, Error> {
+/// Writes the charts, `report.json` and `report.md` into a new
+/// `<out>/<started>/` and returns the absolute path of `report.json`.
+///
+/// A chart that cannot be drawn is reported on stderr and left out: its
+/// figures are in `report.json` all the same.
+pub fn write(report: &mut Report, out: &Path) -> Result<PathBuf, Error> {
     let dir = new_dir(out, &report.started.replace(':', "-"))?;
+    for outcome in &mut report.scenarios {
+        outcome.chart_files.clear();
+        for chart in outcome.charts.iter().filter(|c| !c.is_empty()) {
+            let file = format!("{}-{}.svg", outcome.id, chart.slug());
+            match charts::render(chart, &dir.join(&file)) {
+                Ok(()) => outcome.chart_files.push(ChartFile {
+                    file,
+                    title: chart.title().to_string(),
+                }),
+                Err(error) => eprintln!("warning: {error}"),
+            }
+        }
+    }
     let json_path = dir.join("report.json");
     std::fs::write(&json_path, to_json(report)?)
         .context(|| format!("writing {}", json_path.display()))?;
@@ -192,6 +213,8 @@ mod tests {
                 rounds: serde_json::json!([]),
                 problems: vec![],
                 notes: vec![],
+                charts: Vec::new(),
+                chart_files: Vec::new(),
             }],
         }
     }
@@ -230,15 +253,28 @@ mod tests {
                 .unwrap()
                 .as_nanos()
         ));
-        let report = sample();
-        let first = write(&report, &out).unwrap();
-        let second = write(&report, &out).unwrap();
+        let mut report = sample();
+        report.scenarios[0]
+            .charts
+            .push(charts::Chart::Lines(charts::LineChart {
+                slug: "latency",
+                title: "RTT over time".into(),
+                y_label: "RTT (µs)",
+                series: vec![("keel".into(), vec![(0.0, 50.0), (0.25, 60.0)])],
+            }));
+        let first = write(&mut report, &out).unwrap();
+        let second = write(&mut report, &out).unwrap();
         assert_ne!(first, second);
         assert!(first.is_absolute() && first.is_file());
         assert!(first.ends_with("2026-11-22T10-00-00Z/report.json"));
         assert!(second.ends_with("2026-11-22T10-00-00Z-2/report.json"));
         let md = std::fs::read_to_string(first.with_file_name("report.md")).unwrap();
         assert!(md.contains("loaded_p99_us"));
+        assert!(md.contains("![RTT over time](s1-latency.svg)"), "{md}");
+        assert!(first.with_file_name("s1-latency.svg").is_file());
+        let json: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&first).unwrap()).unwrap();
+        assert_eq!(json["scenarios"][0]["charts"][0]["file"], "s1-latency.svg");
         std::fs::remove_dir_all(&out).unwrap();
     }
 }

@@ -138,6 +138,8 @@ pub fn run(config: &S0Config) -> Result<Outcome, Error> {
         rounds: serde_json::to_value(&records)?,
         problems,
         notes,
+        charts: Vec::new(),
+        chart_files: Vec::new(),
     })
 }
 

@@ -15,6 +15,7 @@ use serde::Serialize;
 use serde_json::json;
 
 use super::calibrate::calibrate;
+use super::charts::{self, Chart};
 use super::outcome::{check_runs, why_missing, Goal, Outcome, Pairs, RunFigures, Verdict};
 use super::phase::{self, PhaseFigures, PhaseSpec};
 use super::stats::ratio;
@@ -131,7 +132,47 @@ pub fn run(config: &S1Config) -> Result<Outcome, Error> {
         rounds: serde_json::to_value(&records)?,
         problems,
         notes,
+        charts: charts(&records),
+        chart_files: Vec::new(),
     })
+}
+
+/// The first round's latency over time, per runtime and phase, and where
+/// keel's workers spent that round's time.
+fn charts(records: &[PhaseRecord]) -> Vec<Chart> {
+    let first: Vec<&PhaseRecord> = records.iter().filter(|r| r.round == 1).collect();
+    let latency = charts::latency_lines(
+        "latency",
+        "S1: echo RTT over time (round 1)".into(),
+        first
+            .iter()
+            .map(|r| {
+                (
+                    format!("{} {}", r.figures.runtime, r.phase),
+                    r.figures.probe.series.as_slice(),
+                )
+            })
+            .collect(),
+    );
+    let mut workers = Vec::new();
+    for r in first
+        .iter()
+        .filter(|r| r.figures.runtime == RuntimeKind::Keel)
+    {
+        if let Some(states) =
+            charts::keel_worker_states(&r.figures.runtime_start, &r.figures.runtime_end)
+        {
+            for (i, s) in states.into_iter().enumerate() {
+                workers.push((format!("{} w{i}", r.phase), s));
+            }
+        }
+    }
+    let workers = charts::worker_state_bars(
+        "workers",
+        "S1: keel workers by state (round 1)".into(),
+        &workers,
+    );
+    vec![latency, workers]
 }
 
 /// The metrics of one round of one runtime, from its idle and loaded
@@ -278,6 +319,7 @@ mod tests {
                 p999_us: p99 * 1.5,
                 max_us: p99 * 2.0,
                 errors: 0,
+                series: Vec::new(),
             },
             window_s: 1.0,
             slices: slices_per_s as u64,

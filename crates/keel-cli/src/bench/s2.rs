@@ -161,6 +161,8 @@ pub fn run(config: &S2Config) -> Result<Outcome, Error> {
         rounds: serde_json::to_value(&records)?,
         problems,
         notes,
+        charts: Vec::new(),
+        chart_files: Vec::new(),
     })
 }
 

@@ -21,6 +21,7 @@ use std::time::Duration;
 use serde::Serialize;
 use serde_json::json;
 
+use super::charts;
 use super::child::Child;
 use super::disk::{self, SyncLatency};
 use super::outcome::{
@@ -174,6 +175,19 @@ pub fn run(config: &S5Config) -> Result<Outcome, Error> {
         rounds: json!({"sync": sync, "phases": records}),
         problems,
         notes,
+        charts: vec![charts::latency_lines(
+            "latency",
+            "S5: ping RTT over time, idle and under log load (round 1)".into(),
+            records
+                .iter()
+                .filter(|r| r.round == 1)
+                .map(|r| {
+                    let what = r.mode.map_or("idle", LogMode::name);
+                    (format!("{} {what}", r.runtime), r.ping.series.as_slice())
+                })
+                .collect(),
+        )],
+        chart_files: Vec::new(),
     })
 }
 

@@ -172,6 +172,8 @@ mod tests {
             rounds: serde_json::Value::Null,
             problems: vec![],
             notes: vec!["a note".into()],
+            charts: Vec::new(),
+            chart_files: Vec::new(),
         };
         let text = render(&outcome);
         let lines: Vec<&str> = text.lines().collect();
@@ -211,6 +213,8 @@ mod tests {
             rounds: serde_json::Value::Null,
             problems: vec![],
             notes: vec![],
+            charts: Vec::new(),
+            chart_files: Vec::new(),
         };
         let text = render(&outcome);
         let header = text.lines().nth(1).unwrap();

@@ -12,7 +12,7 @@ use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
-use super::summary::{new_histogram, ProbeSummary};
+use super::summary::{new_histogram, ProbeSummary, Timeline};
 use crate::error::Error;
 
 /// After this many failed exchanges the probe gives up early.
@@ -62,6 +62,7 @@ pub fn probe(opts: &ProbeOpts) -> Result<ProbeSummary, Error> {
     let start = Instant::now();
     let measure_from = start + opts.warmup;
     let end = measure_from + opts.duration;
+    let mut timeline = Timeline::new(measure_from);
     let mut errors = 0u64;
     let mut tick = 0u64;
     for _ in 0..max_ticks {
@@ -85,7 +86,9 @@ pub fn probe(opts: &ProbeOpts) -> Result<ProbeSummary, Error> {
             Ok(()) => {
                 let rtt = sent_at.elapsed();
                 if sent_at >= measure_from {
-                    hist.saturating_record(u64::try_from(rtt.as_nanos()).unwrap_or(u64::MAX));
+                    let ns = u64::try_from(rtt.as_nanos()).unwrap_or(u64::MAX);
+                    hist.saturating_record(ns);
+                    timeline.record(sent_at, ns);
                 }
             }
             Err(error) => {
@@ -106,7 +109,7 @@ pub fn probe(opts: &ProbeOpts) -> Result<ProbeSummary, Error> {
         }
         tick += 1;
     }
-    Ok(ProbeSummary::from_histogram(&hist, errors))
+    Ok(ProbeSummary::from_histogram(&hist, errors).with_timeline(timeline))
 }
 
 /// The instant of grid tick `tick`.

@@ -77,6 +77,10 @@ pub enum ServeCommand {
     /// S2: a stream service whose handlers process every delivery, plus
     /// an API that runs a CPU job per request.
     S2(ServeS2Args),
+    /// S4: the S2 stream service alone (read and sum every delivery),
+    /// under a spin setting: what process CPU and the runtime's own
+    /// accounting say under a steady paced load.
+    S4(ServeS4Args),
     /// S5: a log node (records acknowledged once durable) plus an echo
     /// service for the ping probe.
     S5(ServeS5Args),
@@ -149,6 +153,69 @@ pub struct ServeS2Args {
     /// Address to bind the API service to.
     #[arg(long, default_value = "127.0.0.1:0")]
     pub api_addr: SocketAddr,
+}
+
+/// Flags of `keel serve s4`.
+#[derive(Debug, Args)]
+pub struct ServeS4Args {
+    /// The runtime to serve on.
+    #[arg(long, value_enum)]
+    pub runtime: RuntimeKind,
+    /// keel's spin policy (tokio has none; leave it out for tokio).
+    #[arg(long, value_enum)]
+    pub spin: Option<Spin>,
+    /// Worker threads of the runtime.
+    #[arg(long, default_value_t = default_workers(), value_parser = clap::value_parser!(u64).range(1..=1024))]
+    pub workers: u64,
+    /// Address to bind the stream service to.
+    #[arg(long, default_value = "127.0.0.1:0")]
+    pub addr: SocketAddr,
+}
+
+/// A spin setting of keel's workers, as named on the command line and in
+/// reports (see [`keel::SpinPolicy`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Spin {
+    /// Park as soon as no work is found.
+    None,
+    /// Spin 20 µs before parking (keel's default).
+    Short,
+    /// Spin 100 µs.
+    Medium,
+    /// Spin 1 ms.
+    Long,
+}
+
+impl Spin {
+    /// Every setting, least spin first.
+    pub const ALL: [Spin; 4] = [Spin::None, Spin::Short, Spin::Medium, Spin::Long];
+
+    /// The runtime's policy.
+    pub fn policy(self) -> keel::SpinPolicy {
+        match self {
+            Spin::None => keel::SpinPolicy::None,
+            Spin::Short => keel::SpinPolicy::Short,
+            Spin::Medium => keel::SpinPolicy::Medium,
+            Spin::Long => keel::SpinPolicy::Long,
+        }
+    }
+
+    /// The name used on the command line and in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Spin::None => "none",
+            Spin::Short => "short",
+            Spin::Medium => "medium",
+            Spin::Long => "long",
+        }
+    }
+}
+
+impl fmt::Display for Spin {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
 }
 
 /// Flags of `keel serve s5`.
@@ -271,8 +338,34 @@ pub fn run(command: &ServeCommand) -> Result<(), Error> {
                 job_lines: args.job_lines,
                 min_bytes: usize::try_from(args.min_bytes).unwrap_or(usize::MAX),
                 max_delay: std::time::Duration::from_millis(args.max_delay_ms),
+                spin: None,
             };
             let context = format!("serve s2 --runtime {} --mode {}", args.runtime, args.mode);
+            let running = match args.runtime {
+                RuntimeKind::Keel => s2_keel::start(&opts),
+                RuntimeKind::Tokio => s2_tokio::start(&opts),
+            }
+            .map_err(|e| e.context(&context))?;
+            control::serve_until_stop(running, &AtomicU64::new(0))
+        }
+        ServeCommand::S4(args) => {
+            // S4 is S2's stream service on its own: keel reads per
+            // readiness, tokio into 64 KiB buffers; the API is never called.
+            let opts = s2::S2Opts {
+                workers: usize::try_from(args.workers).unwrap_or(usize::MAX),
+                addr: args.addr,
+                api_addr: SocketAddr::from(([127, 0, 0, 1], 0)),
+                mode: match args.runtime {
+                    RuntimeKind::Keel => s2::S2Mode::Off,
+                    RuntimeKind::Tokio => s2::S2Mode::Read64k,
+                },
+                job_lines: 1,
+                min_bytes: 64 * 1024,
+                max_delay: std::time::Duration::from_millis(100),
+                spin: args.spin.map(Spin::policy),
+            };
+            let spin = args.spin.map_or("default", Spin::name);
+            let context = format!("serve s4 --runtime {} --spin {spin}", args.runtime);
             let running = match args.runtime {
                 RuntimeKind::Keel => s2_keel::start(&opts),
                 RuntimeKind::Tokio => s2_tokio::start(&opts),

@@ -32,6 +32,7 @@ pub fn start(opts: &S0Opts) -> Result<Running, Error> {
         addr,
         log_addr: None,
         api_addr: None,
+        admin_addr: None,
         startup: Value::Null,
         runtime_stats: Box::new(move || stats_json(&handle.stats())),
         guard: Box::new(rt),

@@ -16,7 +16,7 @@ use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 
 use super::s0::{hello, report_connection_error, S0Opts};
-use super::s1_tokio::{accept_each, bind, Guard};
+use super::s1_tokio::{accept_each, bind, tokio_stats_json, Guard};
 use super::Running;
 use crate::error::Error;
 
@@ -30,18 +30,12 @@ pub fn start(opts: &S0Opts) -> Result<Running, Error> {
     let (listener, addr) = bind(&rt, opts.addr)?;
     rt.spawn(accept_each(listener, serve));
     let handle = rt.handle().clone();
-    let runtime_stats = Box::new(move || {
-        let metrics = handle.metrics();
-        serde_json::json!({
-            "workers": metrics.num_workers(),
-            "alive_tasks": metrics.num_alive_tasks(),
-            "global_queue_depth": metrics.global_queue_depth(),
-        })
-    });
+    let runtime_stats = Box::new(move || tokio_stats_json(&handle));
     Ok(Running {
         addr,
         log_addr: None,
         api_addr: None,
+        admin_addr: None,
         startup: serde_json::Value::Null,
         runtime_stats,
         guard: Box::new(Guard(Some(rt))),

@@ -33,14 +33,7 @@ pub fn start(opts: &S1Opts, slices: Arc<AtomicU64>) -> Result<Running, Error> {
         rt.spawn(cpu_task(opts.slice_iters, Arc::clone(&slices)));
     }
     let handle = rt.handle().clone();
-    let runtime_stats = Box::new(move || {
-        let metrics = handle.metrics();
-        serde_json::json!({
-            "workers": metrics.num_workers(),
-            "alive_tasks": metrics.num_alive_tasks(),
-            "global_queue_depth": metrics.global_queue_depth(),
-        })
-    });
+    let runtime_stats = Box::new(move || tokio_stats_json(&handle));
     Ok(Running {
         addr,
         log_addr: None,
@@ -49,6 +42,27 @@ pub fn start(opts: &S1Opts, slices: Arc<AtomicU64>) -> Result<Running, Error> {
         startup: serde_json::Value::Null,
         runtime_stats,
         guard: Box::new(Guard(Some(rt))),
+    })
+}
+
+/// What tokio's stable metrics say about a runtime: its workers, live
+/// tasks, global queue depth, and per worker the time tokio counts as
+/// busy (from waking up to parking again, so its scheduling and IO
+/// polling are in it but its parking and unparking are not).
+pub fn tokio_stats_json(handle: &tokio::runtime::Handle) -> serde_json::Value {
+    let metrics = handle.metrics();
+    let workers: Vec<serde_json::Value> = (0..metrics.num_workers())
+        .map(|index| {
+            serde_json::json!({
+                "index": index,
+                "busy_s": metrics.worker_total_busy_duration(index).as_secs_f64(),
+            })
+        })
+        .collect();
+    serde_json::json!({
+        "workers": workers,
+        "alive_tasks": metrics.num_alive_tasks(),
+        "global_queue_depth": metrics.global_queue_depth(),
     })
 }
 

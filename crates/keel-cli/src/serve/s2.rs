@@ -85,6 +85,9 @@ pub struct S2Opts {
     pub min_bytes: usize,
     /// Batching: the longest a byte waits (fixed and adaptive modes).
     pub max_delay: Duration,
+    /// keel's spin policy; `None` keeps the runtime's default. tokio has
+    /// no such setting and refuses one.
+    pub spin: Option<keel::SpinPolicy>,
 }
 
 /// Counters every variant keeps, reported in each `mark` under `s2`,

@@ -26,8 +26,12 @@ pub fn start(opts: &S2Opts) -> Result<Running, Error> {
             opts.mode
         )));
     }
-    let rt = keel::Runtime::builder()
-        .workers(opts.workers)
+    let mut builder = keel::Runtime::builder();
+    builder.workers(opts.workers);
+    if let Some(spin) = opts.spin {
+        builder.spin(spin);
+    }
+    let rt = builder
         .build()
         .map_err(|e| Error::new(format!("cannot start a keel runtime: {e}")))?;
     let (streams, addr) = bind(&rt, opts.addr)?;

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
-use super::s1_tokio::{accept_each, bind, Guard};
+use super::s1_tokio::{accept_each, bind, tokio_stats_json, Guard};
 use super::s2::{answer, request_end, S2Counters, S2Mode, S2Opts, MAX_REQUEST, TOO_LARGE};
 use super::Running;
 use crate::error::Error;
@@ -20,6 +20,11 @@ pub fn start(opts: &S2Opts) -> Result<Running, Error> {
         return Err(Error::usage(format!(
             "tokio serves S2 with --mode read-1460 or read-64k, not {}",
             opts.mode
+        )));
+    }
+    if let Some(spin) = opts.spin {
+        return Err(Error::usage(format!(
+            "tokio has no spin setting (asked for {spin:?}); leave --spin out"
         )));
     }
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -39,12 +44,9 @@ pub fn start(opts: &S2Opts) -> Result<Running, Error> {
 
     let handle = rt.handle().clone();
     let runtime_stats = Box::new(move || {
-        let metrics = handle.metrics();
-        serde_json::json!({
-            "workers": metrics.num_workers(),
-            "alive_tasks": metrics.num_alive_tasks(),
-            "s2": counters.to_json(),
-        })
+        let mut value = tokio_stats_json(&handle);
+        value["s2"] = counters.to_json();
+        value
     });
     Ok(Running {
         addr,

@@ -33,7 +33,7 @@ use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 
-use super::s1_tokio::{accept_each, bind, Guard};
+use super::s1_tokio::{accept_each, bind, tokio_stats_json, Guard};
 use super::s3::{status_text, OpenConnection, ProxyCounters, ProxyOpts, BUFFER, CONNECT_TIMEOUT};
 use super::Running;
 use crate::error::Error;
@@ -74,13 +74,9 @@ pub fn start(opts: &ProxyOpts) -> Result<Running, Error> {
 
     let handle = rt.handle().clone();
     let runtime_stats = Box::new(move || {
-        let metrics = handle.metrics();
-        serde_json::json!({
-            "workers": metrics.num_workers(),
-            "alive_tasks": metrics.num_alive_tasks(),
-            "global_queue_depth": metrics.global_queue_depth(),
-            "proxy": counters.to_json(),
-        })
+        let mut value = tokio_stats_json(&handle);
+        value["proxy"] = counters.to_json();
+        value
     });
     Ok(Running {
         addr,

@@ -24,7 +24,9 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, oneshot};
 
-use super::s1_tokio::{accept_each, accept_loop as echo_accept_loop, bind, Guard};
+use super::s1_tokio::{
+    accept_each, accept_loop as echo_accept_loop, bind, tokio_stats_json, Guard,
+};
 use super::s5::{check_len, frame, LogCounters, LogMode, S5Opts};
 use super::Running;
 use crate::error::Error;
@@ -72,12 +74,9 @@ pub fn start(opts: &S5Opts) -> Result<Running, Error> {
 
     let handle = rt.handle().clone();
     let runtime_stats = Box::new(move || {
-        let metrics = handle.metrics();
-        serde_json::json!({
-            "workers": metrics.num_workers(),
-            "alive_tasks": metrics.num_alive_tasks(),
-            "log": counters.to_json(),
-        })
+        let mut value = tokio_stats_json(&handle);
+        value["log"] = counters.to_json();
+        value
     });
     Ok(Running {
         addr,

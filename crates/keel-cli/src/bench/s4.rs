@@ -1,0 +1,589 @@
+//! S4, utilization truth: does the runtime's own account agree with the
+//! CPU its process burns?
+//!
+//! 200 connections each send 12.5 KB every 100 ms (25 MB/s in all) to a
+//! node that reads and sums every delivery (S2's stream service on its
+//! own). The load is light and steady, so workers keep running out of
+//! work and either spin or park: exactly where schedulers' CPU figures
+//! and their utilization figures part ways. For each spin setting of keel
+//! (none, short, medium, long), and for tokio as it comes, a phase
+//! measures the process CPU over a window (from `/proc`) and what the
+//! runtime reports for the same window.
+//!
+//! keel's report: *busy* is every state a worker is on the CPU for except
+//! spinning (tasks, IO, timers, and searching for work, which is the
+//! scheduler's own cost), and *spin* is the spin state; busy + spin should
+//! be the process CPU, and the gap, in percentage points of one core, is
+//! the verdict. keel's *utilization* (tasks, IO and timers, without
+//! searching) is reported beside it. tokio's report is its per-worker
+//! busy time (stable `RuntimeMetrics::worker_total_busy_duration`); it
+//! has no spin figure.
+//!
+//! Rounds interleave the settings and alternate their order; figures are
+//! medians across rounds.
+
+use std::time::Duration;
+
+use serde::Serialize;
+use serde_json::{json, Value};
+
+use super::charts::{self, Chart};
+use super::child::Child;
+use super::outcome::{
+    check_runs, find_metric, why_missing, Goal, Outcome, Pairs, RunFigures, Verdict,
+};
+use super::phase::{mark, SERVER_SILENCE};
+use super::progress::PhaseBar;
+use super::stats::ratio;
+use super::RunSpec;
+use crate::error::Error;
+use crate::load::s2::{StormReady, StormSummary};
+use crate::serve::control::{AddrLine, Mark};
+use crate::serve::{RuntimeKind, Spin};
+
+/// What the scenario measures, for the table.
+const TITLE: &str = "utilization truth";
+
+/// How long a node runs before the load starts.
+const SETTLE: Duration = Duration::from_millis(300);
+
+/// The largest gap between reported and measured CPU that passes, in
+/// percentage points of one core.
+pub const GAP_PP: f64 = 3.0;
+
+/// The largest gap that passes, relative to the measured CPU.
+pub const GAP_REL: f64 = 0.10;
+
+/// "Well below": CPU with spin `none` at most this fraction of `long`'s.
+pub const NONE_VS_LONG: f64 = 0.75;
+
+/// The sizes and setup of one S4 run.
+#[derive(Debug, Clone)]
+pub struct S4Config {
+    /// What every scenario run shares.
+    pub run: RunSpec,
+    /// Sending connections.
+    pub senders: u64,
+    /// Bytes per send.
+    pub chunk: u64,
+    /// Rate over all connections, MB/s.
+    pub rate_mb: f64,
+}
+
+/// One setting a phase measures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(tag = "runtime", content = "spin", rename_all = "lowercase")]
+enum Setting {
+    /// keel with this spin policy.
+    Keel(Spin),
+    /// tokio with its defaults.
+    Tokio,
+}
+
+impl Setting {
+    /// The settings a run measures for `runtimes`, in canonical order.
+    fn all(runtimes: &[RuntimeKind]) -> Vec<Setting> {
+        let mut out = Vec::new();
+        if runtimes.contains(&RuntimeKind::Keel) {
+            out.extend(Spin::ALL.map(Setting::Keel));
+        }
+        if runtimes.contains(&RuntimeKind::Tokio) {
+            out.push(Setting::Tokio);
+        }
+        out
+    }
+
+    /// The runtime.
+    fn runtime(self) -> RuntimeKind {
+        match self {
+            Setting::Keel(_) => RuntimeKind::Keel,
+            Setting::Tokio => RuntimeKind::Tokio,
+        }
+    }
+
+    /// The mode name in the report: the spin setting, or `default`.
+    fn mode(self) -> &'static str {
+        match self {
+            Setting::Keel(spin) => spin.name(),
+            Setting::Tokio => "default",
+        }
+    }
+}
+
+/// What a runtime reported for a window, in seconds of worker time summed
+/// over workers.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+struct Reported {
+    /// On the CPU and not spinning (keel: tasks, IO, timers, search;
+    /// tokio: its busy time).
+    busy_s: f64,
+    /// Spinning (keel only; zero for tokio, which reports none).
+    spin_s: f64,
+    /// keel's utilization numerator: tasks, IO and timers (tokio: busy).
+    utilized_s: f64,
+}
+
+/// One phase's figures with where it sat in the run.
+#[derive(Debug, Clone, Serialize)]
+struct PhaseRecord {
+    /// Round number, from 1.
+    round: u32,
+    /// What was measured.
+    setting: Setting,
+    /// Seconds between the marks.
+    window_s: f64,
+    /// Node process CPU seconds between the marks.
+    cpu_s: f64,
+    /// What the runtime reported between the marks.
+    reported: Reported,
+    /// Bytes the node received between the marks.
+    bytes: u64,
+    /// The load's own account.
+    storm: StormSummary,
+    /// keel: per worker, the share of the window each state took (in the
+    /// order of [`charts::KEEL_STATES`]).
+    worker_states: Option<Vec<[f64; 6]>>,
+}
+
+/// Runs S4 and judges it.
+pub fn run(config: &S4Config) -> Result<Outcome, Error> {
+    let settings = Setting::all(&config.run.runtimes);
+    let mut records = Vec::new();
+    for round in 0..config.run.runs {
+        let mut order = settings.clone();
+        if round % 2 == 1 {
+            order.reverse();
+        }
+        for &setting in &order {
+            records.push(phase(config, round + 1, setting)?);
+        }
+    }
+    let runs: Vec<RunFigures> = settings
+        .iter()
+        .map(|&setting| RunFigures {
+            runtime: setting.runtime().to_string(),
+            mode: setting.mode().to_string(),
+            metrics: medians(&records, setting),
+        })
+        .collect();
+    let verdicts = verdicts(&runs, &config.run.runtimes);
+    let (problems, notes) = check(&records, &runs);
+    let sizes = Pairs(vec![
+        ("senders", json!(config.senders)),
+        ("chunk_bytes", json!(config.chunk)),
+        ("rate_mb_per_s", json!(config.rate_mb)),
+        ("duration_s", json!(config.run.duration_s)),
+        ("warmup_ms", json!(config.run.warmup_ms)),
+        ("workers", json!(config.run.workers)),
+        ("runs", json!(config.run.runs)),
+    ]);
+    Ok(Outcome {
+        id: "s4",
+        title: TITLE,
+        sizes,
+        runs,
+        verdicts,
+        rounds: serde_json::to_value(&records)?,
+        problems,
+        notes,
+        charts: vec![worker_chart(&records)],
+        chart_files: Vec::new(),
+    })
+}
+
+/// Where keel's workers spent the first round's windows, per spin setting.
+fn worker_chart(records: &[PhaseRecord]) -> Chart {
+    let mut bars = Vec::new();
+    for record in records.iter().filter(|r| r.round == 1) {
+        if let (Setting::Keel(spin), Some(states)) = (record.setting, &record.worker_states) {
+            for (i, s) in states.iter().enumerate() {
+                bars.push((format!("{spin} w{i}"), *s));
+            }
+        }
+    }
+    charts::worker_state_bars(
+        "workers",
+        "S4: keel workers by state, per spin setting (round 1)".into(),
+        &bars,
+    )
+}
+
+/// Runs one phase, showing its progress.
+fn phase(config: &S4Config, round: u32, setting: Setting) -> Result<PhaseRecord, Error> {
+    let label = format!(
+        "s4 r{round}/{} {} {}",
+        config.run.runs,
+        setting.runtime(),
+        setting.mode()
+    );
+    let expected = SETTLE
+        + Duration::from_millis(config.run.warmup_ms)
+        + Duration::from_secs_f64(config.run.duration_s);
+    let bar = PhaseBar::new(&label, expected);
+    match measure(config, setting, &bar) {
+        Ok(record) => {
+            let record = PhaseRecord { round, ..record };
+            let pct = |s: f64| 100.0 * s / record.window_s.max(1e-9);
+            bar.finish(&format!(
+                "{label:<28} cpu {:>6.1}%  reported busy {:>6.1}%  spin {:>6.1}%  received {:>6.1} MB/s",
+                pct(record.cpu_s),
+                pct(record.reported.busy_s),
+                pct(record.reported.spin_s),
+                record.bytes as f64 / 1e6 / record.window_s.max(1e-9),
+            ));
+            Ok(record)
+        }
+        Err(error) => {
+            bar.abandon();
+            Err(error.context(label))
+        }
+    }
+}
+
+/// The body of [`phase`]; children are killed on any early return.
+fn measure(config: &S4Config, setting: Setting, bar: &PhaseBar) -> Result<PhaseRecord, Error> {
+    bar.step("starting the node");
+    let mut args: Vec<String> = vec![
+        "serve".into(),
+        "s4".into(),
+        "--runtime".into(),
+        setting.runtime().to_string(),
+        "--workers".into(),
+        config.run.workers.to_string(),
+    ];
+    if let Setting::Keel(spin) = setting {
+        args.extend(["--spin".into(), spin.to_string()]);
+    }
+    let mut node = Child::spawn(
+        format!("keel serve s4 ({} {})", setting.runtime(), setting.mode()),
+        &config.run.exe,
+        &args,
+    )?;
+    let tick = || bar.tick();
+    let addrs: AddrLine = node.recv_json(SERVER_SILENCE, "its address", tick)?;
+    std::thread::sleep(SETTLE);
+
+    let load_s = config.run.duration_s + config.run.warmup_ms as f64 / 1e3 + 1.0;
+    let mut load = Child::spawn(
+        "keel load s2",
+        &config.run.exe,
+        &[
+            "load".into(),
+            "s2".into(),
+            "--addr".into(),
+            addrs.addr.to_string(),
+            "--streams".into(),
+            config.senders.to_string(),
+            "--chunk".into(),
+            config.chunk.to_string(),
+            "--rate-mb".into(),
+            config.rate_mb.to_string(),
+            "--duration-s".into(),
+            load_s.to_string(),
+        ],
+    )?;
+    bar.step("connecting the senders");
+    let _: StormReady = load.recv_json(SERVER_SILENCE * 3, "its connections", tick)?;
+    bar.step("warming up");
+    std::thread::sleep(Duration::from_millis(config.run.warmup_ms));
+    let (mark0, cpu0) = mark(&mut node, bar)?;
+    bar.step("measuring");
+    sleep_ticking(Duration::from_secs_f64(config.run.duration_s), bar);
+    let (mark1, cpu1) = mark(&mut node, bar)?;
+    let budget = Duration::from_secs_f64(load_s) + Duration::from_secs(30);
+    let storm: StormSummary = load.recv_json(budget, "its results", tick)?;
+    bar.step("stopping");
+    node.send_line("stop")?;
+    let _ = node.finish(Duration::from_secs(5))?;
+    let (status, _) = load.finish(Duration::from_secs(5))?;
+    if !status.success() {
+        return Err(Error::new(format!(
+            "{} printed results but then exited ({status}): {}",
+            load.name(),
+            load.stderr_tail()
+        )));
+    }
+    let bytes = |mark: &Mark| mark.runtime["s2"]["bytes"].as_u64().unwrap_or(0);
+    Ok(PhaseRecord {
+        round: 0,
+        setting,
+        window_s: mark1.t_ns.saturating_sub(mark0.t_ns) as f64 / 1e9,
+        cpu_s: (cpu1 - cpu0).max(0.0),
+        reported: reported(setting.runtime(), &mark1.runtime)
+            .since(reported(setting.runtime(), &mark0.runtime)),
+        bytes: bytes(&mark1).saturating_sub(bytes(&mark0)),
+        storm,
+        worker_states: charts::keel_worker_states(&mark0.runtime, &mark1.runtime),
+    })
+}
+
+/// Sleeps for `duration`, keeping the progress bar alive.
+fn sleep_ticking(duration: Duration, bar: &PhaseBar) {
+    let end = std::time::Instant::now() + duration;
+    while let Some(left) = end.checked_duration_since(std::time::Instant::now()) {
+        if left.is_zero() {
+            break;
+        }
+        std::thread::sleep(left.min(Duration::from_millis(100)));
+        bar.tick();
+    }
+}
+
+/// What a mark's runtime accounting says, cumulative since the runtime
+/// started, summed over workers.
+fn reported(runtime: RuntimeKind, accounting: &Value) -> Reported {
+    let workers = accounting["workers"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let sum = |field: &str| -> f64 {
+        workers
+            .iter()
+            .map(|w| w[field].as_f64().unwrap_or(0.0))
+            .sum()
+    };
+    match runtime {
+        RuntimeKind::Keel => {
+            let utilized = sum("busy_s") + sum("io_s") + sum("timers_s");
+            Reported {
+                busy_s: utilized + sum("search_s"),
+                spin_s: sum("spin_s"),
+                utilized_s: utilized,
+            }
+        }
+        RuntimeKind::Tokio => Reported {
+            busy_s: sum("busy_s"),
+            spin_s: 0.0,
+            utilized_s: sum("busy_s"),
+        },
+    }
+}
+
+impl Reported {
+    /// What was reported between `earlier` and `self`.
+    fn since(self, earlier: Reported) -> Reported {
+        Reported {
+            busy_s: (self.busy_s - earlier.busy_s).max(0.0),
+            spin_s: (self.spin_s - earlier.spin_s).max(0.0),
+            utilized_s: (self.utilized_s - earlier.utilized_s).max(0.0),
+        }
+    }
+}
+
+/// The metrics of one phase.
+fn round_metrics(record: &PhaseRecord) -> Vec<(&'static str, f64)> {
+    let window = record.window_s;
+    let pct = |s: f64| ratio(Some(100.0 * s), Some(window)).unwrap_or(f64::NAN);
+    let cpu = pct(record.cpu_s);
+    let busy = pct(record.reported.busy_s);
+    let spin = pct(record.reported.spin_s);
+    let mut metrics = vec![
+        ("cpu_pct", cpu),
+        ("reported_busy_pct", busy),
+        ("reported_spin_pct", spin),
+        ("reported_utilization_pct", pct(record.reported.utilized_s)),
+        ("gap_pp", busy + spin - cpu),
+        (
+            "reported_over_cpu",
+            ratio(Some(busy + spin), Some(cpu)).unwrap_or(f64::NAN),
+        ),
+        (
+            "received_mb_per_s",
+            ratio(Some(record.bytes as f64 / 1e6), Some(window)).unwrap_or(f64::NAN),
+        ),
+        ("cpu_s", record.cpu_s),
+    ];
+    if record.setting == Setting::Tokio {
+        // tokio reports no spin: leave the figure out rather than claim 0.
+        metrics.retain(|(name, _)| *name != "reported_spin_pct");
+    }
+    metrics
+}
+
+/// Per metric, the median across rounds of one setting.
+fn medians(records: &[PhaseRecord], setting: Setting) -> Pairs<f64> {
+    let rounds: Vec<_> = records
+        .iter()
+        .filter(|r| r.setting == setting)
+        .map(round_metrics)
+        .collect();
+    Pairs::medians(&rounds)
+}
+
+/// The S4 verdicts, from the medians.
+fn verdicts(runs: &[RunFigures], runtimes: &[RuntimeKind]) -> Vec<Verdict> {
+    let missing = |needed: &[RuntimeKind]| why_missing(needed, runtimes);
+    let keel = [RuntimeKind::Keel];
+    let mut out = Vec::new();
+    for (spin, gap_name, rel_name) in [
+        (
+            Spin::None,
+            "|busy+spin-cpu| pp, spin none",
+            "(busy+spin)/cpu, spin none",
+        ),
+        (
+            Spin::Short,
+            "|busy+spin-cpu| pp, spin short",
+            "(busy+spin)/cpu, spin short",
+        ),
+        (
+            Spin::Medium,
+            "|busy+spin-cpu| pp, spin medium",
+            "(busy+spin)/cpu, spin medium",
+        ),
+        (
+            Spin::Long,
+            "|busy+spin-cpu| pp, spin long",
+            "(busy+spin)/cpu, spin long",
+        ),
+    ] {
+        let metric = |name| find_metric(runs, "keel", spin.name(), name);
+        out.push(
+            Verdict::new(
+                gap_name,
+                "keel",
+                metric("gap_pp").map(f64::abs),
+                Some(Goal::AtMost(GAP_PP)),
+            )
+            .missing_because(missing(&keel)),
+        );
+        out.push(
+            Verdict::new(
+                rel_name,
+                "keel",
+                metric("reported_over_cpu"),
+                Some(Goal::Within(1.0 - GAP_REL, 1.0 + GAP_REL)),
+            )
+            .missing_because(missing(&keel)),
+        );
+    }
+    let cpu = |spin: Spin| find_metric(runs, "keel", spin.name(), "cpu_pct");
+    out.push(
+        Verdict::new(
+            "cpu spin none/spin long",
+            "keel",
+            ratio(cpu(Spin::None), cpu(Spin::Long)),
+            Some(Goal::AtMost(NONE_VS_LONG)),
+        )
+        .missing_because(missing(&keel)),
+    );
+    out.push(
+        Verdict::new(
+            "busy/cpu",
+            "tokio",
+            find_metric(runs, "tokio", "default", "reported_over_cpu"),
+            None,
+        )
+        .missing_because(missing(&[RuntimeKind::Tokio])),
+    );
+    out
+}
+
+/// Figures that should exist and do not (problems), and other remarks.
+fn check(records: &[PhaseRecord], runs: &[RunFigures]) -> (Vec<String>, Vec<String>) {
+    let mut problems = Vec::new();
+    let mut notes = Vec::new();
+    for record in records {
+        let at = format!(
+            "round {} {} {}",
+            record.round,
+            record.setting.runtime(),
+            record.setting.mode()
+        );
+        if record.bytes == 0 {
+            problems.push(format!("{at}: the node received nothing"));
+        }
+        if record.reported.busy_s <= 0.0 {
+            problems.push(format!("{at}: the runtime reported no busy time"));
+        }
+        if record.storm.errors > 0 {
+            problems.push(format!(
+                "{at}: {} sending connections failed",
+                record.storm.errors
+            ));
+        }
+        if record.storm.late_ticks > 0 {
+            notes.push(format!(
+                "{at}: the senders fell behind their pace on {} ticks",
+                record.storm.late_ticks
+            ));
+        }
+    }
+    problems.extend(check_runs(runs));
+    (problems, notes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// keel's busy is everything on the CPU but spin; tokio's is its own.
+    #[test]
+    fn reads_the_accounting() {
+        let keel = json!({"workers": [
+            {"busy_s": 1.0, "io_s": 0.5, "timers_s": 0.25, "search_s": 0.125, "spin_s": 2.0, "parked_s": 9.0},
+            {"busy_s": 1.0, "io_s": 0.0, "timers_s": 0.0, "search_s": 0.0, "spin_s": 1.0, "parked_s": 9.0},
+        ]});
+        let r = reported(RuntimeKind::Keel, &keel);
+        assert_eq!(
+            r,
+            Reported {
+                busy_s: 2.875,
+                spin_s: 3.0,
+                utilized_s: 2.75
+            }
+        );
+        let tokio = json!({"workers": [{"busy_s": 1.5}, {"busy_s": 0.5}]});
+        let t = reported(RuntimeKind::Tokio, &tokio);
+        assert_eq!(t.busy_s, 2.0);
+        assert_eq!(t.spin_s, 0.0);
+        let later = Reported {
+            busy_s: 5.0,
+            spin_s: 4.0,
+            utilized_s: 3.0,
+        };
+        assert_eq!(
+            later.since(r),
+            Reported {
+                busy_s: 2.125,
+                spin_s: 1.0,
+                utilized_s: 0.25
+            }
+        );
+    }
+
+    /// The gap is in points of one core, and tokio has no spin figure.
+    #[test]
+    fn metrics_of_a_phase() {
+        let record = |setting| PhaseRecord {
+            round: 1,
+            setting,
+            window_s: 10.0,
+            cpu_s: 2.0,
+            reported: Reported {
+                busy_s: 1.5,
+                spin_s: 0.4,
+                utilized_s: 1.2,
+            },
+            bytes: 250_000_000,
+            worker_states: None,
+            storm: StormSummary {
+                streams: 200,
+                writes: 20_000,
+                bytes: 250_000_000,
+                bytes_per_s: 25e6,
+                late_ticks: 0,
+                errors: 0,
+            },
+        };
+        let keel = Pairs(round_metrics(&record(Setting::Keel(Spin::Long))));
+        assert_eq!(keel.get("cpu_pct"), Some(20.0));
+        assert_eq!(keel.get("reported_busy_pct"), Some(15.0));
+        assert_eq!(keel.get("reported_spin_pct"), Some(4.0));
+        assert!((keel.get("gap_pp").unwrap() + 1.0).abs() < 1e-9);
+        assert!((keel.get("reported_over_cpu").unwrap() - 0.95).abs() < 1e-9);
+        assert_eq!(keel.get("received_mb_per_s"), Some(25.0));
+        let tokio = Pairs(round_metrics(&record(Setting::Tokio)));
+        assert_eq!(tokio.get("reported_spin_pct"), None);
+    }
+}
