@@ -99,6 +99,9 @@ pub struct ServeS0Args {
     /// Worker threads of the runtime.
     #[arg(long, default_value_t = default_workers(), value_parser = clap::value_parser!(u64).range(1..=1024))]
     pub workers: u64,
+    /// keel's spin policy (keel's default when left out; tokio has none).
+    #[arg(long, value_enum)]
+    pub spin: Option<Spin>,
     /// Address to bind the HTTP service to.
     #[arg(long, default_value = "127.0.0.1:0")]
     pub addr: SocketAddr,
@@ -309,6 +312,7 @@ pub fn run(command: &ServeCommand) -> Result<(), Error> {
             let opts = s0::S0Opts {
                 workers: usize::try_from(args.workers).unwrap_or(usize::MAX),
                 addr: args.addr,
+                spin: args.spin.map(Spin::policy),
             };
             let running = match args.runtime {
                 RuntimeKind::Keel => s0_keel::start(&opts),

@@ -31,6 +31,9 @@ pub struct S0Opts {
     pub workers: usize,
     /// Address to bind the HTTP service to.
     pub addr: SocketAddr,
+    /// keel's spin policy; `None` keeps the runtime's default. tokio has
+    /// no such setting and refuses one.
+    pub spin: Option<keel::SpinPolicy>,
 }
 
 /// The service: `200 OK` with [`BODY`] for any request.

@@ -22,6 +22,11 @@ use crate::error::Error;
 
 /// Starts the tokio S0 server; returns once it is bound.
 pub fn start(opts: &S0Opts) -> Result<Running, Error> {
+    if let Some(spin) = opts.spin {
+        return Err(Error::usage(format!(
+            "tokio has no spin setting (asked for {spin:?}); leave --spin out"
+        )));
+    }
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(opts.workers)
         .enable_all()

@@ -53,18 +53,18 @@
 //! # Reads into memory hyper has not initialised
 //!
 //! hyper hands a read a cursor over spare capacity that may be
-//! uninitialised, while `futures-io` reads need an initialised `&mut [u8]`.
-//! The adapter zeroes the part of the cursor it reads into, at most
-//! [`READ_CHUNK`] bytes per read, before reading: a memset of a few
-//! kilobytes against a system call, and no unsound reference to
-//! uninitialised bytes.
+//! uninitialised. [`TcpStream`] receives straight into it (`recv(2)` takes
+//! a pointer, not a slice). A `futures-io` stream in [`HyperIo`] needs an
+//! initialised `&mut [u8]`, so the adapter zeroes the part of the cursor it
+//! reads into first, at most [`READ_CHUNK`] bytes per read: a memset
+//! beside a system call, and no reference to uninitialised bytes.
 
 use std::fmt;
 use std::future::Future;
 use std::io::{self, IoSlice};
 use std::mem::MaybeUninit;
 use std::pin::Pin;
-use std::task::{Context, Poll};
+use std::task::{ready, Context, Poll};
 use std::time::{Duration, Instant};
 
 use futures_io::{AsyncRead, AsyncWrite};
@@ -189,9 +189,17 @@ impl hyper::rt::Read for TcpStream {
     fn poll_read(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-        buf: ReadBufCursor<'_>,
+        mut buf: ReadBufCursor<'_>,
     ) -> Poll<io::Result<()>> {
-        read_into_cursor(self.get_mut(), cx, buf)
+        // SAFETY: the unfilled part is only written to, by `recv`, and
+        // never read here.
+        let spare = unsafe { buf.as_mut() };
+        let len = spare.len();
+        let n = ready!(self.poll_read_uninit(cx, spare))?;
+        // SAFETY: `recv` initialised the first `n` bytes of the unfilled
+        // part, and `n <= len`.
+        unsafe { buf.advance(n.min(len)) };
+        Poll::Ready(Ok(()))
     }
 }
 

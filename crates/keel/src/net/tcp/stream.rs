@@ -232,6 +232,33 @@ impl TcpStream {
         self.poll_read_op(cx, len, |mut socket| socket.read(buf))
     }
 
+    /// A read into memory that may be uninitialised (hyper's read
+    /// buffers): the same path as [`poll_read_priv`](Self::poll_read_priv),
+    /// batching included, with the bytes received straight into `buf` by
+    /// `recv(2)`, so nothing has to be zeroed first. On `Ready(Ok(n))` the
+    /// first `n` bytes of `buf` are initialised.
+    #[cfg(all(unix, feature = "hyper"))]
+    pub(crate) fn poll_read_uninit(
+        &self,
+        cx: &mut Context<'_>,
+        buf: &mut [std::mem::MaybeUninit<u8>],
+    ) -> Poll<io::Result<usize>> {
+        use std::os::fd::AsRawFd;
+        let len = buf.len();
+        self.poll_read_op(cx, len, |socket| {
+            // SAFETY: `buf` is valid for writes of `len` bytes for the
+            // whole call (it is borrowed mutably), and `recv` writes at
+            // most `len` bytes into it; the fd is the socket's own, open
+            // while `socket` is borrowed.
+            let n = unsafe { libc::recv(socket.as_raw_fd(), buf.as_mut_ptr().cast(), len, 0) };
+            if n < 0 {
+                Err(io::Error::last_os_error())
+            } else {
+                Ok(n.unsigned_abs())
+            }
+        })
+    }
+
     pub(crate) fn poll_read_vectored_priv(
         &self,
         cx: &mut Context<'_>,
