@@ -994,6 +994,12 @@ fn serve_works_from_inside_the_runtime_and_shutdown_closes_the_listener() {
         wait_until("the listener closes on drop", || {
             TcpStream::connect(addr).is_err()
         });
+
+        // A server that outlives its runtime drops quietly.
+        let orphan = admin::serve("127.0.0.1:0", rt.handle()).unwrap();
+        assert_healthy(orphan.local_addr());
+        support::drop_within(rt);
+        drop(orphan);
     });
 }
 
@@ -1025,4 +1031,84 @@ fn the_endpoint_answers_while_bulk_work_fills_every_worker() {
             }
         });
     });
+}
+
+#[test]
+fn a_client_that_stops_reading_is_let_go() {
+    within(TEST_LIMIT, || {
+        let rt = runtime();
+        let server = Admin::builder()
+            .read_timeout(Duration::from_millis(300))
+            .serve("127.0.0.1:0", rt.handle())
+            .unwrap();
+        let addr = server.local_addr();
+        // Pipelined scrapes whose answers (several MB together) are never
+        // read: the endpoint's writes stall once the socket buffers fill.
+        let mut greedy = connect(addr);
+        let requests = "GET /metrics HTTP/1.1\r\nhost: a\r\n\r\n".repeat(3000);
+        let mut writer = greedy.try_clone().unwrap();
+        let sender = std::thread::spawn(move || {
+            let _ = writer.write_all(requests.as_bytes());
+        });
+        wait_until("the stalled connection is closed", || {
+            server.connections() == 0
+        });
+        assert_healthy(addr);
+        // Only now does the client read: what was sent, then the end.
+        assert!(closed_by_server(&mut greedy));
+        sender.join().unwrap();
+    });
+}
+
+/// Out of file descriptors, `accept` fails; the endpoint pauses and
+/// retries, and serves the waiting connection once descriptors are free.
+/// In a child process, since it lowers the process's descriptor limit.
+#[test]
+fn accept_errors_do_not_stop_the_endpoint() {
+    if !support::in_child_process() {
+        support::run_in_child_process("accept_errors_do_not_stop_the_endpoint");
+        return;
+    }
+    let rt = runtime();
+    let server = admin::serve("127.0.0.1:0", rt.handle()).unwrap();
+    let addr = server.local_addr();
+    assert_healthy(addr);
+
+    // A low limit, so that filling it is quick.
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: `limit` is a valid `rlimit` for getrlimit to fill.
+    let read = unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) };
+    assert_eq!(read, 0);
+    let low = libc::rlimit {
+        rlim_cur: limit.rlim_cur.min(256),
+        rlim_max: limit.rlim_max,
+    };
+    // SAFETY: `low` is a valid `rlimit`; lowering the soft limit below the
+    // hard one is always allowed.
+    let set = unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &low) };
+    assert_eq!(set, 0);
+
+    // Every descriptor taken, then one given back for the client's socket.
+    let mut fillers = Vec::new();
+    loop {
+        match std::fs::File::open("/dev/null") {
+            Ok(file) => fillers.push(file),
+            Err(e) if e.raw_os_error() == Some(libc::EMFILE) => break,
+            Err(e) => panic!("{e}"),
+        }
+    }
+    fillers.pop();
+    let mut client = connect(addr);
+    client
+        .write_all(b"GET /health HTTP/1.1\r\nhost: a\r\nconnection: close\r\n\r\n")
+        .unwrap();
+    // The endpoint cannot accept it for now: EMFILE, a pause, again.
+    std::thread::sleep(Duration::from_millis(350));
+    drop(fillers);
+    let answer = read_answer(&mut client, false).expect("served once descriptors are free");
+    assert_eq!(answer.status, 200);
+    assert_healthy(addr);
 }

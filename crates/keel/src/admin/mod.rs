@@ -39,8 +39,12 @@
 //!
 //! # Limits, and what each protects against
 //!
-//! The endpoint must stay up when clients misbehave, and must never cost
-//! the server it observes more than a bounded amount of memory and tasks:
+//! No client can hold a worker: every connection is a task that waits for
+//! its socket's readiness, and a worker polls it only when there is input
+//! to parse or room to write. What a misbehaving client can hold is a
+//! connection slot, with its task and buffers; the limits bound those, so
+//! the endpoint stays up when clients misbehave and never costs the server
+//! it observes more than a bounded amount of memory and tasks:
 //!
 //! | knob | default | failure it prevents | what a client sees |
 //! |---|---|---|---|
@@ -451,11 +455,10 @@ async fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
     loop {
         match listener.accept().await {
             Ok((stream, peer)) => {
-                let shared = shared.clone();
-                let class = shared.options.class;
-                drop(shared.handle.clone().spawn_in(class, async move {
-                    serve_or_refuse(stream, peer, shared).await;
-                }));
+                let connection = serve_or_refuse(stream, peer, shared.clone());
+                // Detached: the connection's task ends on its own, bounded
+                // by the read timeout.
+                drop(shared.handle.spawn_in(shared.options.class, connection));
             }
             Err(error) => {
                 let pause = matches!(

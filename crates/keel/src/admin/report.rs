@@ -315,7 +315,7 @@ pub(super) fn status(shared: &Shared, stats: &Stats) -> String {
     let mut text = String::with_capacity(512);
     let _ = writeln!(
         text,
-        "keel up {:.1}s, {} workers, {} live tasks",
+        "keel up {:.1} s, {} workers, {} live tasks",
         stats.elapsed.as_secs_f64(),
         stats.workers.len(),
         shared.handle.live_tasks(),
@@ -324,16 +324,20 @@ pub(super) fn status(shared: &Shared, stats: &Stats) -> String {
         text,
         "utilization {utilization:.1}%, spin {spin:.1}% (since start)"
     );
-    let _ = writeln!(text, "class      shares  cpu share  cpu s     qdelay p99");
+    let _ = writeln!(
+        text,
+        "{:<10} {:>7} {:>10} {:>10} {:>10}",
+        "class", "share", "cpu share", "cpu s", "queue p99"
+    );
     for class in &stats.classes {
         let _ = writeln!(
             text,
-            "{:<10} {:>5.1}%  {:>8.1}%  {:<8.3}  {:.0}us",
+            "{:<10} {:>6.1}% {:>9.1}% {:>10.3} {:>10}",
             class.name,
             ratio_pct(u64::from(class.shares) as f64, total_shares as f64),
             pct(class.busy, total_cpu),
             class.busy.as_secs_f64(),
-            micros(class.queue_delay.p99()),
+            short_duration(class.queue_delay.p99()),
         );
     }
     text
@@ -368,6 +372,17 @@ pub(super) fn current_class_name(handle: &Handle) -> &str {
     Class::current()
         .and_then(|class| handle.class_name(class))
         .unwrap_or("none")
+}
+
+/// `d` in µs below a millisecond, in ms below a second, else in s.
+fn short_duration(d: Duration) -> String {
+    if d < Duration::from_millis(1) {
+        format!("{:.0} us", micros(d))
+    } else if d < Duration::from_secs(1) {
+        format!("{:.1} ms", d.as_secs_f64() * 1e3)
+    } else {
+        format!("{:.2} s", d.as_secs_f64())
+    }
 }
 
 fn secs(d: Duration) -> f64 {
