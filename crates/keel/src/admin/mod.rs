@@ -60,14 +60,16 @@
 //! defines for it; 413 is the status for a body that is too large, which
 //! is what the endpoint answers for one.
 //!
-//! When the endpoint closes a connection after an error, it first shuts
-//! down its sending side and then reads and discards what the client still
-//! sends, for at most a second (and at most `read_timeout`): closing a
-//! socket with unread input makes the kernel reset the connection, and a
-//! reset can destroy the error answer before the client has read it. That
-//! second counts against `max_connections`; the 503 answers of refused
-//! connections linger the same way, at most `max_connections` of them at
-//! once (past that, a refused connection is closed at once).
+//! Whenever the endpoint ends a connection (after an error, or after an
+//! answer with `connection: close`), it first shuts down its sending side
+//! and then reads and discards what the client still sends, until the
+//! client closes or for at most a second (and at most `read_timeout`):
+//! closing a socket with unread input makes the kernel reset the
+//! connection, and a reset can destroy the last answer before the client
+//! has read it. That second counts against `max_connections`; the 503
+//! answers of refused connections linger the same way, at most
+//! `max_connections` of them at once (past that, a refused connection is
+//! closed at once).
 //!
 //! Errors of `accept` (out of file descriptors, a connection reset before
 //! it was accepted) never stop the endpoint: it logs them with `tracing`
