@@ -35,10 +35,14 @@
 //! - [`fs`]: files, on the blocking pool.
 //! - [`compat`]: other crates' runtime traits on keel (hyper 1.x, with
 //!   the `hyper` feature).
+//! - `admin` (feature `admin`): the built-in admin endpoint, `/metrics`,
+//!   `/stats`, `/status` and `/health` over HTTP, in the urgent class.
 
 #![warn(missing_docs)]
 #![deny(unsafe_op_in_unsafe_fn)]
 
+#[cfg(feature = "admin")]
+pub mod admin;
 pub mod blocking;
 pub mod compat;
 pub mod fs;

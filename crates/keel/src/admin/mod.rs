@@ -1,0 +1,493 @@
+//! The built-in admin endpoint (feature `admin`): the runtime's own
+//! figures over HTTP/1.1, served by the runtime it describes.
+//!
+//! ```
+//! use keel::Runtime;
+//!
+//! let rt = Runtime::builder().workers(2).build().unwrap();
+//! let admin = keel::admin::serve("127.0.0.1:0", rt.handle()).unwrap();
+//! println!("admin endpoint on http://{}/status", admin.local_addr());
+//! // ... run the server ...
+//! admin.shutdown();
+//! ```
+//!
+//! # Routes
+//!
+//! | route | answer |
+//! |---|---|
+//! | `GET /health` | `200`, `ok\n`: the runtime runs and polls the admin class |
+//! | `GET /status` | `200`, a plain-text summary of a few hundred bytes: uptime, workers, live tasks, utilization and spin since start, each class's CPU share beside its configured share |
+//! | `GET /stats` | `200`, a JSON snapshot (`application/json`); its fields are listed [below](#stats-json) |
+//! | `GET /metrics` | `200`, the [Prometheus families](#metrics) in the OpenMetrics text format (`application/openmetrics-text; version=1.0.0; charset=utf-8`), built from a fresh [`Stats`](crate::stats::Stats) snapshot at each scrape |
+//!
+//! `HEAD` works wherever `GET` does. Other methods on these paths get
+//! `405 Method Not Allowed` (with `allow: GET, HEAD`), other paths
+//! `404 Not Found`; the query string is ignored. Connections are kept
+//! alive between requests, as HTTP/1.1 does by default.
+//!
+//! # Why the urgent class
+//!
+//! The admin endpoint is the control plane: it is what an operator (or
+//! Prometheus, or a load balancer's health check) asks when the server is
+//! in trouble, and trouble usually means every worker is busy. Its tasks
+//! (the accept loop and one task per connection) run in
+//! [`Class::URGENT`] by default, so that under any load they wait at most
+//! one task poll plus one IO interval for a worker, and a health check does
+//! not time out just because bulk work fills the queues. The class is a
+//! knob ([`AdminOptions::class`]) so that a benchmark can run the endpoint
+//! in [`Class::NORMAL`] and measure what the urgent class buys.
+//!
+//! # Limits, and what each protects against
+//!
+//! No client can hold a worker: every connection is a task that waits for
+//! its socket's readiness, and a worker polls it only when there is input
+//! to parse or room to write. What a misbehaving client can hold is a
+//! connection slot, with its task and buffers; the limits bound those, so
+//! the endpoint stays up when clients misbehave and never costs the server
+//! it observes more than a bounded amount of memory and tasks:
+//!
+//! | knob | default | failure it prevents | what a client sees |
+//! |---|---|---|---|
+//! | [`max_connections`](AdminOptions::max_connections) | [16](DEFAULT_MAX_CONNECTIONS) | a flood of connections (or a leak in a scraper) growing tasks and memory without bound | past the limit, `503 Service Unavailable` with `connection: close`, then the connection is closed |
+//! | [`read_timeout`](AdminOptions::read_timeout) | [5 s](DEFAULT_READ_TIMEOUT) | a slow client (slowloris: a request head sent byte by byte, or an idle keep-alive connection) holding a connection slot forever; a client that stops reading answers | the whole request head must arrive within it, or the connection is closed without an answer; a write of the answer that makes no progress for as long also closes it |
+//! | [`max_request_bytes`](AdminOptions::max_request_bytes) | [16 KiB](DEFAULT_MAX_REQUEST_BYTES) | a huge request head (or body) making the endpoint buffer without bound | a head larger than this: `431 Request Header Fields Too Large`; a declared body (`content-length`) larger than this: `413 Payload Too Large`; the connection is closed after either |
+//!
+//! A request that is not HTTP/1.x (garbage, a bad method, header or
+//! version) gets `400 Bad Request` and the connection is closed.
+//!
+//! The head limit answers 431, not 413, because hyper, which parses the
+//! requests, answers an oversized head itself, with the status RFC 6585
+//! defines for it; 413 is the status for a body that is too large, which
+//! is what the endpoint answers for one.
+//!
+//! Whenever the endpoint ends a connection (after an error, or after an
+//! answer with `connection: close`), it first shuts down its sending side
+//! and then reads and discards what the client still sends, until the
+//! client closes or for at most a second (and at most `read_timeout`):
+//! closing a socket with unread input makes the kernel reset the
+//! connection, and a reset can destroy the last answer before the client
+//! has read it. That second counts against `max_connections`; the 503
+//! answers of refused connections linger the same way, at most
+//! `max_connections` of them at once (past that, a refused connection is
+//! closed at once).
+//!
+//! Errors of `accept` (out of file descriptors, a connection reset before
+//! it was accepted) never stop the endpoint: it logs them with `tracing`
+//! and, when the process is out of descriptors or memory, pauses 100 ms
+//! before accepting again, so the loop does not spin on a listener that
+//! stays readable.
+//!
+//! # `/stats` JSON
+//!
+//! Names carry their unit as a suffix: `_s` seconds, `_us` microseconds,
+//! `_pct` percent (0–100; per-worker and window figures are percent of
+//! worker time, so they never exceed 100). Names without a suffix are
+//! counts. Cumulative figures run from the runtime's start.
+//!
+//! | field | type | meaning |
+//! |---|---|---|
+//! | `uptime_s` | number | time since the runtime was built |
+//! | `workers` | integer | worker threads |
+//! | `live_tasks` | integer | tasks spawned and not finished |
+//! | `pending_timers` | integer | timers filed and not yet fired or cancelled |
+//! | `utilization_pct` | number | (task + io + timers) / wall, all workers together, since the runtime started |
+//! | `spin_pct` | number | spin / wall, all workers together, since the runtime started |
+//! | `worker_states[]` | array | one object per worker, by index: |
+//! | `worker_states[].worker` | integer | the worker's index |
+//! | `worker_states[].wall_s` | number | the worker's accounted wall time (the sum of the states below) |
+//! | `worker_states[].task_s` | number | polling tasks, all classes |
+//! | `worker_states[].io_s`, `.timers_s`, `.search_s`, `.spin_s`, `.parked_s` | number | the other states (see [`WorkerStats`](crate::stats::WorkerStats)) |
+//! | `worker_states[].utilization_pct` | number | (task + io + timers) / wall for this worker |
+//! | `worker_states[].polls` | integer | task polls on this worker, all classes |
+//! | `classes[]` | array | one object per class, by index: |
+//! | `classes[].name`, `.index` | string, integer | the class |
+//! | `classes[].shares` | integer | its configured shares |
+//! | `classes[].configured_share_pct` | number | its shares over all classes' shares: the CPU share it is owed when every class has work |
+//! | `classes[].cpu_s` | number | worker time its polls took |
+//! | `classes[].cpu_share_pct` | number | its `cpu_s` over all classes' `cpu_s`: the share it received |
+//! | `classes[].polls`, `.stalls` | integer | polls, and polls longer than the stall threshold |
+//! | `classes[].queue_delay` | object | wake → first poll: `count` (integer), `mean_us`, `p50_us`, `p90_us`, `p99_us`, `p999_us`, `max_us` (numbers) |
+//! | `blocking` | object | the blocking pool: `threads`, `idle`, `queued`, `waiting`, `completed`, `rejected`, `max_threads`, `queue_capacity` (integers), `busy_s` (number); see [`BlockingStats`](crate::stats::BlockingStats) |
+//! | `deliveries` | object | TCP read deliveries per batch mode: `off`, `fixed`, `adaptive`, each `{count, bytes}` (integers) |
+//! | `admin` | object | this endpoint: `class` (string, the class the answering task ran in), `connections_open`, `connections_rejected` (integer, 503s since it started), `max_connections` (integer) |
+//! | `since_start` | window | accounting against process CPU since the endpoint started ([`serve`] took a baseline) |
+//! | `since_last` | window | the same since the previous `/stats` answer of this endpoint (the first: since it started) |
+//!
+//! A *window* compares what the workers accounted with what the kernel
+//! charged the process over the same span, so anyone can check that they
+//! agree. Its fields:
+//!
+//! | field | type | meaning |
+//! |---|---|---|
+//! | `wall_s` | number | the span, by the runtime's clock |
+//! | `worker_wall_s` | number | wall time the workers accounted in it, all workers together (about `wall_s` × workers) |
+//! | `busy_s` | number | task + io + timers |
+//! | `search_s`, `spin_s`, `parked_s` | number | the other worker states |
+//! | `blocking_busy_s` | number | blocking-pool closures' run time ended in the span |
+//! | `accounted_cpu_s` | number | busy + search + spin + blocking: what should have cost CPU |
+//! | `process_user_s`, `process_system_s`, `process_cpu_s` | number or null | `getrusage(RUSAGE_SELF)` user, system and their sum; `null` where it is unavailable |
+//! | `utilization_pct` | number | `busy_s` / `worker_wall_s` |
+//! | `spin_pct` | number | `spin_s` / `worker_wall_s` |
+//! | `accounted_cpu_pct` | number | `accounted_cpu_s` / `worker_wall_s` |
+//! | `process_cpu_pct` | number or null | `process_cpu_s` / `worker_wall_s`: comparable with `accounted_cpu_pct`; it also counts threads that are not workers nor the blocking pool, such as `block_on`'s caller |
+//!
+//! `since_last` is shared by every client of one endpoint: two clients
+//! polling `/stats` shorten each other's windows. A benchmark that wants
+//! one clean window reads `since_start`, or two `/stats` answers and takes
+//! the second one's `since_last`.
+//!
+//! # Metrics
+//!
+//! Every family is prefixed `keel_`, has a HELP text, and names its unit;
+//! counters end in `_total` in the samples, as OpenMetrics requires.
+//!
+//! | family | type | labels |
+//! |---|---|---|
+//! | `keel_uptime_seconds` | gauge | |
+//! | `keel_workers` | gauge | |
+//! | `keel_live_tasks` | gauge | |
+//! | `keel_pending_timers` | gauge | |
+//! | `keel_worker_state_seconds` | counter | `worker`, `state` (`task`, `io`, `timers`, `search`, `spin`, `parked`) |
+//! | `keel_class_cpu_seconds` | counter | `class` |
+//! | `keel_class_polls` | counter | `class` |
+//! | `keel_class_stalls` | counter | `class` |
+//! | `keel_class_shares` | gauge | `class` |
+//! | `keel_class_queue_delay_seconds` | histogram | `class` (buckets 1 µs to 5 s) |
+//! | `keel_blocking_threads`, `keel_blocking_idle_threads`, `keel_blocking_queued_jobs`, `keel_blocking_waiting_callers` | gauge | |
+//! | `keel_blocking_completed_jobs`, `keel_blocking_rejected_jobs` | counter | |
+//! | `keel_blocking_busy_seconds` | counter | |
+//! | `keel_tcp_deliveries` | counter | `mode` (`off`, `fixed`, `adaptive`) |
+//! | `keel_tcp_delivered_bytes` | counter | `mode` |
+//! | `keel_process_cpu_seconds` | counter | `mode` (`user`, `system`); from `getrusage` |
+//! | `keel_admin_connections` | gauge | |
+//! | `keel_admin_rejected_connections` | counter | |
+//!
+//! The queue-delay histogram is rebuilt at each scrape from the runtime's
+//! own histogram, which has 1% resolution: a delay is counted in the
+//! first bucket whose bound is at least the highest value of its 1% range,
+//! and the `_sum` is the mean times the count.
+
+mod conn;
+mod metrics;
+mod report;
+mod routes;
+
+use std::fmt;
+use std::io;
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use crate::net::{TcpListener, TcpStream};
+use crate::runtime::context;
+use crate::{Class, Handle, JoinHandle};
+
+/// Default [`AdminOptions::max_connections`]: 16.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 16;
+
+/// Default [`AdminOptions::read_timeout`]: 5 s.
+pub const DEFAULT_READ_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Default [`AdminOptions::max_request_bytes`]: 16 KiB.
+pub const DEFAULT_MAX_REQUEST_BYTES: usize = 16 * 1024;
+
+/// The smallest [`AdminOptions::max_request_bytes`]: 8 KiB, the smallest
+/// read buffer hyper accepts; smaller settings are raised to it.
+pub const MIN_MAX_REQUEST_BYTES: usize = 8 * 1024;
+
+/// The longest a connection lingers after an error, reading and
+/// discarding input so that its error answer is not destroyed by a reset.
+const LINGER: Duration = Duration::from_secs(1);
+
+/// How long the accept loop pauses when the process is out of file
+/// descriptors or memory.
+const ACCEPT_PAUSE: Duration = Duration::from_millis(100);
+
+/// Serves the admin endpoint on `addr` with the default
+/// [`AdminOptions`], in `handle`'s runtime.
+///
+/// May be called from inside or outside the runtime. The listener is
+/// bound before this returns, so `addr` may use port 0 and
+/// [`AdminServer::local_addr`] tells the port chosen.
+///
+/// # Errors
+///
+/// The OS error of binding `addr` (`AddrInUse`, `PermissionDenied`, ...).
+pub fn serve(addr: impl ToSocketAddrs, handle: &Handle) -> io::Result<AdminServer> {
+    AdminOptions::new().serve(addr, handle)
+}
+
+/// The entry point for configuring an admin endpoint; see
+/// [`Admin::builder`].
+#[derive(Debug)]
+pub enum Admin {}
+
+impl Admin {
+    /// Options for an admin endpoint, every knob at its default; set the
+    /// knobs and call [`AdminOptions::serve`].
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use keel::{admin::Admin, Class, Runtime};
+    ///
+    /// let rt = Runtime::builder().workers(2).build().unwrap();
+    /// let admin = Admin::builder()
+    ///     .max_connections(4)
+    ///     .read_timeout(Duration::from_secs(2))
+    ///     .class(Class::NORMAL)
+    ///     .serve("127.0.0.1:0", rt.handle())
+    ///     .unwrap();
+    /// # drop(admin);
+    /// ```
+    pub fn builder() -> AdminOptions {
+        AdminOptions::new()
+    }
+}
+
+/// The admin endpoint's knobs; each is described with the failure it
+/// prevents in the [module docs](self#limits-and-what-each-protects-against).
+#[derive(Debug, Clone)]
+pub struct AdminOptions {
+    max_connections: usize,
+    read_timeout: Duration,
+    max_request_bytes: usize,
+    class: Class,
+}
+
+impl Default for AdminOptions {
+    fn default() -> AdminOptions {
+        AdminOptions::new()
+    }
+}
+
+impl AdminOptions {
+    /// Every knob at its default.
+    pub fn new() -> AdminOptions {
+        AdminOptions {
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+            read_timeout: DEFAULT_READ_TIMEOUT,
+            max_request_bytes: DEFAULT_MAX_REQUEST_BYTES,
+            class: Class::URGENT,
+        }
+    }
+
+    /// The most connections served at once. Default:
+    /// [16](DEFAULT_MAX_CONNECTIONS). A connection past the limit gets
+    /// `503 Service Unavailable` and is closed, so a flood of connections
+    /// cannot grow the endpoint's tasks and memory without bound. A
+    /// connection counts from its accept until it is closed, including
+    /// the lingering second after an error.
+    pub fn max_connections(&mut self, max: usize) -> &mut AdminOptions {
+        self.max_connections = max;
+        self
+    }
+
+    /// How long a client may take to send a whole request head (and how
+    /// long an idle keep-alive connection stays open); a write of the
+    /// answer that makes no progress for this long also closes the
+    /// connection. Default: [5 s](DEFAULT_READ_TIMEOUT). Prevents a slow
+    /// client (slowloris) from holding a connection slot forever. A
+    /// connection that runs out of time is closed without an answer.
+    ///
+    /// # Panics
+    ///
+    /// If `timeout` is zero.
+    #[track_caller]
+    pub fn read_timeout(&mut self, timeout: Duration) -> &mut AdminOptions {
+        assert!(
+            !timeout.is_zero(),
+            "the admin read timeout must not be zero"
+        );
+        self.read_timeout = timeout;
+        self
+    }
+
+    /// The largest request head accepted, in bytes, and the largest
+    /// declared body. Default: [16 KiB](DEFAULT_MAX_REQUEST_BYTES); at
+    /// least [8 KiB](MIN_MAX_REQUEST_BYTES) (smaller values are raised).
+    /// Bounds the memory one connection can make the endpoint buffer. A
+    /// larger head gets `431 Request Header Fields Too Large`, a larger
+    /// `content-length` `413 Payload Too Large`, and the connection is
+    /// closed.
+    pub fn max_request_bytes(&mut self, bytes: usize) -> &mut AdminOptions {
+        self.max_request_bytes = bytes.max(MIN_MAX_REQUEST_BYTES);
+        self
+    }
+
+    /// The class the endpoint's tasks run in. Default: [`Class::URGENT`],
+    /// so the endpoint answers while bulk work fills every queue (see the
+    /// [module docs](self#why-the-urgent-class)).
+    pub fn class(&mut self, class: Class) -> &mut AdminOptions {
+        self.class = class;
+        self
+    }
+
+    /// Binds `addr` and serves the endpoint in `handle`'s runtime, with
+    /// these options. May be called from inside or outside the runtime.
+    ///
+    /// # Errors
+    ///
+    /// The OS error of binding `addr`, or `InvalidInput` if the
+    /// configured class does not exist in the runtime.
+    pub fn serve(&self, addr: impl ToSocketAddrs, handle: &Handle) -> io::Result<AdminServer> {
+        if handle.class_name(self.class).is_none() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "class {} does not exist in this runtime",
+                    self.class.index()
+                ),
+            ));
+        }
+        let listener = {
+            // Sockets register with the current runtime's reactor: make it
+            // `handle`'s for the bind, wherever this is called from.
+            let _enter = context::enter(handle.clone());
+            TcpListener::bind(addr)?
+        };
+        let local_addr = listener.local_addr()?;
+        let baseline = report::Sample::take(&handle.stats());
+        let shared = Arc::new(Shared {
+            handle: handle.clone(),
+            options: self.clone(),
+            open: AtomicUsize::new(0),
+            lingering_refusals: AtomicUsize::new(0),
+            rejected: AtomicU64::new(0),
+            last: Mutex::new(baseline.clone()),
+            start: baseline,
+        });
+        let task = handle.spawn_in(self.class, accept_loop(listener, shared.clone()));
+        Ok(AdminServer {
+            local_addr,
+            task,
+            shared,
+        })
+    }
+}
+
+/// A running admin endpoint. Dropping it, or [`shutdown`](Self::shutdown),
+/// stops accepting connections and closes the listener; connections
+/// already accepted finish their current request (each is bounded by the
+/// read timeout).
+pub struct AdminServer {
+    local_addr: SocketAddr,
+    task: JoinHandle<()>,
+    shared: Arc<Shared>,
+}
+
+impl AdminServer {
+    /// The address the endpoint listens on.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    /// Connections being served now (not counting refused ones).
+    pub fn connections(&self) -> usize {
+        self.shared.open.load(Ordering::Relaxed)
+    }
+
+    /// Connections refused with `503` since the endpoint started.
+    pub fn rejected_connections(&self) -> u64 {
+        self.shared.rejected.load(Ordering::Relaxed)
+    }
+
+    /// Stops accepting connections and closes the listener (as dropping
+    /// the server does). The listener closes when the runtime next runs
+    /// the accept task, which is at once unless every worker is busy.
+    pub fn shutdown(self) {
+        drop(self);
+    }
+}
+
+impl Drop for AdminServer {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl fmt::Debug for AdminServer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AdminServer")
+            .field("local_addr", &self.local_addr)
+            .field("options", &self.shared.options)
+            .field("connections", &self.connections())
+            .finish_non_exhaustive()
+    }
+}
+
+/// What the accept loop and every connection of one endpoint share.
+struct Shared {
+    handle: Handle,
+    options: AdminOptions,
+    /// Connections being served.
+    open: AtomicUsize,
+    /// Refused connections still lingering after their 503.
+    lingering_refusals: AtomicUsize,
+    /// Connections refused since the start.
+    rejected: AtomicU64,
+    /// The accounting when the endpoint started.
+    start: report::Sample,
+    /// The accounting at the previous `/stats` answer.
+    last: Mutex<report::Sample>,
+}
+
+/// Takes one unit of `counter` if it is below `max`; the unit is given
+/// back when the permit drops.
+struct Permit<'a>(&'a AtomicUsize);
+
+impl<'a> Permit<'a> {
+    fn try_take(counter: &'a AtomicUsize, max: usize) -> Option<Permit<'a>> {
+        counter
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < max).then_some(n + 1)
+            })
+            .ok()
+            .map(|_| Permit(counter))
+    }
+}
+
+impl Drop for Permit<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+async fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
+    loop {
+        match listener.accept().await {
+            Ok((stream, peer)) => {
+                let connection = serve_or_refuse(stream, peer, shared.clone());
+                // Detached: the connection's task ends on its own, bounded
+                // by the read timeout.
+                drop(shared.handle.spawn_in(shared.options.class, connection));
+            }
+            Err(error) => {
+                let pause = matches!(
+                    error.raw_os_error(),
+                    Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM)
+                );
+                tracing::warn!(%error, pause, "admin endpoint: accept failed");
+                if pause {
+                    crate::time::sleep(ACCEPT_PAUSE).await;
+                }
+            }
+        }
+    }
+}
+
+async fn serve_or_refuse(stream: TcpStream, peer: SocketAddr, shared: Arc<Shared>) {
+    let max = shared.options.max_connections;
+    match Permit::try_take(&shared.open, max) {
+        Some(_permit) => conn::serve(stream, peer, &shared).await,
+        None => {
+            shared.rejected.fetch_add(1, Ordering::Relaxed);
+            tracing::debug!(%peer, max, "admin endpoint: connection refused, at the limit");
+            match Permit::try_take(&shared.lingering_refusals, max) {
+                Some(_lingering) => conn::refuse(stream, &shared.options).await,
+                // Too many refusals already lingering: close at once.
+                None => drop(stream),
+            }
+        }
+    }
+}
