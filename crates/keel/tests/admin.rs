@@ -427,6 +427,36 @@ fn exercise(rt: &Runtime) {
 }
 
 #[test]
+fn status_section_is_appended() {
+    within(TEST_LIMIT, || {
+        let rt = runtime();
+        let calls = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let counted = calls.clone();
+        let server = admin::Admin::builder()
+            .status_section(move || {
+                let n = counted.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+                format!("app requests: {n}\n")
+            })
+            .serve("127.0.0.1:0", rt.handle())
+            .unwrap();
+        let addr = server.local_addr();
+        for n in 1..=2 {
+            let status = get(addr, "/status");
+            assert_eq!(status.status, 200);
+            assert!(status.body.contains("live tasks"), "{}", status.body);
+            assert!(
+                status.body.ends_with(&format!("app requests: {n}\n")),
+                "{}",
+                status.body
+            );
+        }
+        // Only /status runs it.
+        assert_eq!(get(addr, "/stats").status, 200);
+        assert_eq!(calls.load(std::sync::atomic::Ordering::Relaxed), 2);
+    });
+}
+
+#[test]
 fn health_status_and_errors_of_routing() {
     within(TEST_LIMIT, || {
         let rt = runtime();

@@ -20,7 +20,6 @@ pub mod s2;
 pub mod s2_keel;
 pub mod s2_tokio;
 pub mod s3;
-pub mod s3_admin_keel;
 pub mod s3_backend;
 pub mod s3_keel;
 pub mod s3_tokio;

@@ -1,9 +1,10 @@
 //! The S3 proxy on keel: the same proxy as `s3_tokio`, with its work
 //! sorted into classes.
 //!
-//! - The admin endpoint runs in `Class::URGENT`: it is the control plane,
-//!   and an urgent task waits at most one task poll plus one IO interval,
-//!   however much forwarding is queued.
+//! - The admin endpoint is keel's own (`keel::admin`), in `Class::URGENT`:
+//!   it is the control plane, and an urgent task waits at most one task
+//!   poll plus one IO interval, however much forwarding is queued. Its
+//!   `/status` is the runtime's summary followed by the proxy's counters.
 //! - The accept loop and each connection's setup (the backend connect)
 //!   run in `Class::NORMAL`, so new connections keep being taken while
 //!   bulk transfers saturate the workers.
@@ -34,7 +35,7 @@ use keel::Class;
 
 use super::s1_keel::{accept_each, bind, stats_json};
 use super::s3::{status_text, OpenConnection, ProxyCounters, ProxyOpts, BUFFER, CONNECT_TIMEOUT};
-use super::{s3_admin_keel, Running};
+use super::Running;
 use crate::error::Error;
 
 /// The class of each part of the proxy.
@@ -76,18 +77,25 @@ pub fn start(opts: &ProxyOpts) -> Result<Running, Error> {
     let classes = Classes::new(opts.single_class);
     let counters = Arc::new(ProxyCounters::default());
     let (listener, addr) = bind(&rt, opts.listen)?;
-    let admin_addr = match opts.admin {
-        Some(admin) => {
+    let admin = match opts.admin {
+        Some(addr) => {
             let counters = Arc::clone(&counters);
             let workers = opts.workers;
-            let status = Arc::new(move || {
-                counters.admin_requests.fetch_add(1, Ordering::Relaxed);
-                status_text("keel", workers, &counters)
-            });
-            Some(s3_admin_keel::serve(&rt, admin, classes.admin, status)?)
+            let server = keel::admin::Admin::builder()
+                .class(classes.admin)
+                .status_section(move || {
+                    counters.admin_requests.fetch_add(1, Ordering::Relaxed);
+                    status_text("keel", workers, &counters)
+                })
+                .serve(addr, rt.handle())
+                .map_err(|e| {
+                    Error::new(format!("cannot serve the admin endpoint on {addr}: {e}"))
+                })?;
+            Some(server)
         }
         None => None,
     };
+    let admin_addr = admin.as_ref().map(keel::admin::AdminServer::local_addr);
     rt.spawn_in(
         classes.setup,
         accept_loop(listener, opts.backend, classes, Arc::clone(&counters)),
@@ -108,7 +116,8 @@ pub fn start(opts: &ProxyOpts) -> Result<Running, Error> {
             value["proxy"] = counters.to_json();
             value
         }),
-        guard: Box::new(rt),
+        // The admin endpoint stops before its runtime.
+        guard: Box::new((admin, rt)),
     })
 }
 

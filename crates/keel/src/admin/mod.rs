@@ -253,6 +253,18 @@ pub struct AdminOptions {
     read_timeout: Duration,
     max_request_bytes: usize,
     class: Class,
+    status_section: Option<StatusSection>,
+}
+
+/// The application's part of `/status` (see
+/// [`AdminOptions::status_section`]).
+#[derive(Clone)]
+struct StatusSection(Arc<dyn Fn() -> String + Send + Sync>);
+
+impl fmt::Debug for StatusSection {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("StatusSection(..)")
+    }
 }
 
 impl Default for AdminOptions {
@@ -269,6 +281,7 @@ impl AdminOptions {
             read_timeout: DEFAULT_READ_TIMEOUT,
             max_request_bytes: DEFAULT_MAX_REQUEST_BYTES,
             class: Class::URGENT,
+            status_section: None,
         }
     }
 
@@ -320,6 +333,19 @@ impl AdminOptions {
     /// [module docs](self#why-the-urgent-class)).
     pub fn class(&mut self, class: Class) -> &mut AdminOptions {
         self.class = class;
+        self
+    }
+
+    /// Text that `/status` appends after keel's own lines: the
+    /// application's part of the status (connections open, requests
+    /// served, its version). Default: none. `section` runs on a worker, in
+    /// the endpoint's class, once per `/status` request; keep it cheap
+    /// (atomic loads, a format), as a slow one delays the answer.
+    pub fn status_section(
+        &mut self,
+        section: impl Fn() -> String + Send + Sync + 'static,
+    ) -> &mut AdminOptions {
+        self.status_section = Some(StatusSection(Arc::new(section)));
         self
     }
 

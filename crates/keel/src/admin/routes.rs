@@ -39,7 +39,11 @@ pub(super) fn answer(shared: &Arc<Shared>, request: &Request<Incoming>) -> Respo
         "/health" => plain(StatusCode::OK, "ok\n"),
         "/status" => {
             let stats = shared.handle.stats();
-            plain(StatusCode::OK, report::status(shared, &stats))
+            let mut text = report::status(shared, &stats);
+            if let Some(section) = &shared.options.status_section {
+                text.push_str(&(section.0)());
+            }
+            plain(StatusCode::OK, text)
         }
         "/stats" => {
             let stats = shared.handle.stats();
