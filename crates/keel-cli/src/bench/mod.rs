@@ -25,6 +25,7 @@ pub mod report;
 pub mod s0;
 pub mod s1;
 pub mod s2;
+pub mod s3;
 pub mod s4;
 pub mod s5;
 pub mod stats;
@@ -59,15 +60,12 @@ pub struct RunSpec {
 }
 
 /// Scenarios that can run in this build.
-pub const AVAILABLE: &[&str] = &["s0", "s1", "s2", "s4", "s5"];
-
-/// Scenarios described in SCENARIOS.md that do not exist yet.
-pub const PLANNED: &[&str] = &["s3"];
+pub const AVAILABLE: &[&str] = &["s0", "s1", "s2", "s3", "s4", "s5"];
 
 /// Flags of `keel bench`.
 #[derive(Debug, Args)]
 pub struct BenchArgs {
-    /// Scenarios to run (s0, s1, s2, s4, s5); all available ones when none is given.
+    /// Scenarios to run (s0 to s5); all available ones when none is given.
     #[arg(value_name = "SCENARIO")]
     pub scenarios: Vec<String>,
     /// About a second per phase and one round: checks that the figures
@@ -118,6 +116,15 @@ pub struct BenchArgs {
     /// S2: keel batching, the longest a byte waits, ms.
     #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..=60_000))]
     pub max_delay_ms: u64,
+    /// S3: connections downloading the 1 MiB object in a loop.
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u64).range(1..=1024))]
+    pub bulk: u64,
+    /// S3: clients opening a new connection per request.
+    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u64).range(1..=4096))]
+    pub rate_clients: u64,
+    /// S3: milliseconds between admin requests.
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..=60_000))]
+    pub admin_interval_ms: u64,
     /// S4: sending connections.
     #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u64).range(1..=20_000))]
     pub senders: u64,
@@ -169,10 +176,6 @@ pub fn select(names: &[String]) -> Result<Vec<&'static str>, Error> {
             if !chosen.contains(&id) {
                 chosen.push(id);
             }
-        } else if PLANNED.contains(&wanted.as_str()) {
-            return Err(Error::usage(format!(
-                "scenario {wanted} is not available in this build yet; available: {available}"
-            )));
         } else {
             return Err(Error::usage(format!(
                 "unknown scenario {name:?}; available: {available}"
@@ -237,6 +240,12 @@ pub fn run(args: &BenchArgs) -> Result<(), Error> {
                 job_ms: args.job_ms,
                 min_bytes: args.min_bytes,
                 max_delay_ms: args.max_delay_ms,
+            })?,
+            "s3" => s3::run(&s3::S3Config {
+                run: spec.clone(),
+                bulk: args.bulk,
+                clients: args.rate_clients,
+                admin_interval_ms: args.admin_interval_ms,
             })?,
             "s4" => s4::run(&s4::S4Config {
                 run: spec.clone(),
@@ -307,24 +316,28 @@ pub fn run(args: &BenchArgs) -> Result<(), Error> {
 mod tests {
     use super::*;
 
-    /// Named, default, deduplicated, planned and unknown scenarios.
+    /// Named, default, deduplicated and unknown scenarios.
     #[test]
     fn selects_scenarios() {
-        assert_eq!(select(&[]).unwrap(), vec!["s0", "s1", "s2", "s4", "s5"]);
+        assert_eq!(
+            select(&[]).unwrap(),
+            vec!["s0", "s1", "s2", "s3", "s4", "s5"]
+        );
         assert_eq!(select(&["S1".into(), "s1".into()]).unwrap(), vec!["s1"]);
-        let planned = select(&["s3".into()]).unwrap_err();
-        assert_eq!(planned.code(), 2);
-        assert!(planned.to_string().contains("not available"), "{planned}");
-        assert!(
-            planned
-                .to_string()
-                .contains("available: s0, s1, s2, s4, s5"),
-            "{planned}"
+        assert_eq!(
+            select(&["s5".into(), "S3".into()]).unwrap(),
+            vec!["s5", "s3"]
         );
         let unknown = select(&["s9".into()]).unwrap_err();
         assert_eq!(unknown.code(), 2);
         assert!(
             unknown.to_string().contains("unknown scenario"),
+            "{unknown}"
+        );
+        assert!(
+            unknown
+                .to_string()
+                .contains("available: s0, s1, s2, s3, s4, s5"),
             "{unknown}"
         );
     }
