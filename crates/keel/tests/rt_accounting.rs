@@ -145,3 +145,58 @@ fn an_idle_worker_without_spin_reports_parked() {
         assert_eq!(worker.spin, Duration::ZERO);
     }
 }
+
+/// CPU time of the calling thread, as the kernel counts it.
+#[cfg(target_os = "linux")]
+fn thread_cpu() -> Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec for the whole call.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    assert_eq!(rc, 0);
+    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
+
+/// A worker that computes for 60 ms of its thread's CPU time reports at
+/// least that much `cpu`, and no more than it spent in on-CPU states (plus
+/// the millisecond its sample may trail by); a parked worker's `cpu` does
+/// not grow.
+#[cfg(target_os = "linux")]
+#[test]
+fn worker_cpu_time_comes_from_the_kernel() {
+    let rt = Runtime::builder()
+        .workers(1)
+        .spin(SpinPolicy::None)
+        .build()
+        .unwrap();
+    let before = rt.stats();
+    rt.block_on(rt.handle().spawn(async {
+        let start = thread_cpu();
+        while thread_cpu() - start < Duration::from_millis(60) {
+            std::hint::spin_loop();
+        }
+    }))
+    .unwrap();
+    // Let the worker park (it publishes, and samples, before it sleeps).
+    std::thread::sleep(Duration::from_millis(50));
+    let after = rt.stats();
+    let worker = after.workers[0].since(&before.workers[0]);
+    eprintln!("{worker:?}, on cpu {:?}", worker.on_cpu());
+    assert!(worker.cpu >= Duration::from_millis(59), "{worker:?}");
+    assert!(
+        worker.cpu <= worker.on_cpu() + Duration::from_millis(2),
+        "cpu {:?} beyond on-CPU states {:?}",
+        worker.cpu,
+        worker.on_cpu()
+    );
+    assert!(worker.preempted() <= worker.on_cpu());
+
+    // Parked: its clock stands still.
+    std::thread::sleep(Duration::from_millis(100));
+    let later = rt.stats();
+    let idle = later.workers[0].since(&after.workers[0]);
+    assert!(idle.parked >= Duration::from_millis(90), "{idle:?}");
+    assert!(idle.cpu <= Duration::from_millis(5), "{idle:?}");
+}

@@ -17,7 +17,11 @@
 //! the verdict. keel's *utilization* (tasks, IO and timers, without
 //! searching) is reported beside it. tokio's report is its per-worker
 //! busy time (stable `RuntimeMetrics::worker_total_busy_duration`); it
-//! has no spin figure.
+//! has no spin figure. keel also samples the CPU clock of each worker
+//! thread, reported as `workers_thread_cpu_pct`: the part of the process
+//! CPU its workers used, which tells a gap caused by preemption (states
+//! above the thread clock) from one caused by other threads (process CPU
+//! above the thread clock).
 //!
 //! Rounds interleave the settings and alternate their order; figures are
 //! medians across rounds.
@@ -121,6 +125,9 @@ struct Reported {
     spin_s: f64,
     /// keel's utilization numerator: tasks, IO and timers (tokio: busy).
     utilized_s: f64,
+    /// keel: CPU time the kernel charged to the worker threads (zero for
+    /// tokio, which does not sample it).
+    thread_cpu_s: f64,
 }
 
 /// One phase's figures with where it sat in the run.
@@ -349,12 +356,14 @@ fn reported(runtime: RuntimeKind, accounting: &Value) -> Reported {
                 busy_s: utilized + sum("search_s"),
                 spin_s: sum("spin_s"),
                 utilized_s: utilized,
+                thread_cpu_s: sum("cpu_s"),
             }
         }
         RuntimeKind::Tokio => Reported {
             busy_s: sum("busy_s"),
             spin_s: 0.0,
             utilized_s: sum("busy_s"),
+            thread_cpu_s: 0.0,
         },
     }
 }
@@ -366,6 +375,7 @@ impl Reported {
             busy_s: (self.busy_s - earlier.busy_s).max(0.0),
             spin_s: (self.spin_s - earlier.spin_s).max(0.0),
             utilized_s: (self.utilized_s - earlier.utilized_s).max(0.0),
+            thread_cpu_s: (self.thread_cpu_s - earlier.thread_cpu_s).max(0.0),
         }
     }
 }
@@ -382,6 +392,7 @@ fn round_metrics(record: &PhaseRecord) -> Vec<(&'static str, f64)> {
         ("reported_busy_pct", busy),
         ("reported_spin_pct", spin),
         ("reported_utilization_pct", pct(record.reported.utilized_s)),
+        ("workers_thread_cpu_pct", pct(record.reported.thread_cpu_s)),
         ("gap_pp", busy + spin - cpu),
         (
             "reported_over_cpu",
@@ -394,8 +405,10 @@ fn round_metrics(record: &PhaseRecord) -> Vec<(&'static str, f64)> {
         ("cpu_s", record.cpu_s),
     ];
     if record.setting == Setting::Tokio {
-        // tokio reports no spin: leave the figure out rather than claim 0.
-        metrics.retain(|(name, _)| *name != "reported_spin_pct");
+        // tokio reports no spin and samples no thread clock: leave the
+        // figures out rather than claim 0.
+        metrics
+            .retain(|(name, _)| !matches!(*name, "reported_spin_pct" | "workers_thread_cpu_pct"));
     }
     metrics
 }
@@ -521,8 +534,8 @@ mod tests {
     #[test]
     fn reads_the_accounting() {
         let keel = json!({"workers": [
-            {"busy_s": 1.0, "io_s": 0.5, "timers_s": 0.25, "search_s": 0.125, "spin_s": 2.0, "parked_s": 9.0},
-            {"busy_s": 1.0, "io_s": 0.0, "timers_s": 0.0, "search_s": 0.0, "spin_s": 1.0, "parked_s": 9.0},
+            {"busy_s": 1.0, "io_s": 0.5, "timers_s": 0.25, "search_s": 0.125, "spin_s": 2.0, "parked_s": 9.0, "cpu_s": 4.0},
+            {"busy_s": 1.0, "io_s": 0.0, "timers_s": 0.0, "search_s": 0.0, "spin_s": 1.0, "parked_s": 9.0, "cpu_s": 1.5},
         ]});
         let r = reported(RuntimeKind::Keel, &keel);
         assert_eq!(
@@ -530,7 +543,8 @@ mod tests {
             Reported {
                 busy_s: 2.875,
                 spin_s: 3.0,
-                utilized_s: 2.75
+                utilized_s: 2.75,
+                thread_cpu_s: 5.5,
             }
         );
         let tokio = json!({"workers": [{"busy_s": 1.5}, {"busy_s": 0.5}]});
@@ -541,13 +555,15 @@ mod tests {
             busy_s: 5.0,
             spin_s: 4.0,
             utilized_s: 3.0,
+            thread_cpu_s: 6.0,
         };
         assert_eq!(
             later.since(r),
             Reported {
                 busy_s: 2.125,
                 spin_s: 1.0,
-                utilized_s: 0.25
+                utilized_s: 0.25,
+                thread_cpu_s: 0.5,
             }
         );
     }
@@ -564,6 +580,7 @@ mod tests {
                 busy_s: 1.5,
                 spin_s: 0.4,
                 utilized_s: 1.2,
+                thread_cpu_s: 1.8,
             },
             bytes: 250_000_000,
             worker_states: None,
@@ -583,7 +600,9 @@ mod tests {
         assert!((keel.get("gap_pp").unwrap() + 1.0).abs() < 1e-9);
         assert!((keel.get("reported_over_cpu").unwrap() - 0.95).abs() < 1e-9);
         assert_eq!(keel.get("received_mb_per_s"), Some(25.0));
+        assert_eq!(keel.get("workers_thread_cpu_pct"), Some(18.0));
         let tokio = Pairs(round_metrics(&record(Setting::Tokio)));
         assert_eq!(tokio.get("reported_spin_pct"), None);
+        assert_eq!(tokio.get("workers_thread_cpu_pct"), None);
     }
 }

@@ -127,6 +127,7 @@ pub fn stats_json(stats: &keel::stats::Stats) -> Value {
                 "timers_s": secs(w.timers),
                 "io_s": secs(w.io),
                 "wall_s": secs(w.wall()),
+                "cpu_s": secs(w.cpu),
                 "polls": w.polls.iter().sum::<u64>(),
             })
         })

@@ -89,6 +89,8 @@ struct WorkerJson {
     parked_s: f64,
     utilization_pct: f64,
     polls: u64,
+    cpu_s: f64,
+    preempted_s: f64,
 }
 
 #[derive(Serialize)]
@@ -250,6 +252,8 @@ pub(super) fn stats_json(shared: &Shared, stats: &Stats) -> String {
                 parked_s: secs(w.parked),
                 utilization_pct: w.utilization() * 100.0,
                 polls: w.polls.iter().sum(),
+                cpu_s: secs(w.cpu),
+                preempted_s: secs(w.preempted()),
             })
             .collect(),
         classes: stats

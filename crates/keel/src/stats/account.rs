@@ -17,6 +17,15 @@
 //! cooperation, and the only error is the attribution of at most one
 //! publication interval.
 //!
+//! Beside the states, a worker samples the CPU time the kernel charged to
+//! its thread (`CLOCK_THREAD_CPUTIME_ID`) when it publishes, at most once
+//! per [`PUBLISH_NS`] (a system call: not on every park) and when it exits.
+//! The states say where the worker's *wall* time went; the sample says how
+//! much of it the worker actually ran on a core. On a machine with more
+//! runnable threads than cores the two part: a worker that was preempted
+//! while polling counts that time as task time, though the kernel ran
+//! someone else.
+//!
 //! Queue delays (wake → first poll) are kept in a local list per class and
 //! recorded into the shared histograms every [`HISTOGRAM_PUBLISH_NS`] and
 //! before parking. A list, not a local histogram: merging two histograms
@@ -122,6 +131,9 @@ pub(crate) struct Published {
     pub(crate) since: u64,
     /// The worker has exited: `times` is final.
     pub(crate) stopped: bool,
+    /// CPU time of the worker's thread at its last sample, ns (zero where
+    /// the platform has no thread clock).
+    pub(crate) cpu: u64,
 }
 
 impl Published {
@@ -186,6 +198,7 @@ impl WorkerMetrics {
                 state: State::Search,
                 since: 0,
                 stopped: false,
+                cpu: 0,
             }),
             current: AtomicU64::new(encode(State::Search, 0)),
         }
@@ -215,6 +228,8 @@ pub(crate) struct Account {
     since: u64,
     last_publish: u64,
     last_histogram_publish: u64,
+    /// When the thread's CPU clock was last sampled.
+    last_cpu_sample: Option<u64>,
 }
 
 impl Account {
@@ -237,6 +252,7 @@ impl Account {
             since: now,
             last_publish: now,
             last_histogram_publish: now,
+            last_cpu_sample: None,
         }
     }
 
@@ -277,6 +293,7 @@ impl Account {
     /// counters, which stop growing.
     pub(crate) fn stop(&mut self, now: u64) {
         self.switch(State::Search, now);
+        self.last_cpu_sample = None;
         self.publish(now, true);
         lock(&self.shared.published).stopped = true;
     }
@@ -289,6 +306,13 @@ impl Account {
         published.stalls = self.stalls;
         published.state = self.state;
         published.since = self.since;
+        if self
+            .last_cpu_sample
+            .is_none_or(|at| now.saturating_sub(at) >= PUBLISH_NS)
+        {
+            published.cpu = thread_cpu_ns();
+            self.last_cpu_sample = Some(now);
+        }
         if histograms {
             record_delays(&mut published.delays, &mut self.delays);
             self.last_histogram_publish = now;
@@ -312,5 +336,32 @@ fn record_delays(shared: &mut [Histogram<u64>], pending: &mut [Vec<u64>]) {
         for delay in delays.drain(..) {
             histogram.saturating_record(delay.clamp(1, DELAY_MAX_NS));
         }
+    }
+}
+
+/// CPU time the kernel has charged to the calling thread, ns; zero where
+/// the platform has no per-thread CPU clock (and under loom, whose threads
+/// are not the OS's).
+pub(crate) fn thread_cpu_ns() -> u64 {
+    #[cfg(all(target_os = "linux", not(loom)))]
+    {
+        let mut ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: `ts` is a valid, writable timespec for the whole call,
+        // and CLOCK_THREAD_CPUTIME_ID is a clock Linux keeps for every
+        // thread.
+        let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+        if rc == 0 {
+            let secs = u64::try_from(ts.tv_sec).unwrap_or(0);
+            let nanos = u64::try_from(ts.tv_nsec).unwrap_or(0);
+            return secs.saturating_mul(1_000_000_000).saturating_add(nanos);
+        }
+        0
+    }
+    #[cfg(not(all(target_os = "linux", not(loom))))]
+    {
+        0
     }
 }

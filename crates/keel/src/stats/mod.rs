@@ -47,6 +47,7 @@ pub(crate) fn snapshot(shared: &Shared) -> Stats {
                 timers: Duration::from_nanos(Published::timers_ns(&times)),
                 io: Duration::from_nanos(Published::io_ns(&times)),
                 polls: p.polls[..classes].to_vec(),
+                cpu: Duration::from_nanos(p.cpu),
             }
         })
         .collect::<Vec<_>>();

@@ -152,6 +152,12 @@ pub struct WorkerStats {
     pub io: Duration,
     /// Polls, per class.
     pub polls: Vec<u64>,
+    /// CPU time the kernel charged to the worker's thread, sampled when
+    /// the worker publishes (at most once a millisecond, so it may trail
+    /// the states by up to a millisecond of the worker's time); zero on
+    /// platforms without a per-thread CPU clock. Compare it with
+    /// [`on_cpu`](Self::on_cpu): see [`preempted`](Self::preempted).
+    pub cpu: Duration,
 }
 
 impl WorkerStats {
@@ -163,6 +169,25 @@ impl WorkerStats {
     /// The sum of all states: the wall time the worker has accounted.
     pub fn wall(&self) -> Duration {
         self.busy() + self.search + self.spin + self.parked + self.timers + self.io
+    }
+
+    /// Time in the states that run on a core (all but `parked`): what the
+    /// worker would have used of a core of its own.
+    pub fn on_cpu(&self) -> Duration {
+        self.wall().saturating_sub(self.parked)
+    }
+
+    /// How much of [`on_cpu`](Self::on_cpu) the kernel did not run the
+    /// worker: time it waited for a core while other threads or processes
+    /// ran (zero when [`cpu`](Self::cpu) is not sampled). A large figure
+    /// means the machine, not the runtime, is the bottleneck: the worker's
+    /// task time includes waits for the CPU.
+    pub fn preempted(&self) -> Duration {
+        if self.cpu.is_zero() {
+            Duration::ZERO
+        } else {
+            self.on_cpu().saturating_sub(self.cpu)
+        }
     }
 
     /// Task, IO and timer time over wall time, in `0.0..=1.0`.
@@ -193,6 +218,7 @@ impl WorkerStats {
                 .zip(&earlier.polls)
                 .map(|(now, then)| now.saturating_sub(*then))
                 .collect(),
+            cpu: self.cpu.saturating_sub(earlier.cpu),
         }
     }
 }
