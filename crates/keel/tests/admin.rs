@@ -680,7 +680,10 @@ fn stats_json_has_the_documented_fields() {
             assert!((0.0..=100.0).contains(&utilization));
             let cpu = number(worker, "cpu_s");
             let preempted = number(worker, "preempted_s");
-            assert!(cpu >= 0.0 && preempted >= 0.0 && preempted <= wall, "{worker}");
+            assert!(
+                cpu >= 0.0 && preempted >= 0.0 && preempted <= wall,
+                "{worker}"
+            );
             integer(worker, "polls");
         }
 

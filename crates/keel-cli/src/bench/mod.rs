@@ -59,6 +59,40 @@ pub struct RunSpec {
     pub warmup_ms: u64,
 }
 
+impl RunSpec {
+    /// The sizes every scenario reports after its own: the phase length,
+    /// the warm-up, the workers and the rounds.
+    pub fn sizes(&self) -> [(&'static str, serde_json::Value); 4] {
+        [
+            ("duration_s", serde_json::json!(self.duration_s)),
+            ("warmup_ms", serde_json::json!(self.warmup_ms)),
+            ("workers", serde_json::json!(self.workers)),
+            ("runs", serde_json::json!(self.runs)),
+        ]
+    }
+
+    /// Runs `phase(round, item)` for every item in every round (rounds
+    /// from 1), in the order of `items` in odd rounds and reversed in even
+    /// ones, so slow drift on a shared machine lands on every item alike.
+    pub fn interleaved<T: Copy, R>(
+        &self,
+        items: &[T],
+        mut phase: impl FnMut(u32, T) -> Result<R, Error>,
+    ) -> Result<Vec<R>, Error> {
+        let mut out = Vec::with_capacity(items.len() * self.runs as usize);
+        for round in 1..=self.runs {
+            let mut order = items.to_vec();
+            if round % 2 == 0 {
+                order.reverse();
+            }
+            for item in order {
+                out.push(phase(round, item)?);
+            }
+        }
+        Ok(out)
+    }
+}
+
 /// Scenarios that can run in this build.
 pub const AVAILABLE: &[&str] = &["s0", "s1", "s2", "s3", "s4", "s5"];
 

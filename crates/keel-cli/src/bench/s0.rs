@@ -119,16 +119,13 @@ pub fn run(config: &S0Config) -> Result<Outcome, Error> {
             ));
         }
     }
-    let sizes = Pairs(vec![
+    let mut sizes = Pairs(vec![
         ("connections", json!(config.connections)),
-        ("duration_s", json!(config.run.duration_s)),
         ("short_requests", json!(config.requests)),
         ("short_limit_s", json!(config.short_limit_s)),
-        ("warmup_ms", json!(config.run.warmup_ms)),
         ("body_bytes", json!(crate::serve::s0::BODY.len())),
-        ("workers", json!(config.run.workers)),
-        ("runs", json!(config.run.runs)),
     ]);
+    sizes.0.extend(config.run.sizes());
     Ok(Outcome {
         id: "s0",
         title: TITLE,

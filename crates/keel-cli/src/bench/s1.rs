@@ -108,21 +108,18 @@ pub fn run(config: &S1Config) -> Result<Outcome, Error> {
         .collect();
     let verdicts = verdicts(&runs, &config.run.runtimes);
     let (problems, notes) = check(&records, &runs, config.cpu_tasks);
-    let sizes = Pairs(vec![
+    let mut sizes = Pairs(vec![
         ("cpu_tasks", json!(config.cpu_tasks)),
         ("slice_us", json!(config.slice_us)),
-        ("duration_s", json!(config.run.duration_s)),
         ("interval_us", json!(config.interval_us)),
         ("payload_bytes", json!(config.payload)),
-        ("warmup_ms", json!(config.run.warmup_ms)),
-        ("workers", json!(config.run.workers)),
-        ("runs", json!(config.run.runs)),
         ("slice_iters", json!(calibration.iters)),
         (
             "slice_measured_us",
             json!((calibration.measured.as_secs_f64() * 1e7).round() / 10.0),
         ),
     ]);
+    sizes.0.extend(config.run.sizes());
     Ok(Outcome {
         id: "s1",
         title: TITLE,

@@ -138,7 +138,7 @@ pub fn run(config: &S2Config) -> Result<Outcome, Error> {
     }
     let verdicts = verdicts(&runs, &config.run.runtimes);
     let (problems, notes) = check(&records, &runs);
-    let sizes = Pairs(vec![
+    let mut sizes = Pairs(vec![
         ("streams", json!(config.streams)),
         ("chunk_bytes", json!(config.chunk)),
         ("rate_mb_per_s", json!(config.rate_mb)),
@@ -147,11 +147,8 @@ pub fn run(config: &S2Config) -> Result<Outcome, Error> {
         ("job_lines", json!(calibration.iters)),
         ("min_bytes", json!(config.min_bytes)),
         ("max_delay_ms", json!(config.max_delay_ms)),
-        ("duration_s", json!(config.run.duration_s)),
-        ("warmup_ms", json!(config.run.warmup_ms)),
-        ("workers", json!(config.run.workers)),
-        ("runs", json!(config.run.runs)),
     ]);
+    sizes.0.extend(config.run.sizes());
     Ok(Outcome {
         id: "s2",
         title: TITLE,

@@ -125,16 +125,9 @@ struct PhaseRecord {
 /// Runs S3 and judges it.
 pub fn run(config: &S3Config) -> Result<Outcome, Error> {
     let variants = Variant::all(&config.run.runtimes);
-    let mut records = Vec::new();
-    for round in 0..config.run.runs {
-        let mut order = variants.clone();
-        if round % 2 == 1 {
-            order.reverse();
-        }
-        for &variant in &order {
-            records.push(phase(config, round + 1, variant)?);
-        }
-    }
+    let records = config
+        .run
+        .interleaved(&variants, |round, variant| phase(config, round, variant))?;
     let runs: Vec<RunFigures> = variants
         .iter()
         .map(|&variant| RunFigures {
@@ -145,16 +138,13 @@ pub fn run(config: &S3Config) -> Result<Outcome, Error> {
         .collect();
     let verdicts = verdicts(&runs, &config.run.runtimes);
     let (problems, notes) = check(&records, &runs);
-    let sizes = Pairs(vec![
+    let mut sizes = Pairs(vec![
         ("bulk_connections", json!(config.bulk)),
         ("object_bytes", json!(1u64 << 20)),
         ("rate_clients", json!(config.clients)),
         ("admin_interval_ms", json!(config.admin_interval_ms)),
-        ("duration_s", json!(config.run.duration_s)),
-        ("warmup_ms", json!(config.run.warmup_ms)),
-        ("workers", json!(config.run.workers)),
-        ("runs", json!(config.run.runs)),
     ]);
+    sizes.0.extend(config.run.sizes());
     Ok(Outcome {
         id: "s3",
         title: TITLE,

@@ -155,16 +155,9 @@ struct PhaseRecord {
 /// Runs S4 and judges it.
 pub fn run(config: &S4Config) -> Result<Outcome, Error> {
     let settings = Setting::all(&config.run.runtimes);
-    let mut records = Vec::new();
-    for round in 0..config.run.runs {
-        let mut order = settings.clone();
-        if round % 2 == 1 {
-            order.reverse();
-        }
-        for &setting in &order {
-            records.push(phase(config, round + 1, setting)?);
-        }
-    }
+    let records = config
+        .run
+        .interleaved(&settings, |round, setting| phase(config, round, setting))?;
     let runs: Vec<RunFigures> = settings
         .iter()
         .map(|&setting| RunFigures {
@@ -175,15 +168,12 @@ pub fn run(config: &S4Config) -> Result<Outcome, Error> {
         .collect();
     let verdicts = verdicts(&runs, &config.run.runtimes);
     let (problems, notes) = check(&records, &runs);
-    let sizes = Pairs(vec![
+    let mut sizes = Pairs(vec![
         ("senders", json!(config.senders)),
         ("chunk_bytes", json!(config.chunk)),
         ("rate_mb_per_s", json!(config.rate_mb)),
-        ("duration_s", json!(config.run.duration_s)),
-        ("warmup_ms", json!(config.run.warmup_ms)),
-        ("workers", json!(config.run.workers)),
-        ("runs", json!(config.run.runs)),
     ]);
+    sizes.0.extend(config.run.sizes());
     Ok(Outcome {
         id: "s4",
         title: TITLE,

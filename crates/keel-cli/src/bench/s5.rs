@@ -156,16 +156,13 @@ pub fn run(config: &S5Config) -> Result<Outcome, Error> {
             ));
         }
     }
-    let sizes = Pairs(vec![
+    let mut sizes = Pairs(vec![
         ("clients", json!(config.clients)),
         ("record_bytes", json!(config.record)),
-        ("duration_s", json!(config.run.duration_s)),
         ("interval_us", json!(config.interval_us)),
-        ("warmup_ms", json!(config.run.warmup_ms)),
-        ("workers", json!(config.run.workers)),
-        ("runs", json!(config.run.runs)),
         ("data_dir", json!(config.data_dir)),
     ]);
+    sizes.0.extend(config.run.sizes());
     Ok(Outcome {
         id: "s5",
         title: TITLE,

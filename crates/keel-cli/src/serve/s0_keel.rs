@@ -21,14 +21,7 @@ use crate::error::Error;
 
 /// Starts the keel S0 server; returns once it is bound.
 pub fn start(opts: &S0Opts) -> Result<Running, Error> {
-    let mut builder = keel::Runtime::builder();
-    builder.workers(opts.workers);
-    if let Some(spin) = opts.spin {
-        builder.spin(spin);
-    }
-    let rt = builder
-        .build()
-        .map_err(|e| Error::new(format!("cannot start a keel runtime: {e}")))?;
+    let rt = super::s1_keel::runtime(opts.workers, opts.spin)?;
     let (listener, addr) = bind(&rt, opts.addr)?;
     rt.spawn(accept_each(listener, serve));
     let handle = rt.handle().clone();

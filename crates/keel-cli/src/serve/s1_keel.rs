@@ -22,10 +22,7 @@ use crate::error::Error;
 
 /// Starts the keel S1 server (see [`super::S1Start`]).
 pub fn start(opts: &S1Opts, slices: Arc<AtomicU64>) -> Result<Running, Error> {
-    let rt = keel::Runtime::builder()
-        .workers(opts.workers)
-        .build()
-        .map_err(|e| Error::new(format!("cannot start a keel runtime: {e}")))?;
+    let rt = runtime(opts.workers, None)?;
     let (listener, addr) = bind(&rt, opts.addr)?;
     rt.spawn(accept_loop(listener));
     for _ in 0..opts.cpu_tasks {
@@ -41,6 +38,19 @@ pub fn start(opts: &S1Opts, slices: Arc<AtomicU64>) -> Result<Running, Error> {
         runtime_stats: Box::new(move || stats_json(&handle.stats())),
         guard: Box::new(rt),
     })
+}
+
+/// A keel runtime with `workers` workers, the spin policy `spin` (the
+/// runtime's default when `None`) and every other setting at its default.
+pub fn runtime(workers: usize, spin: Option<keel::SpinPolicy>) -> Result<keel::Runtime, Error> {
+    let mut builder = keel::Runtime::builder();
+    builder.workers(workers);
+    if let Some(spin) = spin {
+        builder.spin(spin);
+    }
+    builder
+        .build()
+        .map_err(|e| Error::new(format!("cannot start a keel runtime: {e}")))
 }
 
 /// Binds a listener on `rt` to `addr`; returns it and its bound address.

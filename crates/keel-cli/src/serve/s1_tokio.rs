@@ -22,11 +22,7 @@ use crate::error::Error;
 
 /// Starts the tokio S1 server (see [`super::S1Start`]).
 pub fn start(opts: &S1Opts, slices: Arc<AtomicU64>) -> Result<Running, Error> {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(opts.workers)
-        .enable_all()
-        .build()
-        .map_err(|e| Error::new(format!("cannot start a tokio runtime: {e}")))?;
+    let rt = runtime(opts.workers)?;
     let (listener, addr) = bind(&rt, opts.addr)?;
     rt.spawn(accept_loop(listener));
     for _ in 0..opts.cpu_tasks {
@@ -43,6 +39,16 @@ pub fn start(opts: &S1Opts, slices: Arc<AtomicU64>) -> Result<Running, Error> {
         runtime_stats,
         guard: Box::new(Guard(Some(rt))),
     })
+}
+
+/// A tokio multi-thread runtime with `workers` workers and every other
+/// setting at its default, as a tokio user would build it.
+pub fn runtime(workers: usize) -> Result<Runtime, Error> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(workers)
+        .enable_all()
+        .build()
+        .map_err(|e| Error::new(format!("cannot start a tokio runtime: {e}")))
 }
 
 /// What tokio's stable metrics say about a runtime: its workers, live

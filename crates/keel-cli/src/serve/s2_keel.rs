@@ -26,14 +26,7 @@ pub fn start(opts: &S2Opts) -> Result<Running, Error> {
             opts.mode
         )));
     }
-    let mut builder = keel::Runtime::builder();
-    builder.workers(opts.workers);
-    if let Some(spin) = opts.spin {
-        builder.spin(spin);
-    }
-    let rt = builder
-        .build()
-        .map_err(|e| Error::new(format!("cannot start a keel runtime: {e}")))?;
+    let rt = super::s1_keel::runtime(opts.workers, opts.spin)?;
     let (streams, addr) = bind(&rt, opts.addr)?;
     let (api, api_addr) = bind(&rt, opts.api_addr)?;
     let counters = Arc::new(S2Counters::default());

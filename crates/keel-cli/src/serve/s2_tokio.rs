@@ -27,11 +27,7 @@ pub fn start(opts: &S2Opts) -> Result<Running, Error> {
             "tokio has no spin setting (asked for {spin:?}); leave --spin out"
         )));
     }
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(opts.workers)
-        .enable_all()
-        .build()
-        .map_err(|e| Error::new(format!("cannot start a tokio runtime: {e}")))?;
+    let rt = super::s1_tokio::runtime(opts.workers)?;
     let (streams, addr) = bind(&rt, opts.addr)?;
     let (api, api_addr) = bind(&rt, opts.api_addr)?;
     let counters = Arc::new(S2Counters::default());

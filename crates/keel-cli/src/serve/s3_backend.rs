@@ -131,11 +131,7 @@ struct Counters {
 
 /// Starts the backend.
 pub fn start(opts: &BackendOpts) -> Result<Running, Error> {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(opts.workers)
-        .enable_all()
-        .build()
-        .map_err(|e| Error::new(format!("cannot start a tokio runtime: {e}")))?;
+    let rt = super::s1_tokio::runtime(opts.workers)?;
     LazyLock::force(&ANSWERS);
     let (listener, addr) = bind(&rt, opts.addr)?;
     let counters = Arc::new(Counters::default());

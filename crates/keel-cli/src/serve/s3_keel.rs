@@ -70,10 +70,7 @@ impl Classes {
 
 /// Starts the keel proxy.
 pub fn start(opts: &ProxyOpts) -> Result<Running, Error> {
-    let rt = keel::Runtime::builder()
-        .workers(opts.workers)
-        .build()
-        .map_err(|e| Error::new(format!("cannot start a keel runtime: {e}")))?;
+    let rt = super::s1_keel::runtime(opts.workers, None)?;
     let classes = Classes::new(opts.single_class);
     let counters = Arc::new(ProxyCounters::default());
     let (listener, addr) = bind(&rt, opts.listen)?;

@@ -48,11 +48,7 @@ pub fn start(opts: &ProxyOpts) -> Result<Running, Error> {
             "--single-class is a keel setting: tokio has no classes",
         ));
     }
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(opts.workers)
-        .enable_all()
-        .build()
-        .map_err(|e| Error::new(format!("cannot start a tokio runtime: {e}")))?;
+    let rt = super::s1_tokio::runtime(opts.workers)?;
     let counters = Arc::new(ProxyCounters::default());
     let (listener, addr) = bind(&rt, opts.listen)?;
     let admin_addr = match opts.admin {

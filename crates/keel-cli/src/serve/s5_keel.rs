@@ -40,11 +40,7 @@ pub fn start(opts: &S5Opts) -> Result<Running, Error> {
             opts.mode
         )));
     }
-    let rt = keel::Runtime::builder()
-        .workers(opts.workers)
-        .spin(keel::SpinPolicy::None)
-        .build()
-        .map_err(|e| Error::new(format!("cannot start a keel runtime: {e}")))?;
+    let rt = super::s1_keel::runtime(opts.workers, Some(keel::SpinPolicy::None))?;
     let log = Log::open(&opts.dir, Options::default()).map_err(|e| {
         Error::new(format!(
             "cannot open the log in {}: {e}",

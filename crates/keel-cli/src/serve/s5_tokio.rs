@@ -37,11 +37,7 @@ const MAX_BATCH: usize = 1024;
 
 /// Starts the tokio S5 node.
 pub fn start(opts: &S5Opts) -> Result<Running, Error> {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(opts.workers)
-        .enable_all()
-        .build()
-        .map_err(|e| Error::new(format!("cannot start a tokio runtime: {e}")))?;
+    let rt = super::s1_tokio::runtime(opts.workers)?;
     std::fs::create_dir_all(&opts.dir)
         .map_err(|e| Error::new(format!("cannot create {}: {e}", opts.dir.display())))?;
     let path = opts.dir.join("tokio.log");
