@@ -540,14 +540,42 @@ mod tests {
         assert_eq!(run(&none).unwrap_err().code(), 2);
     }
 
+    /// A TCP socket bound to a loopback port but not listening: connecting
+    /// to the port is refused, and no other test can take it meanwhile
+    /// (a port freed by dropping a listener could be).
+    fn bound_not_listening() -> (std::os::fd::OwnedFd, u16) {
+        use std::os::fd::FromRawFd;
+        // SAFETY: plain socket(2); the result is checked before use.
+        let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_STREAM, 0) };
+        assert!(fd >= 0, "{}", std::io::Error::last_os_error());
+        // SAFETY: `fd` is a fresh descriptor this function owns.
+        let owned = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) };
+        let mut addr = libc::sockaddr_in {
+            sin_family: libc::AF_INET as libc::sa_family_t,
+            sin_port: 0,
+            sin_addr: libc::in_addr {
+                s_addr: u32::from(std::net::Ipv4Addr::LOCALHOST).to_be(),
+            },
+            sin_zero: [0; 8],
+        };
+        let mut len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+        // SAFETY: `addr` is a valid sockaddr_in of `len` bytes, for both
+        // calls; `fd` is open.
+        unsafe {
+            assert_eq!(libc::bind(fd, std::ptr::addr_of!(addr).cast(), len), 0);
+            assert_eq!(
+                libc::getsockname(fd, std::ptr::addr_of_mut!(addr).cast(), &mut len),
+                0
+            );
+        }
+        (owned, u16::from_be(addr.sin_port))
+    }
+
     /// A server that is not there gives errors with a reason, not a hang
     /// or a panic.
     #[test]
     fn counts_connection_failures() {
-        let port = {
-            let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-            listener.local_addr().unwrap().port()
-        };
+        let (_reserved, port) = bound_not_listening();
         for mode in [S0Mode::Keepalive, S0Mode::Short] {
             let summary = run(&HttpLoadOpts {
                 mode,
