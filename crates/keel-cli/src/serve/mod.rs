@@ -179,9 +179,9 @@ pub struct ServeS4Args {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Spin {
-    /// Park as soon as no work is found.
+    /// Park as soon as no work is found (keel's default).
     None,
-    /// Spin 20 µs before parking (keel's default).
+    /// Spin 20 µs before parking.
     Short,
     /// Spin 100 µs.
     Medium,

@@ -63,14 +63,23 @@ pub const DEFAULT_BLOCKING_KEEP_ALIVE: Duration = Duration::from_secs(10);
 /// the cost of a sleep and a wake-up (a few microseconds each), and burns
 /// CPU while it waits. keel accounts spin time separately from task time,
 /// so its utilization figures stay true whatever the setting; process CPU
-/// figures include it. The default is [`SpinPolicy::Short`].
+/// figures include it.
+///
+/// The default is [`SpinPolicy::None`]. A spinning worker holds a core
+/// that, on a machine with no cores to spare (workers as many as cores,
+/// and other busy threads or processes beside them), would have run the
+/// very thread that sends the work: in keel's HTTP benchmark on two cores,
+/// with the load generator beside the server, spinning 20 µs cost
+/// throughput and doubled the tail latency against not spinning. Spin
+/// (`Short`, `Medium`) when the workers have cores of their own and the
+/// wake-up after a pause is what hurts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum SpinPolicy {
     /// Park as soon as no work is found: the least CPU, the slowest
     /// reaction to a burst after a pause.
+    #[default]
     None,
     /// Spin for [`SPIN_SHORT`] (20 µs).
-    #[default]
     Short,
     /// Spin for [`SPIN_MEDIUM`] (100 µs).
     Medium,
@@ -188,7 +197,7 @@ impl Builder {
     }
 
     /// How long an idle worker spins before parking. Default:
-    /// [`SpinPolicy::Short`].
+    /// [`SpinPolicy::None`] (see [`SpinPolicy`] for when to spin).
     pub fn spin(&mut self, spin: SpinPolicy) -> &mut Builder {
         self.spin = spin;
         self
