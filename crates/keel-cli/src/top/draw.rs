@@ -6,7 +6,7 @@
 //! as its own colour, so a frame printed without colours (by `--once`, or
 //! on a terminal without them) reads the same as the live view. Rows are
 //! laid out in fixed-width columns and the bars take the width that is
-//! left, so the frame fits any terminal at least about 80 columns wide.
+//! left, so the frame fits any terminal at least 80 columns wide.
 
 use std::fmt::Write as _;
 use std::time::Duration;
@@ -15,7 +15,7 @@ use ratatui::backend::TestBackend;
 use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::style::{Color, Modifier, Style};
 use ratatui::text::{Line, Span};
-use ratatui::widgets::{Block, Paragraph};
+use ratatui::widgets::{Block, Paragraph, Wrap};
 use ratatui::{Frame, Terminal};
 
 use super::model::{ClassRow, View, WorkerRow, STATES};
@@ -37,7 +37,7 @@ pub struct Screen<'a> {
 }
 
 /// Lines inside the summary box.
-const SUMMARY_LINES: u16 = 5;
+const SUMMARY_LINES: u16 = 6;
 
 /// The glyph and colour of each of [`STATES`], in order.
 const STATE_GLYPHS: [(char, Color); 6] = [
@@ -55,7 +55,7 @@ pub fn height(screen: &Screen<'_>) -> u16 {
         .view
         .map_or((0, 0), |v| (v.workers.len(), v.classes.len()));
     let rows = |n: usize| u16::try_from(n).unwrap_or(u16::MAX);
-    let footer = u16::from(screen.live || screen.error.is_some());
+    let footer = footer_height(screen);
     (SUMMARY_LINES + 2)
         .saturating_add(rows(workers).saturating_add(3))
         .saturating_add(rows(classes).saturating_add(3))
@@ -65,16 +65,24 @@ pub fn height(screen: &Screen<'_>) -> u16 {
 /// Draws `screen` over the whole frame.
 pub fn draw(frame: &mut Frame<'_>, screen: &Screen<'_>) {
     let area = frame.area();
-    let footer = u16::from(screen.live || screen.error.is_some());
-    let class_rows = screen.view.map_or(0, |v| v.classes.len());
-    let [summary, workers, classes, bottom] = Layout::vertical([
+    let footer = footer_height(screen);
+    let (worker_rows, class_rows) = screen
+        .view
+        .map_or((0, 0), |v| (v.workers.len(), v.classes.len()));
+    let rows = |n: usize| u16::try_from(n).unwrap_or(u16::MAX);
+    let class_height = rows(class_rows).saturating_add(3);
+    // The workers take the rows the rest leaves, up to what they need
+    // and at least enough to say how many do not fit; spare rows go
+    // below the classes.
+    let left = area
+        .height
+        .saturating_sub(SUMMARY_LINES + 2 + class_height + footer);
+    let worker_height = rows(worker_rows).saturating_add(3).min(left).max(4);
+    let [summary, workers, classes, _, bottom] = Layout::vertical([
         Constraint::Length(SUMMARY_LINES + 2),
-        Constraint::Min(4),
-        Constraint::Length(
-            u16::try_from(class_rows)
-                .unwrap_or(u16::MAX)
-                .saturating_add(3),
-        ),
+        Constraint::Length(worker_height),
+        Constraint::Length(class_height),
+        Constraint::Fill(1),
         Constraint::Length(footer),
     ])
     .areas(area);
@@ -123,7 +131,17 @@ pub fn draw(frame: &mut Frame<'_>, screen: &Screen<'_>) {
     draw_footer(frame, bottom, screen);
 }
 
-/// The last line: the error of the newest fetch, or the keys.
+/// The rows under the classes: two for an error (long ones wrap), one
+/// for the keys of the live view, none for a printed frame.
+fn footer_height(screen: &Screen<'_>) -> u16 {
+    if screen.error.is_some() {
+        2
+    } else {
+        u16::from(screen.live)
+    }
+}
+
+/// The last lines: the error of the newest fetch, or the keys.
 fn draw_footer(frame: &mut Frame<'_>, area: Rect, screen: &Screen<'_>) {
     let every = format!("every {:.1} s", screen.interval.as_secs_f64());
     let line = match screen.error {
@@ -136,7 +154,7 @@ fn draw_footer(frame: &mut Frame<'_>, area: Rect, screen: &Screen<'_>) {
         ]),
         None => Line::from(format!(" q, Esc or Ctrl-C quits · refreshed {every}")),
     };
-    frame.render_widget(Paragraph::new(line), area);
+    frame.render_widget(Paragraph::new(line).wrap(Wrap { trim: true }), area);
 }
 
 /// The summary: uptime and the span, utilization against CPU, deliveries,
@@ -179,7 +197,7 @@ fn summary_lines(view: &View) -> Vec<Line<'static>> {
             Span::raw("utilization "),
             Span::styled(format!("{:.1}%", view.utilization_pct), bold()),
             Span::raw(format!(
-                " · spin {:.1}% · accounted CPU {:.1}% · process CPU {process} (of worker time)",
+                " · spin {:.1}% · CPU accounted {:.1}% · process {process} (% of worker time)",
                 view.spin_pct, view.accounted_cpu_pct,
             )),
         ]),
@@ -191,17 +209,16 @@ fn summary_lines(view: &View) -> Vec<Line<'static>> {
             rate(adaptive),
         )),
         Line::from(format!(
-            "blocking pool: {}/{} threads, {} idle, {}/{} queued, {} waiting · {} jobs/s · \
-             {:.2} threads busy · {} rejected",
+            "blocking pool: {}/{} threads, {} idle · {} jobs/s done · {:.2} threads busy",
             b.threads,
             b.max_threads,
             b.idle,
-            b.queued,
-            b.queue_capacity,
-            b.waiting,
             rate(b.completed_per_s),
             b.busy_threads,
-            b.rejected,
+        )),
+        Line::from(format!(
+            "blocking queue: {}/{} jobs queued · {} callers waiting · {} rejected",
+            b.queued, b.queue_capacity, b.waiting, b.rejected,
         )),
         Line::from(format!("IO poll gap max: {gap}")),
     ]
@@ -210,7 +227,7 @@ fn summary_lines(view: &View) -> Vec<Line<'static>> {
 /// The width of a worker row's figures after its bar: busy, six states,
 /// the poll rate, and the poll gap if reported.
 fn worker_figures_width(gaps: bool) -> u16 {
-    7 * 7 + 10 + if gaps { 10 } else { 0 }
+    7 * 7 + 9 + if gaps { 9 } else { 0 }
 }
 
 /// The header and one line per worker that fits in `area`; if some do
@@ -221,9 +238,10 @@ fn worker_lines(view: &View, area: Rect) -> Vec<Line<'static>> {
     let bar = area
         .width
         .saturating_sub(label + 1 + worker_figures_width(gaps))
-        .max(10);
+        .max(5);
+    // The bar's heading is cut to the bar, to keep the columns aligned.
     let mut header = format!(
-        "{:<label$} {:<bar$}",
+        "{:<label$} {:<bar$.bar$}",
         "  #",
         "time by state",
         label = usize::from(label),
@@ -232,9 +250,9 @@ fn worker_lines(view: &View, area: Rect) -> Vec<Line<'static>> {
     for name in ["busy", "task", "io", "timers", "search", "spin", "parked"] {
         let _ = write!(header, "{name:>7}");
     }
-    let _ = write!(header, "{:>10}", "polls/s");
+    let _ = write!(header, "{:>9}", "polls/s");
     if gaps {
-        let _ = write!(header, "{:>10}", "poll gap");
+        let _ = write!(header, "{:>9}", "poll gap");
     }
     let mut lines = vec![Line::styled(header, bold())];
     let room = usize::from(area.height.saturating_sub(1));
@@ -281,12 +299,12 @@ fn worker_line(worker: &WorkerRow, label: usize, bar: usize, gaps: bool) -> Line
     for pct in worker.state_pct {
         let _ = write!(figures, "{pct:>6.1}%");
     }
-    let _ = write!(figures, "{:>10}", rate(worker.polls_per_s));
+    let _ = write!(figures, "{:>9}", rate(worker.polls_per_s));
     if gaps {
         let gap = worker
             .io_poll_gap_max_us
             .map_or_else(|| "n/a".to_owned(), micros);
-        let _ = write!(figures, "{gap:>10}");
+        let _ = write!(figures, "{gap:>9}");
     }
     spans.push(Span::raw(figures));
     Line::from(spans)
@@ -326,13 +344,12 @@ fn class_lines(view: &View, width: u16) -> Vec<Line<'static>> {
         .max()
         .unwrap_or(0)
         .max(6);
-    let figures = 7 + 7 + 7 + 7 + 10 + 7 + 10 + 10;
-    let bar = usize::from(width)
-        .saturating_sub(name + 2 + figures)
-        .max(10);
+    // Three spaces: before the name, after it, and before the bar.
+    let figures = 7 + 7 + 7 + 7 + 9 + 7 + 9 + 9;
+    let bar = usize::from(width).saturating_sub(name + 3 + figures).max(5);
     let header = format!(
-        " {:<name$} {:>7}{:>7}{:>7} {:<bar$}{:>7}{:>10}{:>7}{:>10}{:>10}",
-        "class", "shares", "owed", "got", "", "cores", "polls/s", "stalls", "delay p99", "max",
+        " {:<name$} {:>7}{:>7}{:>7} {:<bar$}{:>7}{:>9}{:>7}{:>9}{:>9}",
+        "class", "shares", "owed", "got", "", "cores", "polls/s", "stalls", "q p99", "q max",
     );
     let mut lines = vec![Line::styled(header, bold())];
     for class in &view.classes {
@@ -376,7 +393,7 @@ fn class_line(class: &ClassRow, name: usize, bar: usize) -> Line<'static> {
     }
     let delay = |us: Option<f64>| us.map_or_else(|| "-".to_owned(), micros);
     spans.push(Span::raw(format!(
-        "{:>7.2}{:>10}{:>7}{:>10}{:>10}",
+        "{:>7.2}{:>9}{:>7}{:>9}{:>9}",
         class.cpu_workers,
         rate(class.polls_per_s),
         class.stalls,
@@ -475,7 +492,7 @@ mod tests {
         assert!(text.contains("rates over the last 1.00 s"), "{text}");
         assert!(text.contains("utilization 60.0%"), "{text}");
         assert!(
-            text.contains("accounted CPU 70.0% · process CPU 75.0%"),
+            text.contains("CPU accounted 70.0% · process 75.0% (% of worker time)"),
             "{text}"
         );
         assert!(
@@ -484,7 +501,16 @@ mod tests {
             ),
             "{text}"
         );
-        assert!(text.contains("blocking pool: 2/512 threads"), "{text}");
+        assert!(
+            text.contains(
+                "blocking pool: 2/512 threads, 1 idle · 10.0 jobs/s done · 0.50 threads busy"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("blocking queue: 0/1024 jobs queued · 0 callers waiting · 0 rejected"),
+            "{text}"
+        );
         assert!(
             text.contains("IO poll gap max: n/a (not reported by this server)"),
             "{text}"
@@ -536,7 +562,7 @@ mod tests {
             live: true,
             ..once(&view)
         };
-        let mut terminal = Terminal::new(TestBackend::new(100, 18)).unwrap();
+        let mut terminal = Terminal::new(TestBackend::new(100, 20)).unwrap();
         terminal.draw(|frame| draw(frame, &screen)).unwrap();
         let text = buffer_text(terminal.backend().buffer());
         assert!(
@@ -545,6 +571,32 @@ mod tests {
         );
         assert!(text.contains("retrying every 1.0 s"), "{text}");
         assert!(text.contains("… 2 more workers"), "{text}");
+    }
+
+    /// At 80 columns every row still fits whole: the bars give way.
+    #[test]
+    fn rows_fit_80_columns() {
+        let view = View::new(Some(&snapshot(10.0, None)), &snapshot(11.0, Some(80.0)));
+        let text = render_text(&once(&view), 80);
+        for line in text.lines() {
+            assert!(line.chars().count() <= 80, "{line}");
+        }
+        for row in ["   w1 ", " urgent ", " bulk "] {
+            let line = text.lines().find(|l| l.contains(row)).unwrap();
+            assert_eq!(line.chars().count(), 80, "{line}");
+            assert!(
+                line.ends_with("s│"),
+                "the row ends with its last figure: {line}"
+            );
+        }
+        for end in [
+            "rates over the last 1.00 s",
+            "process 75.0%",
+            "/delivery",
+            "rejected",
+        ] {
+            assert!(text.contains(end), "{end}: {text}");
+        }
     }
 
     /// Bars fill their width exactly when the shares add up to 100%.

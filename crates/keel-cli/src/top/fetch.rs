@@ -48,7 +48,11 @@ impl Endpoint {
             .to_owned();
         let addrs: Vec<SocketAddr> = authority
             .to_socket_addrs()
-            .map_err(|error| Error::new(format!("{authority}: not an address: {error}")))?
+            .map_err(|error| {
+                Error::new(format!(
+                    "{authority}: not an address (host:port expected): {error}"
+                ))
+            })?
             .collect();
         if addrs.is_empty() {
             return Err(Error::new(format!("{authority}: resolves to no address")));

@@ -83,7 +83,7 @@ pub fn run(args: &TopArgs) -> Result<(), Error> {
     let endpoint = Endpoint::resolve(&args.admin, FETCH_TIMEOUT)?;
     let hint = |error: Error| {
         Error::new(format!(
-            "{error} (is the admin endpoint of a keel server listening at {}?)",
+            "{error}; is the admin endpoint of a keel server listening at {}?",
             endpoint.authority()
         ))
     };
@@ -109,4 +109,103 @@ pub fn run(args: &TopArgs) -> Result<(), Error> {
 fn fetch(endpoint: &Endpoint) -> Result<Snapshot, Error> {
     let body = endpoint.get("/stats")?;
     Snapshot::parse(&body).map_err(|error| error.context(endpoint.authority()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use keel::{Class, Runtime};
+    use ratatui::backend::TestBackend;
+    use ratatui::Terminal;
+
+    /// Against a real runtime's admin endpoint: two answers make a view,
+    /// and a frame drawn into a test buffer shows each worker, each class
+    /// with its configured shares, and the figures.
+    #[test]
+    fn frame_of_a_real_server() {
+        let rt = Runtime::builder().workers(2).build().unwrap();
+        let admin = keel::admin::serve("127.0.0.1:0", rt.handle()).unwrap();
+        let endpoint = Endpoint::resolve(&admin.local_addr().to_string(), FETCH_TIMEOUT).unwrap();
+        let first = fetch(&endpoint).unwrap();
+        // Some work in every class between the two answers.
+        rt.block_on(async {
+            let tasks: Vec<_> = [Class::URGENT, Class::NORMAL, Class::BULK]
+                .into_iter()
+                .map(|class| {
+                    keel::spawn_in(class, async {
+                        let mut sum = 0u64;
+                        for i in 0..20_000u64 {
+                            sum = sum.wrapping_add(i * i);
+                            if i % 1_000 == 0 {
+                                keel::yield_now().await;
+                            }
+                        }
+                        sum
+                    })
+                })
+                .collect();
+            for task in tasks {
+                task.await.unwrap();
+            }
+        });
+        let second = fetch(&endpoint).unwrap();
+        let view = View::new(Some(&first), &second);
+        assert!(!view.since_start);
+        assert_eq!(view.workers.len(), 2);
+
+        let screen = Screen {
+            addr: endpoint.authority(),
+            view: Some(&view),
+            error: None,
+            interval: Duration::from_secs(1),
+            live: true,
+        };
+        let mut terminal = Terminal::new(TestBackend::new(110, draw::height(&screen))).unwrap();
+        terminal.draw(|frame| draw::draw(frame, &screen)).unwrap();
+        let text = draw::buffer_text(terminal.backend().buffer());
+
+        assert!(
+            text.contains(&format!("keel top · {}", admin.local_addr())),
+            "{text}"
+        );
+        assert!(text.contains("rates over the last"), "{text}");
+        assert!(text.contains("utilization "), "{text}");
+        assert!(text.contains("deliveries "), "{text}");
+        assert!(text.contains("blocking pool: "), "{text}");
+        assert!(
+            text.contains("IO poll gap max: n/a (not reported by this server)"),
+            "{text}"
+        );
+        assert!(text.contains("q, Esc or Ctrl-C quits"), "{text}");
+        for worker in ["w0", "w1"] {
+            let row = text
+                .lines()
+                .find(|l| l.contains(&format!(" {worker} ")))
+                .unwrap_or_else(|| panic!("no row for {worker}:\n{text}"));
+            assert_eq!(row.matches('%').count(), 7, "{row}");
+        }
+        let stats = rt.stats();
+        let total: u32 = stats.classes.iter().map(|c| c.shares).sum();
+        for class in &stats.classes {
+            let owed = f64::from(class.shares) / f64::from(total) * 100.0;
+            let row = text
+                .lines()
+                .find(|l| l.contains(&format!(" {} ", class.name)))
+                .unwrap_or_else(|| panic!("no row for {}:\n{text}", class.name));
+            let words: Vec<&str> = row.split_whitespace().collect();
+            let at = words.iter().position(|w| *w == class.name).unwrap();
+            let shares = [class.shares.to_string(), format!("{owed:.1}%")];
+            assert_eq!(words[at + 1..at + 3], shares, "{row}");
+            // The row fits, to its largest delay (`-` before any wake).
+            assert!(row.ends_with("s│") || row.ends_with("-│"), "{row}");
+            let cores = words[at + 3..]
+                .iter()
+                .find_map(|w| w.parse::<f64>().ok())
+                .unwrap();
+            assert!(cores >= 0.0, "{row}");
+        }
+        for name in ["urgent", "normal", "bulk"] {
+            assert!(text.contains(&format!(" {name} ")), "{name}:\n{text}");
+        }
+    }
 }
