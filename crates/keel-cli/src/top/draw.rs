@@ -152,7 +152,7 @@ fn draw_footer(frame: &mut Frame<'_>, area: Rect, screen: &Screen<'_>) {
             ),
             Span::raw(format!(" · retrying {every}")),
         ]),
-        None => Line::from(format!(" q, Esc or Ctrl-C quits · refreshed {every}")),
+        None => Line::from(format!("q, Esc or Ctrl-C quits · refreshed {every}")),
     };
     frame.render_widget(Paragraph::new(line).wrap(Wrap { trim: true }), area);
 }
