@@ -285,7 +285,7 @@ fn worker_line(worker: &WorkerRow, label: usize, bar: usize, gaps: bool) -> Line
         format!("w{}", worker.index)
     ))];
     let cells = apportion(&worker.state_pct, bar);
-    for ((count, (glyph, color)), _) in cells.iter().zip(STATE_GLYPHS).zip(STATES) {
+    for (count, (glyph, color)) in cells.iter().zip(STATE_GLYPHS) {
         if *count > 0 {
             let text: String = std::iter::repeat_n(glyph, *count).collect();
             spans.push(Span::styled(text, Style::default().fg(color)));
