@@ -4,12 +4,13 @@
 //! for that serves the scenario servers (`serve`) and generates their load
 //! (`load`) as separate processes, so that the measuring side never shares
 //! a scheduler, an allocator or a CPU budget with the measured side.
-//! `keel --defaults` describes the runtime it is built on.
+//! `keel --defaults` describes the runtime it is built on, and `keel top`
+//! watches a running keel server through its admin endpoint.
 //!
 //! Layout: [`bench`](mod@bench) drives scenarios and writes reports, [`serve`] holds
 //! the servers (a tokio peer and a keel variant behind one signature),
-//! [`load`] holds the load generators and latency probes, [`error`] the one
-//! error type.
+//! [`load`] holds the load generators and latency probes, [`top`] the live
+//! view, [`error`] the one error type.
 
 #![warn(clippy::missing_docs_in_private_items)]
 
@@ -17,6 +18,7 @@ mod bench;
 mod error;
 mod load;
 mod serve;
+mod top;
 
 use clap::{Parser, Subcommand};
 
@@ -48,6 +50,10 @@ enum Command {
     /// prints one JSON line of results).
     #[command(subcommand)]
     Load(load::LoadCommand),
+    /// Watch a running keel server live: workers by state, classes' CPU
+    /// share against their configured shares, queue delays, deliveries,
+    /// the blocking pool; read from its admin endpoint's /stats.
+    Top(top::TopArgs),
 }
 
 fn main() {
@@ -60,6 +66,7 @@ fn main() {
         Some(Command::Bench(args)) => bench::run(&args),
         Some(Command::Serve(command)) => serve::run(&command),
         Some(Command::Load(command)) => load::run(&command),
+        Some(Command::Top(args)) => top::run(&args),
         None => {
             // No subcommand: show the help, as `keel --help` would.
             let mut command = <Cli as clap::CommandFactory>::command();
