@@ -21,7 +21,10 @@
 //! thread, reported as `workers_thread_cpu_pct`: the part of the process
 //! CPU its workers used, which tells a gap caused by preemption (states
 //! above the thread clock) from one caused by other threads (process CPU
-//! above the thread clock).
+//! above the thread clock). keel's reported busy and spin are its states'
+//! shares of that CPU (see [`Reported`]): on a machine with more runnable
+//! threads than cores, a state's wall time includes waits for a core, and
+//! the thread clock is what tells the two apart.
 //!
 //! Rounds interleave the settings and alternate their order; figures are
 //! medians across rounds.
@@ -116,18 +119,32 @@ impl Setting {
 
 /// What a runtime reported for a window, in seconds of worker time summed
 /// over workers.
+///
+/// keel's states are wall time: a worker preempted while it polls or
+/// spins still counts that time in the state. keel also samples each
+/// worker thread's CPU clock, so over a window the CPU a worker really got
+/// is known; `busy_s` and `spin_s` are the states' shares of that CPU
+/// (each worker's states scaled by its CPU over its on-CPU states, when
+/// the kernel ran it less than they add up to). `states_busy_s` and
+/// `states_spin_s` are the unscaled wall times, kept to show what
+/// preemption did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
 struct Reported {
-    /// On the CPU and not spinning (keel: tasks, IO, timers, search;
-    /// tokio: its busy time).
+    /// On a core and not spinning (keel: tasks, IO, timers, search, as
+    /// CPU; tokio: its busy time).
     busy_s: f64,
-    /// Spinning (keel only; zero for tokio, which reports none).
+    /// Spinning, as CPU (keel only; zero for tokio, which reports none).
     spin_s: f64,
-    /// keel's utilization numerator: tasks, IO and timers (tokio: busy).
+    /// keel's utilization numerator: tasks, IO and timers, as CPU (tokio:
+    /// busy).
     utilized_s: f64,
     /// keel: CPU time the kernel charged to the worker threads (zero for
     /// tokio, which does not sample it).
     thread_cpu_s: f64,
+    /// keel: wall time in the busy states, unscaled.
+    states_busy_s: f64,
+    /// keel: wall time spinning, unscaled.
+    states_spin_s: f64,
 }
 
 /// One phase's figures with where it sat in the run.
@@ -306,8 +323,7 @@ fn measure(config: &S4Config, setting: Setting, bar: &PhaseBar) -> Result<PhaseR
         setting,
         window_s: mark1.t_ns.saturating_sub(mark0.t_ns) as f64 / 1e9,
         cpu_s: (cpu1 - cpu0).max(0.0),
-        reported: reported(setting.runtime(), &mark1.runtime)
-            .since(reported(setting.runtime(), &mark0.runtime)),
+        reported: reported(setting.runtime(), &mark0.runtime, &mark1.runtime),
         bytes: bytes(&mark1).saturating_sub(bytes(&mark0)),
         storm,
         worker_states: charts::keel_worker_states(&mark0.runtime, &mark1.runtime),
@@ -326,48 +342,48 @@ fn sleep_ticking(duration: Duration, bar: &PhaseBar) {
     }
 }
 
-/// What a mark's runtime accounting says, cumulative since the runtime
-/// started, summed over workers.
-fn reported(runtime: RuntimeKind, accounting: &Value) -> Reported {
-    let workers = accounting["workers"]
-        .as_array()
-        .cloned()
-        .unwrap_or_default();
-    let sum = |field: &str| -> f64 {
-        workers
-            .iter()
-            .map(|w| w[field].as_f64().unwrap_or(0.0))
-            .sum()
-    };
-    match runtime {
-        RuntimeKind::Keel => {
-            let utilized = sum("busy_s") + sum("io_s") + sum("timers_s");
-            Reported {
-                busy_s: utilized + sum("search_s"),
-                spin_s: sum("spin_s"),
-                utilized_s: utilized,
-                thread_cpu_s: sum("cpu_s"),
+/// What the runtime reported between two marks (`start`, `end`: the
+/// `runtime` objects of the marks).
+fn reported(runtime: RuntimeKind, start: &Value, end: &Value) -> Reported {
+    let empty = Vec::new();
+    let starts = start["workers"].as_array().unwrap_or(&empty);
+    let ends = end["workers"].as_array().unwrap_or(&empty);
+    let mut out = Reported::default();
+    for (i, worker) in ends.iter().enumerate() {
+        let delta = |field: &str| {
+            let now = worker[field].as_f64().unwrap_or(0.0);
+            let then = starts.get(i).and_then(|w| w[field].as_f64()).unwrap_or(0.0);
+            (now - then).max(0.0)
+        };
+        match runtime {
+            RuntimeKind::Keel => {
+                let utilized = delta("busy_s") + delta("io_s") + delta("timers_s");
+                let busy = utilized + delta("search_s");
+                let spin = delta("spin_s");
+                let cpu = delta("cpu_s");
+                let on_cpu = busy + spin;
+                // The share of its on-CPU states the kernel ran the worker
+                // (never above one: parking also costs a little CPU).
+                let ran = if cpu > 0.0 && on_cpu > cpu {
+                    cpu / on_cpu
+                } else {
+                    1.0
+                };
+                out.busy_s += busy * ran;
+                out.spin_s += spin * ran;
+                out.utilized_s += utilized * ran;
+                out.thread_cpu_s += cpu;
+                out.states_busy_s += busy;
+                out.states_spin_s += spin;
+            }
+            RuntimeKind::Tokio => {
+                let busy = delta("busy_s");
+                out.busy_s += busy;
+                out.utilized_s += busy;
             }
         }
-        RuntimeKind::Tokio => Reported {
-            busy_s: sum("busy_s"),
-            spin_s: 0.0,
-            utilized_s: sum("busy_s"),
-            thread_cpu_s: 0.0,
-        },
     }
-}
-
-impl Reported {
-    /// What was reported between `earlier` and `self`.
-    fn since(self, earlier: Reported) -> Reported {
-        Reported {
-            busy_s: (self.busy_s - earlier.busy_s).max(0.0),
-            spin_s: (self.spin_s - earlier.spin_s).max(0.0),
-            utilized_s: (self.utilized_s - earlier.utilized_s).max(0.0),
-            thread_cpu_s: (self.thread_cpu_s - earlier.thread_cpu_s).max(0.0),
-        }
-    }
+    out
 }
 
 /// The metrics of one phase.
@@ -383,6 +399,8 @@ fn round_metrics(record: &PhaseRecord) -> Vec<(&'static str, f64)> {
         ("reported_spin_pct", spin),
         ("reported_utilization_pct", pct(record.reported.utilized_s)),
         ("workers_thread_cpu_pct", pct(record.reported.thread_cpu_s)),
+        ("states_busy_pct", pct(record.reported.states_busy_s)),
+        ("states_spin_pct", pct(record.reported.states_spin_s)),
         ("gap_pp", busy + spin - cpu),
         (
             "reported_over_cpu",
@@ -397,8 +415,15 @@ fn round_metrics(record: &PhaseRecord) -> Vec<(&'static str, f64)> {
     if record.setting == Setting::Tokio {
         // tokio reports no spin and samples no thread clock: leave the
         // figures out rather than claim 0.
-        metrics
-            .retain(|(name, _)| !matches!(*name, "reported_spin_pct" | "workers_thread_cpu_pct"));
+        metrics.retain(|(name, _)| {
+            !matches!(
+                *name,
+                "reported_spin_pct"
+                    | "workers_thread_cpu_pct"
+                    | "states_busy_pct"
+                    | "states_spin_pct"
+            )
+        });
     }
     metrics
 }
@@ -520,42 +545,39 @@ fn check(records: &[PhaseRecord], runs: &[RunFigures]) -> (Vec<String>, Vec<Stri
 mod tests {
     use super::*;
 
-    /// keel's busy is everything on the CPU but spin; tokio's is its own.
+    /// keel's busy is everything on a core but spin, scaled per worker
+    /// to the CPU the kernel gave it; tokio's is its own busy time.
     #[test]
     fn reads_the_accounting() {
-        let keel = json!({"workers": [
-            {"busy_s": 1.0, "io_s": 0.5, "timers_s": 0.25, "search_s": 0.125, "spin_s": 2.0, "parked_s": 9.0, "cpu_s": 4.0},
-            {"busy_s": 1.0, "io_s": 0.0, "timers_s": 0.0, "search_s": 0.0, "spin_s": 1.0, "parked_s": 9.0, "cpu_s": 1.5},
+        let start = json!({"workers": [
+            {"busy_s": 1.0, "io_s": 0.0, "timers_s": 0.0, "search_s": 0.0, "spin_s": 1.0, "cpu_s": 1.0},
+            {"busy_s": 0.0, "io_s": 0.0, "timers_s": 0.0, "search_s": 0.0, "spin_s": 0.0, "cpu_s": 0.0},
         ]});
-        let r = reported(RuntimeKind::Keel, &keel);
+        // Worker 0: 2 s busy + 2 s spin in the window, but 2 s of CPU: it
+        // ran half the time. Worker 1: 1 s busy, 1.25 s of CPU (parking
+        // costs a little): not scaled up.
+        let end = json!({"workers": [
+            {"busy_s": 2.0, "io_s": 0.5, "timers_s": 0.25, "search_s": 0.25, "spin_s": 3.0, "cpu_s": 3.0},
+            {"busy_s": 1.0, "io_s": 0.0, "timers_s": 0.0, "search_s": 0.0, "spin_s": 0.0, "cpu_s": 1.25},
+        ]});
+        let r = reported(RuntimeKind::Keel, &start, &end);
         assert_eq!(
             r,
             Reported {
-                busy_s: 2.875,
-                spin_s: 3.0,
-                utilized_s: 2.75,
-                thread_cpu_s: 5.5,
+                busy_s: 1.0 + 1.0,
+                spin_s: 1.0,
+                utilized_s: 0.875 + 1.0,
+                thread_cpu_s: 3.25,
+                states_busy_s: 3.0,
+                states_spin_s: 2.0,
             }
         );
-        let tokio = json!({"workers": [{"busy_s": 1.5}, {"busy_s": 0.5}]});
-        let t = reported(RuntimeKind::Tokio, &tokio);
+        let tokio0 = json!({"workers": [{"busy_s": 1.0}, {"busy_s": 0.5}]});
+        let tokio1 = json!({"workers": [{"busy_s": 2.5}, {"busy_s": 1.0}]});
+        let t = reported(RuntimeKind::Tokio, &tokio0, &tokio1);
         assert_eq!(t.busy_s, 2.0);
         assert_eq!(t.spin_s, 0.0);
-        let later = Reported {
-            busy_s: 5.0,
-            spin_s: 4.0,
-            utilized_s: 3.0,
-            thread_cpu_s: 6.0,
-        };
-        assert_eq!(
-            later.since(r),
-            Reported {
-                busy_s: 2.125,
-                spin_s: 1.0,
-                utilized_s: 0.25,
-                thread_cpu_s: 0.5,
-            }
-        );
+        assert_eq!(t.thread_cpu_s, 0.0);
     }
 
     /// The gap is in points of one core, and tokio has no spin figure.
@@ -571,6 +593,8 @@ mod tests {
                 spin_s: 0.4,
                 utilized_s: 1.2,
                 thread_cpu_s: 1.8,
+                states_busy_s: 1.7,
+                states_spin_s: 0.6,
             },
             bytes: 250_000_000,
             worker_states: None,
@@ -594,5 +618,7 @@ mod tests {
         let tokio = Pairs(round_metrics(&record(Setting::Tokio)));
         assert_eq!(tokio.get("reported_spin_pct"), None);
         assert_eq!(tokio.get("workers_thread_cpu_pct"), None);
+        assert_eq!(tokio.get("states_spin_pct"), None);
+        assert_eq!(keel.get("states_spin_pct"), Some(6.0));
     }
 }
