@@ -748,12 +748,15 @@ fn stats_json_has_the_documented_fields() {
                 "parked_s",
                 "blocking_busy_s",
                 "accounted_cpu_s",
+                "workers_cpu_s",
+                "preempted_s",
                 "process_user_s",
                 "process_system_s",
                 "process_cpu_s",
                 "utilization_pct",
                 "spin_pct",
                 "accounted_cpu_pct",
+                "workers_cpu_pct",
                 "process_cpu_pct",
             ] {
                 let value = number(w, field);
@@ -762,6 +765,11 @@ fn stats_json_has_the_documented_fields() {
             // The work done since the endpoint started shows in both.
             assert!(number(w, "busy_s") >= 0.030, "{window}: {w}");
             assert!(number(w, "process_cpu_s") > 0.0, "{window}: {w}");
+            // The workers' thread clocks are part of the process's CPU.
+            assert!(
+                number(w, "workers_cpu_s") <= number(w, "process_cpu_s") + 0.005,
+                "{window}: {w}"
+            );
             assert!(number(w, "utilization_pct") <= 100.0);
         }
         eprintln!("since_start: {}", stats["since_start"]);

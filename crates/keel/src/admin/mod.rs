@@ -127,10 +127,13 @@
 //! | `search_s`, `spin_s`, `parked_s` | number | the other worker states |
 //! | `blocking_busy_s` | number | blocking-pool closures' run time ended in the span |
 //! | `accounted_cpu_s` | number | busy + search + spin + blocking: what should have cost CPU |
+//! | `workers_cpu_s` | number | CPU the kernel charged to the worker threads (their thread clocks) |
+//! | `preempted_s` | number | time the workers were in on-CPU states but the kernel ran something else: where `accounted_cpu_s` exceeds what they really got |
 //! | `process_user_s`, `process_system_s`, `process_cpu_s` | number or null | `getrusage(RUSAGE_SELF)` user, system and their sum; `null` where it is unavailable |
 //! | `utilization_pct` | number | `busy_s` / `worker_wall_s` |
 //! | `spin_pct` | number | `spin_s` / `worker_wall_s` |
 //! | `accounted_cpu_pct` | number | `accounted_cpu_s` / `worker_wall_s` |
+//! | `workers_cpu_pct` | number | `workers_cpu_s` / `worker_wall_s` |
 //! | `process_cpu_pct` | number or null | `process_cpu_s` / `worker_wall_s`: comparable with `accounted_cpu_pct`; it also counts threads that are not workers nor the blocking pool, such as `block_on`'s caller |
 //!
 //! `since_last` is shared by every client of one endpoint: two clients

@@ -162,12 +162,15 @@ struct Window {
     parked_s: f64,
     blocking_busy_s: f64,
     accounted_cpu_s: f64,
+    workers_cpu_s: f64,
+    preempted_s: f64,
     process_user_s: Option<f64>,
     process_system_s: Option<f64>,
     process_cpu_s: Option<f64>,
     utilization_pct: f64,
     spin_pct: f64,
     accounted_cpu_pct: f64,
+    workers_cpu_pct: f64,
     process_cpu_pct: Option<f64>,
 }
 
@@ -178,6 +181,8 @@ impl Window {
         let mut spin = Duration::ZERO;
         let mut parked = Duration::ZERO;
         let mut worker_wall = Duration::ZERO;
+        let mut workers_cpu = Duration::ZERO;
+        let mut preempted = Duration::ZERO;
         for now in &after.workers {
             let span = match before.workers.get(now.index) {
                 Some(then) => now.since(then),
@@ -188,6 +193,8 @@ impl Window {
             spin += span.spin;
             parked += span.parked;
             worker_wall += span.wall();
+            workers_cpu += span.cpu;
+            preempted += span.preempted();
         }
         let blocking = after.blocking_busy.saturating_sub(before.blocking_busy);
         let accounted = busy + search + spin + blocking;
@@ -207,12 +214,15 @@ impl Window {
             parked_s: secs(parked),
             blocking_busy_s: secs(blocking),
             accounted_cpu_s: secs(accounted),
+            workers_cpu_s: secs(workers_cpu),
+            preempted_s: secs(preempted),
             process_user_s: process.map(|(user, _)| secs(user)),
             process_system_s: process.map(|(_, system)| secs(system)),
             process_cpu_s: process_cpu.map(secs),
             utilization_pct: pct(busy, worker_wall),
             spin_pct: pct(spin, worker_wall),
             accounted_cpu_pct: pct(accounted, worker_wall),
+            workers_cpu_pct: pct(workers_cpu, worker_wall),
             process_cpu_pct: process_cpu.map(|cpu| pct(cpu, worker_wall)),
         }
     }
