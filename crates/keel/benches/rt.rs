@@ -25,6 +25,10 @@
 //!   timed). Measures wake-to-poll latency: each link is one wake, one
 //!   schedule and one poll, and the runtime decides whether the woken task
 //!   runs on the same worker or is taken by the other one.
+//! - `accounting`: keel against itself with its per-worker accounting
+//!   turned off (a hidden builder switch that exists for this group
+//!   only), on the spawn, channel ping-pong and wake-chain workloads: what
+//!   the state counters, queue-delay records and schedule timestamps cost.
 
 use std::future::{poll_fn, Future};
 use std::hint::black_box;
@@ -59,13 +63,19 @@ trait Rt: Sync + 'static {
     fn yield_now() -> impl Future<Output = ()> + Send;
 }
 
-struct Keel(keel::Runtime);
+/// keel, with its accounting on (`ACCOUNTED`, the only supported setting)
+/// or off (for the `accounting` group).
+struct Keel<const ACCOUNTED: bool = true>(keel::Runtime);
 
-impl Rt for Keel {
+impl<const ACCOUNTED: bool> Rt for Keel<ACCOUNTED> {
     type JoinError = keel::JoinError;
     type Join<T: Send + 'static> = keel::JoinHandle<T>;
 
-    const NAME: &'static str = "keel";
+    const NAME: &'static str = if ACCOUNTED {
+        "keel"
+    } else {
+        "keel-unaccounted"
+    };
 
     fn block_on<F: Future>(&self, future: F) -> F::Output {
         self.0.block_on(future)
@@ -109,10 +119,11 @@ impl Rt for Tokio {
     }
 }
 
-fn keel_rt() -> Keel {
+fn keel_rt<const ACCOUNTED: bool>() -> Keel<ACCOUNTED> {
     Keel(
         keel::Runtime::builder()
             .workers(WORKERS)
+            .accounting(ACCOUNTED)
             .build()
             .expect("build keel runtime"),
     )
@@ -345,12 +356,43 @@ fn wake_chain_10k(c: &mut Criterion) {
     compare(c, "wake_chain_10k", bench_wake_chain, bench_wake_chain);
 }
 
+/// keel with and without its accounting, one workload after the other,
+/// each runtime alive only while its own variants run.
+fn accounting(c: &mut Criterion) {
+    let mut group = group(c, "accounting");
+    fn workloads<const A: bool>(group: &mut Group<'_>) {
+        let rt = keel_rt::<A>();
+        group.bench_function(BenchmarkId::new(Keel::<A>::NAME, "spawn_join_100k"), |b| {
+            b.iter(|| black_box(on_worker(&rt, spawn_join::<Keel<A>>(SPAWN_TASKS))));
+        });
+        group.bench_function(BenchmarkId::new(Keel::<A>::NAME, "pingpong_channel"), |b| {
+            b.iter(|| on_worker(&rt, pingpong_channel::<Keel<A>>(ROUND_TRIPS)));
+        });
+        group.bench_function(BenchmarkId::new(Keel::<A>::NAME, "wake_chain_10k"), |b| {
+            b.iter_custom(|iters| {
+                (0..iters)
+                    .map(|_| on_worker(&rt, wake_chain::<Keel<A>>(CHAIN_TASKS)))
+                    .sum()
+            });
+        });
+    }
+    workloads::<true>(&mut group);
+    workloads::<false>(&mut group);
+    group.finish();
+}
+
 /// `criterion_group!` declares its entry point `pub` and undocumented; a
 /// private module keeps it out of `missing_docs`.
 mod entry {
-    use super::{criterion_group, spawn_join_100k, wake_chain_10k, yield_pingpong};
+    use super::{accounting, criterion_group, spawn_join_100k, wake_chain_10k, yield_pingpong};
 
-    criterion_group!(benches, spawn_join_100k, yield_pingpong, wake_chain_10k);
+    criterion_group!(
+        benches,
+        spawn_join_100k,
+        yield_pingpong,
+        wake_chain_10k,
+        accounting
+    );
 }
 
 criterion_main!(entry::benches);

@@ -200,3 +200,48 @@ fn worker_cpu_time_comes_from_the_kernel() {
     assert!(idle.parked >= Duration::from_millis(90), "{idle:?}");
     assert!(idle.cpu <= Duration::from_millis(5), "{idle:?}");
 }
+
+/// With the accounting off (the overhead benchmark's switch) tasks still
+/// run, and the snapshot shows no polls and no queue delays.
+#[test]
+fn accounting_off_records_nothing() {
+    let rt = Runtime::builder()
+        .workers(2)
+        .accounting(false)
+        .build()
+        .unwrap();
+    let sum: u64 = rt.block_on(async {
+        let tasks: Vec<_> = (0..100u64).map(|i| keel::spawn(async move { i })).collect();
+        let mut sum = 0;
+        for task in tasks {
+            sum += task.await.unwrap();
+        }
+        sum
+    });
+    assert_eq!(sum, 4950);
+    let stats = rt.stats();
+    assert!(stats
+        .classes
+        .iter()
+        .all(|c| c.polls == 0 && c.queue_delay.count() == 0));
+    assert!(stats.workers.iter().all(|w| w.busy().is_zero()));
+}
+
+/// A poll that holds its worker for 30 ms shows as a gap of at least that
+/// between the worker's looks at the reactor.
+#[test]
+fn io_poll_gap_shows_a_poll_that_holds_its_worker() {
+    let rt = Runtime::builder()
+        .workers(1)
+        .spin(SpinPolicy::None)
+        .build()
+        .unwrap();
+    rt.block_on(
+        rt.handle()
+            .spawn(async { busy_for(Duration::from_millis(30)) }),
+    )
+    .unwrap();
+    support::wait_until("the gap is published", || {
+        rt.stats().workers[0].io_poll_gap_max >= Duration::from_millis(30)
+    });
+}

@@ -138,6 +138,7 @@ pub fn stats_json(stats: &keel::stats::Stats) -> Value {
                 "io_s": secs(w.io),
                 "wall_s": secs(w.wall()),
                 "cpu_s": secs(w.cpu),
+                "io_poll_gap_max_us": micros(w.io_poll_gap_max),
                 "polls": w.polls.iter().sum::<u64>(),
             })
         })

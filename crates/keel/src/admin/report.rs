@@ -91,6 +91,7 @@ struct WorkerJson {
     polls: u64,
     cpu_s: f64,
     preempted_s: f64,
+    io_poll_gap_max_us: f64,
 }
 
 #[derive(Serialize)]
@@ -264,6 +265,7 @@ pub(super) fn stats_json(shared: &Shared, stats: &Stats) -> String {
                 polls: w.polls.iter().sum(),
                 cpu_s: secs(w.cpu),
                 preempted_s: secs(w.preempted()),
+                io_poll_gap_max_us: w.io_poll_gap_max.as_secs_f64() * 1e6,
             })
             .collect(),
         classes: stats

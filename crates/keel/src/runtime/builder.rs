@@ -130,6 +130,7 @@ pub struct Builder {
     task_quota: Duration,
     task_io_budget: u32,
     stall_threshold: Duration,
+    accounting: bool,
     max_blocking_threads: usize,
     blocking_queue: usize,
     blocking_keep_alive: Duration,
@@ -163,6 +164,7 @@ impl Builder {
             task_quota: DEFAULT_TASK_QUOTA,
             task_io_budget: DEFAULT_TASK_IO_BUDGET,
             stall_threshold: DEFAULT_STALL_THRESHOLD,
+            accounting: true,
             max_blocking_threads: DEFAULT_MAX_BLOCKING_THREADS,
             blocking_queue: DEFAULT_BLOCKING_QUEUE,
             blocking_keep_alive: DEFAULT_BLOCKING_KEEP_ALIVE,
@@ -265,6 +267,18 @@ impl Builder {
     /// found. `Duration::MAX` turns reporting off.
     pub fn stall_threshold(&mut self, threshold: Duration) -> &mut Builder {
         self.stall_threshold = threshold;
+        self
+    }
+
+    /// Turns the per-worker accounting off: no state counters, no queue
+    /// delays, no schedule timestamps. It exists only so that the overhead
+    /// benchmark (`cargo bench -p keel --bench rt`, group `accounting`) can
+    /// measure what the accounting costs, side by side in one run; keel's
+    /// stats, the class shares' reports and the admin endpoint all assume it
+    /// is on. Default: on.
+    #[doc(hidden)]
+    pub fn accounting(&mut self, on: bool) -> &mut Builder {
+        self.accounting = on;
         self
     }
 
@@ -419,6 +433,7 @@ impl Builder {
             task_quota: nanos(self.task_quota),
             task_io_budget: self.task_io_budget,
             stall_threshold: nanos(self.stall_threshold),
+            accounting: self.accounting,
             classes: self.classes.clone(),
             spin: self.spin.duration(),
             thread_name: self.thread_name.clone(),

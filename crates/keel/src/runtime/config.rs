@@ -30,6 +30,9 @@ pub(crate) struct Config {
     pub(crate) task_io_budget: u32,
     /// Nanoseconds a task poll may run before it counts as a stall.
     pub(crate) stall_threshold: u64,
+    /// Whether workers keep their accounting (off only for the overhead
+    /// benchmark; see `Builder::accounting`).
+    pub(crate) accounting: bool,
     /// The blocking pool's limits.
     pub(crate) blocking: BlockingConfig,
 }

@@ -263,7 +263,9 @@ impl Shared {
             return;
         }
         let meta = runnable.metadata();
-        meta.scheduled_at.store(self.clock.now(), Ordering::Relaxed);
+        if self.config.accounting {
+            meta.scheduled_at.store(self.clock.now(), Ordering::Relaxed);
+        }
         let class = meta.class.index();
         let mut runnable = Some(runnable);
         let surplus = context::with_local(|local| {

@@ -115,7 +115,12 @@ pub(crate) fn run_worker(shared: Arc<Shared>, index: usize, queues: Deques) {
     context::set_local(Some(local.clone()));
     let now = shared.clock.now();
     let classes = shared.config.classes.len();
-    let account = Account::start(shared.metrics[index].clone(), classes, now);
+    let account = Account::start(
+        shared.metrics[index].clone(),
+        classes,
+        now,
+        shared.config.accounting,
+    );
     let mut worker = Worker {
         shared,
         local,
@@ -410,6 +415,7 @@ impl Worker {
     fn poll_io(&mut self, now: Option<u64>) -> bool {
         self.polls_since_io = 0;
         let start = now.unwrap_or_else(|| self.shared.clock.now());
+        self.account.io_gap(start.saturating_sub(self.last_io));
         self.last_io = start;
         let reactor = &self.shared.reactor;
         if reactor.has_blocker() {

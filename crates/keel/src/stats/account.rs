@@ -134,6 +134,9 @@ pub(crate) struct Published {
     /// CPU time of the worker's thread at its last sample, ns (zero where
     /// the platform has no thread clock).
     pub(crate) cpu: u64,
+    /// The longest time, ns, the worker went between two looks at the
+    /// reactor while it had work.
+    pub(crate) io_gap_max: u64,
 }
 
 impl Published {
@@ -199,6 +202,7 @@ impl WorkerMetrics {
                 since: 0,
                 stopped: false,
                 cpu: 0,
+                io_gap_max: 0,
             }),
             current: AtomicU64::new(encode(State::Search, 0)),
         }
@@ -230,11 +234,20 @@ pub(crate) struct Account {
     last_histogram_publish: u64,
     /// When the thread's CPU clock was last sampled.
     last_cpu_sample: Option<u64>,
+    /// Off only for the overhead benchmark: every method returns at once.
+    enabled: bool,
+    /// See [`Published::io_gap_max`].
+    io_gap_max: u64,
 }
 
 impl Account {
     /// Starts accounting at `now`, in the search state.
-    pub(crate) fn start(shared: Arc<WorkerMetrics>, classes: usize, now: u64) -> Account {
+    pub(crate) fn start(
+        shared: Arc<WorkerMetrics>,
+        classes: usize,
+        now: u64,
+        enabled: bool,
+    ) -> Account {
         {
             let mut published = lock(&shared.published);
             published.started = now;
@@ -253,12 +266,17 @@ impl Account {
             last_publish: now,
             last_histogram_publish: now,
             last_cpu_sample: None,
+            enabled,
+            io_gap_max: 0,
         }
     }
 
     /// Enters `state` at `now`, charging the time since the last change to
     /// the state being left.
     pub(crate) fn switch(&mut self, state: State, now: u64) {
+        if !self.enabled {
+            return;
+        }
         self.times[self.state.slot()] += now.saturating_sub(self.since);
         self.state = state;
         self.since = now;
@@ -267,12 +285,21 @@ impl Account {
 
     /// Counts one poll of `class` that waited `delay_ns` in its queue.
     pub(crate) fn poll(&mut self, class: usize, delay_ns: u64) {
+        if !self.enabled {
+            return;
+        }
         self.polls[class] += 1;
         let pending = &mut self.delays[class];
         pending.push(delay_ns);
         if pending.len() >= MAX_PENDING_DELAYS {
             self.publish_delays();
         }
+    }
+
+    /// Records a gap of `ns` between two of the worker's looks at the
+    /// reactor.
+    pub(crate) fn io_gap(&mut self, ns: u64) {
+        self.io_gap_max = self.io_gap_max.max(ns);
     }
 
     /// Counts one poll of `class` that ran past the stall threshold.
@@ -282,6 +309,9 @@ impl Account {
 
     /// Publishes if the last publication is older than [`PUBLISH_NS`].
     pub(crate) fn maybe_publish(&mut self, now: u64) {
+        if !self.enabled {
+            return;
+        }
         if now.saturating_sub(self.last_publish) >= PUBLISH_NS {
             let histograms =
                 now.saturating_sub(self.last_histogram_publish) >= HISTOGRAM_PUBLISH_NS;
@@ -300,12 +330,16 @@ impl Account {
 
     /// Publishes everything now (before parking, and at exit).
     pub(crate) fn publish(&mut self, now: u64, histograms: bool) {
+        if !self.enabled {
+            return;
+        }
         let mut published = lock(&self.shared.published);
         published.times = self.times;
         published.polls = self.polls;
         published.stalls = self.stalls;
         published.state = self.state;
         published.since = self.since;
+        published.io_gap_max = self.io_gap_max;
         if self
             .last_cpu_sample
             .is_none_or(|at| now.saturating_sub(at) >= PUBLISH_NS)

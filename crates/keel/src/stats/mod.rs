@@ -48,6 +48,7 @@ pub(crate) fn snapshot(shared: &Shared) -> Stats {
                 io: Duration::from_nanos(Published::io_ns(&times)),
                 polls: p.polls[..classes].to_vec(),
                 cpu: Duration::from_nanos(p.cpu),
+                io_poll_gap_max: Duration::from_nanos(p.io_gap_max),
             }
         })
         .collect::<Vec<_>>();

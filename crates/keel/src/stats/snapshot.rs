@@ -158,6 +158,14 @@ pub struct WorkerStats {
     /// platforms without a per-thread CPU clock. Compare it with
     /// [`on_cpu`](Self::on_cpu): see [`preempted`](Self::preempted).
     pub cpu: Duration,
+    /// The longest the worker went, since it started, between two looks
+    /// at the reactor while it had work (time parked does not count: a
+    /// parked worker waits in the reactor or for a notification). keel's
+    /// promise is `io_interval` plus the one poll that ran past it; a
+    /// figure far above that points at a poll that did not yield. A
+    /// maximum cannot be differenced, so [`since`](Self::since) keeps the
+    /// later snapshot's.
+    pub io_poll_gap_max: Duration,
 }
 
 impl WorkerStats {
@@ -219,6 +227,7 @@ impl WorkerStats {
                 .map(|(now, then)| now.saturating_sub(*then))
                 .collect(),
             cpu: self.cpu.saturating_sub(earlier.cpu),
+            io_poll_gap_max: self.io_poll_gap_max,
         }
     }
 }
