@@ -19,7 +19,8 @@
 //!
 //! Beside the states, a worker samples the CPU time the kernel charged to
 //! its thread (`CLOCK_THREAD_CPUTIME_ID`) when it publishes, at most once
-//! per [`PUBLISH_NS`] (a system call: not on every park) and when it exits.
+//! per [`CPU_SAMPLE_NS`] (a system call: not on every park) and when it
+//! exits.
 //! The states say where the worker's *wall* time went; the sample says how
 //! much of it the worker actually ran on a core. On a machine with more
 //! runnable threads than cores the two part: a worker that was preempted
@@ -46,6 +47,13 @@ use crate::sched::MAX_CLASSES;
 /// How often a busy worker publishes its state counters (1 ms: a snapshot
 /// is at most that stale, at the cost of one uncontended lock per ms).
 pub(crate) const PUBLISH_NS: u64 = 1_000_000;
+
+/// How often a worker samples its thread's CPU clock at most (10 ms). A
+/// sample is a system call, and sampling every millisecond measurably
+/// slowed the task polls around it on a virtual machine; at 10 ms the
+/// sample trails the states by at most 10 ms of the worker's time, a
+/// tenth of a percent of a 10-second window.
+const CPU_SAMPLE_NS: u64 = 10_000_000;
 
 /// How often a busy worker merges its queue-delay histograms (10 ms).
 pub(crate) const HISTOGRAM_PUBLISH_NS: u64 = 10_000_000;
@@ -342,7 +350,7 @@ impl Account {
         published.io_gap_max = self.io_gap_max;
         if self
             .last_cpu_sample
-            .is_none_or(|at| now.saturating_sub(at) >= PUBLISH_NS)
+            .is_none_or(|at| now.saturating_sub(at) >= CPU_SAMPLE_NS)
         {
             published.cpu = thread_cpu_ns();
             self.last_cpu_sample = Some(now);
