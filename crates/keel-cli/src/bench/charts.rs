@@ -291,12 +291,22 @@ pub fn keel_worker_states(
         .collect()
 }
 
-/// Stacked bars of per-worker states, one bar per `(label, states)`.
+/// Stacked bars of per-worker states: for each phase `(label, workers)`,
+/// one bar per worker, labelled `<label> w<index>`.
 pub fn worker_state_bars(
     slug: &'static str,
     title: String,
-    workers: &[(String, [f64; 6])],
+    phases: &[(String, Vec<[f64; 6]>)],
 ) -> Chart {
+    let workers: Vec<(String, [f64; 6])> = phases
+        .iter()
+        .flat_map(|(label, states)| {
+            states
+                .iter()
+                .enumerate()
+                .map(move |(i, s)| (format!("{label} w{i}"), *s))
+        })
+        .collect();
     Chart::Stacked(StackedBars {
         slug,
         title,
@@ -354,11 +364,18 @@ mod tests {
         let bars = worker_state_bars(
             "workers",
             "keel workers, loaded".into(),
-            &[
-                ("worker 0".into(), [50.0, 5.0, 1.0, 4.0, 0.0, 40.0]),
-                ("worker 1".into(), [60.0, 5.0, 1.0, 4.0, 10.0, 20.0]),
-            ],
+            &[(
+                "loaded".into(),
+                vec![
+                    [50.0, 5.0, 1.0, 4.0, 0.0, 40.0],
+                    [60.0, 5.0, 1.0, 4.0, 10.0, 20.0],
+                ],
+            )],
         );
+        let Chart::Stacked(stacked) = &bars else {
+            panic!("stacked bars")
+        };
+        assert_eq!(stacked.bars, ["loaded w0", "loaded w1"]);
         let empty = Chart::Lines(LineChart {
             slug: "empty",
             title: "nothing".into(),

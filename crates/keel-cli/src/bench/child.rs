@@ -202,6 +202,22 @@ impl Child {
         }
     }
 
+    /// [`finish`](Self::finish) for a child that has printed its results:
+    /// any exit but a clean one (an error, or killed for not exiting) is an
+    /// error that names it and quotes its stderr.
+    pub fn finish_clean(&mut self, timeout: Duration) -> Result<(), Error> {
+        let (status, _) = self.finish(timeout)?;
+        if status.success() {
+            Ok(())
+        } else {
+            Err(Error::new(format!(
+                "{} printed results but then exited ({status}): {}",
+                self.name,
+                self.stderr_tail()
+            )))
+        }
+    }
+
     /// The tail of what the child wrote to stderr, trimmed.
     pub fn stderr_tail(&self) -> String {
         let tail = self.stderr.lock().unwrap_or_else(|p| p.into_inner());

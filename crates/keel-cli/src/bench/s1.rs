@@ -151,23 +151,19 @@ fn charts(records: &[PhaseRecord]) -> Vec<Chart> {
             })
             .collect(),
     );
-    let mut workers = Vec::new();
-    for r in first
+    let phases: Vec<(String, Vec<[f64; 6]>)> = first
         .iter()
         .filter(|r| r.figures.runtime == RuntimeKind::Keel)
-    {
-        if let Some(states) =
-            charts::keel_worker_states(&r.figures.runtime_start, &r.figures.runtime_end)
-        {
-            for (i, s) in states.into_iter().enumerate() {
-                workers.push((format!("{} w{i}", r.phase), s));
-            }
-        }
-    }
+        .filter_map(|r| {
+            let states =
+                charts::keel_worker_states(&r.figures.runtime_start, &r.figures.runtime_end)?;
+            Some((r.phase.to_string(), states))
+        })
+        .collect();
     let workers = charts::worker_state_bars(
         "workers",
         "S1: keel workers by state (round 1)".into(),
-        &workers,
+        &phases,
     );
     vec![latency, workers]
 }

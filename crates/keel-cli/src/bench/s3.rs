@@ -161,18 +161,15 @@ pub fn run(config: &S3Config) -> Result<Outcome, Error> {
 
 /// Where keel's workers spent the first round's loaded windows.
 fn charts(records: &[PhaseRecord]) -> Vec<Chart> {
-    let mut bars = Vec::new();
-    for record in records.iter().filter(|r| r.round == 1) {
-        if let Some(states) = &record.worker_states {
-            for (i, s) in states.iter().enumerate() {
-                bars.push((format!("{} w{i}", record.variant.mode()), *s));
-            }
-        }
-    }
+    let phases: Vec<(String, Vec<[f64; 6]>)> = records
+        .iter()
+        .filter(|r| r.round == 1)
+        .filter_map(|r| Some((r.variant.mode().to_string(), r.worker_states.clone()?)))
+        .collect();
     vec![charts::worker_state_bars(
         "workers",
         "S3: keel workers by state under load (round 1)".into(),
-        &bars,
+        &phases,
     )]
 }
 
@@ -321,14 +318,7 @@ fn load(
         + Duration::from_secs_f64(config.run.duration_s)
         + Duration::from_secs(30);
     let summary: S3LoadSummary = child.recv_json(budget, "its results", || bar.tick())?;
-    let (status, _) = child.finish(Duration::from_secs(10))?;
-    if !status.success() {
-        return Err(Error::new(format!(
-            "{} printed results but then exited ({status}): {}",
-            child.name(),
-            child.stderr_tail()
-        )));
-    }
+    child.finish_clean(Duration::from_secs(10))?;
     Ok(summary)
 }
 

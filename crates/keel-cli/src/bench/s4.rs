@@ -207,18 +207,18 @@ pub fn run(config: &S4Config) -> Result<Outcome, Error> {
 
 /// Where keel's workers spent the first round's windows, per spin setting.
 fn worker_chart(records: &[PhaseRecord]) -> Chart {
-    let mut bars = Vec::new();
-    for record in records.iter().filter(|r| r.round == 1) {
-        if let (Setting::Keel(spin), Some(states)) = (record.setting, &record.worker_states) {
-            for (i, s) in states.iter().enumerate() {
-                bars.push((format!("{spin} w{i}"), *s));
-            }
-        }
-    }
+    let phases: Vec<(String, Vec<[f64; 6]>)> = records
+        .iter()
+        .filter(|r| r.round == 1)
+        .filter_map(|r| match (r.setting, &r.worker_states) {
+            (Setting::Keel(spin), Some(states)) => Some((spin.to_string(), states.clone())),
+            _ => None,
+        })
+        .collect();
     charts::worker_state_bars(
         "workers",
         "S4: keel workers by state, per spin setting (round 1)".into(),
-        &bars,
+        &phases,
     )
 }
 
@@ -309,14 +309,7 @@ fn measure(config: &S4Config, setting: Setting, bar: &PhaseBar) -> Result<PhaseR
     bar.step("stopping");
     node.send_line("stop")?;
     let _ = node.finish(Duration::from_secs(5))?;
-    let (status, _) = load.finish(Duration::from_secs(5))?;
-    if !status.success() {
-        return Err(Error::new(format!(
-            "{} printed results but then exited ({status}): {}",
-            load.name(),
-            load.stderr_tail()
-        )));
-    }
+    load.finish_clean(Duration::from_secs(5))?;
     let bytes = |mark: &Mark| mark.runtime["s2"]["bytes"].as_u64().unwrap_or(0);
     Ok(PhaseRecord {
         round: 0,
