@@ -341,6 +341,15 @@ impl Account {
         if !self.enabled {
             return;
         }
+        // The sample is a system call: taken before the lock, so readers
+        // never wait on it.
+        let cpu = self
+            .last_cpu_sample
+            .is_none_or(|at| now.saturating_sub(at) >= CPU_SAMPLE_NS)
+            .then(|| {
+                self.last_cpu_sample = Some(now);
+                thread_cpu_ns()
+            });
         let mut published = lock(&self.shared.published);
         published.times = self.times;
         published.polls = self.polls;
@@ -348,12 +357,8 @@ impl Account {
         published.state = self.state;
         published.since = self.since;
         published.io_gap_max = self.io_gap_max;
-        if self
-            .last_cpu_sample
-            .is_none_or(|at| now.saturating_sub(at) >= CPU_SAMPLE_NS)
-        {
-            published.cpu = thread_cpu_ns();
-            self.last_cpu_sample = Some(now);
+        if let Some(cpu) = cpu {
+            published.cpu = cpu;
         }
         if histograms {
             record_delays(&mut published.delays, &mut self.delays);
