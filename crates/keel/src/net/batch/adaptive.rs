@@ -4,8 +4,9 @@
 //! this is that rule in integers, a handful of operations per delivery.
 
 /// The smallest batch adaptive mode gathers: 4 KiB, about three full-size
-/// Ethernet segments. A pace that would not fill this much in half of
-/// `max_delay` is served immediately: a smaller batch saves too few
+/// Ethernet segments. A stream whose pace would not bring this much in one
+/// `max_delay` is served immediately (and one already batching goes back
+/// to immediate delivery below half of it): a smaller batch saves too few
 /// wake-ups to be worth any delay.
 pub const ADAPTIVE_MIN_BYTES: usize = 4 * 1024;
 
@@ -71,15 +72,11 @@ impl Adaptive {
             self.pace = 0;
             return 0;
         }
-        if sample.timed_out {
-            // The batch did not fill within the delay: the stream slowed
-            // down. Halve the batch, keep the pace.
-            let halved = round_down_kib(current / 2);
-            if halved < ADAPTIVE_MIN_BYTES {
-                self.pace = 0;
-                return 0;
-            }
-            return halved;
+        if sample.timed_out && sample.bytes < ADAPTIVE_MIN_BYTES / 2 {
+            // A whole delay brought less than half of the smallest batch:
+            // the stream slowed down too far for batching to pay.
+            self.pace = 0;
+            return 0;
         }
         let pace = u128::from(sample.bytes as u64) * u128::from(delay_ns) / u128::from(gap.max(1));
         let pace = u64::try_from(pace).unwrap_or(u64::MAX);
@@ -88,18 +85,39 @@ impl Adaptive {
         } else {
             self.pace / 2 + pace / 2
         };
-        let three_quarters = usize::try_from(self.pace / 4 * 3).unwrap_or(usize::MAX);
-        if three_quarters < ADAPTIVE_MIN_BYTES {
-            // Entering needs a pace that fills the smallest batch in three
-            // quarters of the delay; staying needs only one that fills it
-            // in the whole delay, so a stream near the threshold does not
-            // flap.
-            let stays = current >= ADAPTIVE_MIN_BYTES && self.pace >= ADAPTIVE_MIN_BYTES as u64;
-            return if stays { ADAPTIVE_MIN_BYTES } else { 0 };
+        let pace = usize::try_from(self.pace).unwrap_or(usize::MAX);
+        // Entering needs a pace that fills the smallest batch within the
+        // delay; staying needs only half of that, so a stream near the
+        // threshold does not flap between the two.
+        let floor = if current > 0 {
+            ADAPTIVE_MIN_BYTES / 2
+        } else {
+            ADAPTIVE_MIN_BYTES
+        };
+        if pace < floor {
+            return 0;
         }
-        let limit = current.max(ADAPTIVE_MIN_BYTES / 2).saturating_mul(2);
         let cap = cap.clamp(1, ADAPTIVE_MAX_BYTES);
-        round_down_kib(three_quarters.min(limit).min(cap)).max(ADAPTIVE_MIN_BYTES.min(cap))
+        // The size sits above what one delay brings, so that batches are
+        // normally released by their deadline and the kernel wakes early
+        // only on a burst. A size that is still between one and a half
+        // and four paces is kept: moving it would change nothing but cost
+        // a system call.
+        if current >= ADAPTIVE_MIN_BYTES.min(cap)
+            && current.saturating_mul(2) >= pace.saturating_mul(3)
+            && current <= pace.saturating_mul(4)
+            && current <= cap
+        {
+            return current;
+        }
+        // Otherwise twice the pace, to the next power of two, growing at
+        // most twofold per batch (a burst cannot make one jump to the top).
+        let limit = current.max(ADAPTIVE_MIN_BYTES / 2).saturating_mul(2);
+        let wanted = pace
+            .saturating_mul(2)
+            .checked_next_power_of_two()
+            .unwrap_or(usize::MAX);
+        round_down_kib(wanted.min(limit).min(cap)).max(ADAPTIVE_MIN_BYTES.min(cap))
     }
 }
 
@@ -140,16 +158,21 @@ mod tests {
         let targets = run(&mut rule, 0, 1460, 2 * MS, 8);
         assert_eq!(targets[0], 0, "no gap to measure on the first delivery");
         assert_eq!(&targets[1..5], &[4096, 8192, 16384, 32768]);
-        // Three quarters of 73 KB, to the KiB.
-        assert!(targets[5..].iter().all(|&t| t == 53 * 1024), "{targets:?}");
+        // Twice 73 KB is above the largest batch.
+        assert!(
+            targets[5..].iter().all(|&t| t == ADAPTIVE_MAX_BYTES),
+            "{targets:?}"
+        );
     }
 
     #[test]
-    fn a_camera_pace_settles_on_a_batch_that_fills_in_three_quarters_of_the_delay() {
+    fn a_camera_pace_settles_on_a_batch_the_deadline_releases() {
         let mut rule = Adaptive::default();
-        // 1460 bytes every 8 ms: about 18 KB per 100 ms.
+        // 1460 bytes every 8 ms: about 18 KB per 100 ms. 32 KiB is between
+        // one and a half and four paces: the deadline, not the size, ends
+        // each batch, and the size stays put.
         let targets = run(&mut rule, 0, 1460, 8 * MS, 10);
-        assert_eq!(*targets.last().unwrap(), 13 * 1024, "{targets:?}");
+        assert_eq!(&targets[5..], &[32 * 1024; 5], "{targets:?}");
     }
 
     #[test]
@@ -202,58 +225,59 @@ mod tests {
     }
 
     #[test]
-    fn a_batch_that_timed_out_halves_the_next() {
+    fn a_deadline_batch_keeps_the_size_unless_the_stream_nearly_stopped() {
         let mut rule = Adaptive::default();
+        let _ = run(&mut rule, 0, 1460, 8 * MS, 10);
         let target = 32 * 1024;
-        let _ = run(&mut rule, 0, 1460, MS, 6);
-        let slow = Sample {
-            bytes: 20_000,
-            now: 5 * MS + DELAY + MS,
+        // The normal case: the deadline released a pace's worth.
+        let on_pace = Sample {
+            bytes: 18_000,
+            now: 9 * 8 * MS + DELAY,
             answered: false,
             timed_out: true,
         };
         assert_eq!(
-            rule.next_target(slow, target, DELAY, ADAPTIVE_MAX_BYTES),
-            16 * 1024
+            rule.next_target(on_pace, target, DELAY, ADAPTIVE_MAX_BYTES),
+            target
         );
-        // Below the smallest batch, halving means immediate.
-        let slow_again = Sample {
-            bytes: 3000,
-            now: 5 * MS + 2 * DELAY + 2 * MS,
+        // A whole delay brought less than half of the smallest batch.
+        let nearly_stopped = Sample {
+            bytes: 1500,
+            now: 9 * 8 * MS + 2 * DELAY,
             answered: false,
             timed_out: true,
         };
         assert_eq!(
-            rule.next_target(slow_again, ADAPTIVE_MIN_BYTES, DELAY, ADAPTIVE_MAX_BYTES),
+            rule.next_target(nearly_stopped, target, DELAY, ADAPTIVE_MAX_BYTES),
             0
         );
     }
 
     #[test]
-    fn a_pace_near_the_threshold_keeps_the_smallest_batch() {
+    fn a_pace_near_the_threshold_keeps_batching() {
         let mut rule = Adaptive::default();
         // 100 bytes a millisecond: 10 KB per 100 ms, enough to enter.
         let targets = run(&mut rule, 0, 100, MS, 2);
         assert_eq!(targets[1], ADAPTIVE_MIN_BYTES);
-        // The batches now take 90 ms each: a pace of 4.5 KB, too little to
-        // enter (three quarters is under 4 KiB), enough to stay. As the
-        // average forgets the faster start, the target settles on the
-        // smallest batch and never drops to immediate.
+        // The stream slows to 3 KB per delay: too little to enter (under
+        // 4 KiB), enough to stay (over half of it). As the average
+        // forgets the faster start, the size settles on a power of two
+        // between one and a half and four paces.
         let mut target = targets[1];
         for i in 1..=8 {
             let sample = Sample {
-                bytes: 4100,
-                now: MS + i * 90 * MS,
+                bytes: 3000,
+                now: MS + i * DELAY,
                 answered: false,
-                timed_out: false,
+                timed_out: true,
             };
             target = rule.next_target(sample, target, DELAY, ADAPTIVE_MAX_BYTES);
             assert!(target >= ADAPTIVE_MIN_BYTES, "after batch {i}");
         }
-        assert_eq!(target, ADAPTIVE_MIN_BYTES);
+        assert_eq!(target, 8 * 1024);
         // A fresh rule at that pace does not enter.
         let mut fresh = Adaptive::default();
-        let targets = run(&mut fresh, 0, 4100, 90 * MS, 5);
+        let targets = run(&mut fresh, 0, 3000, DELAY, 5);
         assert!(targets.iter().all(|&t| t == 0), "{targets:?}");
     }
 
