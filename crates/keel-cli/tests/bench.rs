@@ -98,6 +98,8 @@ fn quick_bench_writes_a_report_for_both_runtimes() {
         let metrics = &run["metrics"];
         for name in [
             "cpu_s_per_gb",
+            "stream_cpu_s_per_gb",
+            "job_cpu_s",
             "deliveries_per_s",
             "bytes_per_delivery",
             "api_storm_p99_ms",

@@ -24,6 +24,24 @@ pub fn slice(iters: u64) -> u64 {
     black_box(x)
 }
 
+/// The CPU time the kernel has charged to the calling thread, or `None`
+/// where the thread clock cannot be read.
+pub fn thread_cpu() -> Option<Duration> {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec for the duration of the
+    // call, and CLOCK_THREAD_CPUTIME_ID names the calling thread's clock.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    (rc == 0).then(|| {
+        Duration::new(
+            u64::try_from(ts.tv_sec).unwrap_or(0),
+            u32::try_from(ts.tv_nsec).unwrap_or(0),
+        )
+    })
+}
+
 /// How long one [`slice()`] of `iters` takes right now, on this thread.
 pub fn time_slice(iters: u64) -> Duration {
     let start = Instant::now();

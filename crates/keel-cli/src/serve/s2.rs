@@ -102,6 +102,9 @@ pub struct S2Counters {
     pub checksum: AtomicU64,
     /// API requests answered.
     pub api_requests: AtomicU64,
+    /// CPU time the API jobs took, ns (their threads' CPU clocks), so that
+    /// the stream service's own CPU can be told from the jobs'.
+    pub job_cpu_ns: AtomicU64,
 }
 
 impl S2Counters {
@@ -121,6 +124,7 @@ impl S2Counters {
             "deliveries": self.deliveries.load(Ordering::Relaxed),
             "bytes": self.bytes.load(Ordering::Relaxed),
             "api_requests": self.api_requests.load(Ordering::Relaxed),
+            "job_cpu_s": self.job_cpu_ns.load(Ordering::Relaxed) as f64 / 1e9,
         })
     }
 }
@@ -130,14 +134,20 @@ pub fn request_end(buf: &[u8]) -> Option<usize> {
     buf.windows(4).position(|w| w == b"\r\n\r\n").map(|i| i + 4)
 }
 
-/// The answer to one API request: runs the job and formats the response.
-/// Anything but `GET /job` is answered 404.
-pub fn answer(request: &[u8], job_lines: u64) -> Vec<u8> {
+/// The answer to one API request: runs the job, adds its CPU time to
+/// `counters`, and formats the response. Anything but `GET /job` is
+/// answered 404.
+pub fn answer(request: &[u8], job_lines: u64, counters: &S2Counters) -> Vec<u8> {
     if !request.starts_with(b"GET /job ") {
         return b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n".to_vec();
     }
     let start = std::time::Instant::now();
+    let cpu_start = super::cpu::thread_cpu();
     let result = super::job::run(job_lines);
+    if let (Some(before), Some(after)) = (cpu_start, super::cpu::thread_cpu()) {
+        let ns = u64::try_from(after.saturating_sub(before).as_nanos()).unwrap_or(u64::MAX);
+        counters.job_cpu_ns.fetch_add(ns, Ordering::Relaxed);
+    }
     let job_us = start.elapsed().as_micros();
     let body = format!("{result}\n");
     format!(
@@ -162,15 +172,18 @@ mod tests {
         assert_eq!(request_end(b"GET /job HTTP/1.1\r\n"), None);
     }
 
-    /// `GET /job` runs the job and reports its time; anything else is 404.
+    /// `GET /job` runs the job, reports its time and counts its CPU;
+    /// anything else is 404.
     #[test]
     fn answers() {
-        let ok = String::from_utf8(answer(b"GET /job HTTP/1.1\r\n\r\n", 100)).unwrap();
+        let counters = S2Counters::default();
+        let ok = String::from_utf8(answer(b"GET /job HTTP/1.1\r\n\r\n", 100, &counters)).unwrap();
         assert!(ok.starts_with("HTTP/1.1 200 OK\r\n"), "{ok}");
         assert!(ok.contains("X-Job-Us: "), "{ok}");
         let body = ok.split("\r\n\r\n").nth(1).unwrap();
         assert_eq!(body.trim(), super::super::job::run(100).to_string());
-        let missing = answer(b"GET /nope HTTP/1.1\r\n\r\n", 100);
+        assert!(counters.to_json()["job_cpu_s"].as_f64().unwrap() > 0.0);
+        let missing = answer(b"GET /nope HTTP/1.1\r\n\r\n", 100, &counters);
         assert!(missing.starts_with(b"HTTP/1.1 404"));
     }
 

@@ -100,7 +100,7 @@ async fn serve_api(mut stream: TcpStream, job_lines: u64, counters: Arc<S2Counte
     let mut buf = [0u8; 2048];
     loop {
         while let Some(end) = request_end(&pending) {
-            let response = answer(&pending[..end], job_lines);
+            let response = answer(&pending[..end], job_lines, &counters);
             pending.drain(..end);
             counters
                 .api_requests
