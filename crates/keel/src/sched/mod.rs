@@ -66,7 +66,7 @@ use crate::loom::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};
 use crate::loom::sync::Mutex;
 use crate::runtime::config::Config;
 use crate::runtime::context;
-use crate::stats::account::WorkerMetrics;
+use crate::stats::account::{ClassDelays, WorkerMetrics};
 use crate::stats::clock::Clock;
 use crate::task::registry::Registry;
 use crate::task::{Guarded, JoinHandle, Runnable, TaskId, TaskMeta};
@@ -138,6 +138,8 @@ pub(crate) struct Shared {
     pub(crate) registry: Arc<Registry>,
     /// One per worker; see [`crate::stats::account`].
     pub(crate) metrics: Box<[Arc<WorkerMetrics>]>,
+    /// Queue-delay histograms, one per class, shared by the workers.
+    pub(crate) delays: Arc<ClassDelays>,
     /// The timer wheel; see [`crate::time`].
     pub(crate) timers: TimerDriver,
     /// The epoll instance; see [`crate::io`].
@@ -167,6 +169,7 @@ impl Shared {
             .map(|_| (0..classes).map(|_| Lanes::new()).collect())
             .collect();
         let clock = Clock::new();
+        let delays = Arc::new(ClassDelays::new(classes));
         let shared = Shared {
             clocks: ClassClocks::new(config.classes.iter().map(|c| c.shares)),
             injectors: (0..classes).map(|_| Injector::new()).collect(),
@@ -178,8 +181,9 @@ impl Shared {
             parkers: (0..config.workers).map(|_| Parker::new()).collect(),
             registry: Arc::new(Registry::new()),
             metrics: (0..config.workers)
-                .map(|_| Arc::new(WorkerMetrics::new(classes)))
+                .map(|_| Arc::new(WorkerMetrics::new(delays.clone())))
                 .collect(),
+            delays,
             timers: TimerDriver::new(clock.clone()),
             reactor: Reactor::new()?,
             blocking: Pool::new(&config.blocking, clock.clone()),

@@ -18,9 +18,13 @@
 //! publication interval.
 //!
 //! Beside the states, a worker samples the CPU time the kernel charged to
-//! its thread (`CLOCK_THREAD_CPUTIME_ID`) when it publishes, at most once
-//! per [`CPU_SAMPLE_NS`] (a system call: not on every park) and when it
-//! exits.
+//! its thread (`CLOCK_THREAD_CPUTIME_ID`) when it publishes, once it has
+//! been awake (in any state but parked) for [`CPU_SAMPLE_NS`] since the
+//! previous sample, and when it exits. A sample is a system call: not on
+//! every park, and, counted in awake time, not on the way out of a long
+//! sleep either, where it would delay the event that woke the worker (the
+//! worker's clock barely moves while it sleeps, so the sample is due again
+//! only after as much work as before).
 //! The states say where the worker's *wall* time went; the sample says how
 //! much of it the worker actually ran on a core. On a machine with more
 //! runnable threads than cores the two part: a worker that was preempted
@@ -28,8 +32,13 @@
 //! someone else.
 //!
 //! Queue delays (wake → first poll) are kept in a local list per class and
-//! recorded into the shared histograms every [`HISTOGRAM_PUBLISH_NS`] and
-//! before parking. A list, not a local histogram: merging two histograms
+//! recorded into the runtime's histograms ([`ClassDelays`], one per class,
+//! shared by every worker) every [`HISTOGRAM_PUBLISH_NS`] and before
+//! parking. One histogram per class, not per worker and class: a snapshot
+//! then copies one histogram per class, where per-worker histograms would
+//! have it allocate a histogram per class and add every worker's into it,
+//! some 30 KB copied or walked each time (a tenth of a millisecond on a
+//! cold cache, on every `/status` of the admin endpoint). A list, not a local histogram: merging two histograms
 //! walks every bucket (thousands), which a worker that parks after each
 //! request would pay a thousand times a second, while recording the few
 //! values gathered since the last publication costs only those values.
@@ -48,11 +57,11 @@ use crate::sched::MAX_CLASSES;
 /// is at most that stale, at the cost of one uncontended lock per ms).
 pub(crate) const PUBLISH_NS: u64 = 1_000_000;
 
-/// How often a worker samples its thread's CPU clock at most (10 ms). A
-/// sample is a system call, and sampling every millisecond measurably
-/// slowed the task polls around it on a virtual machine; at 10 ms the
-/// sample trails the states by at most 10 ms of the worker's time, a
-/// tenth of a percent of a 10-second window.
+/// How much awake time passes between two samples of a worker's thread
+/// CPU clock (10 ms). A sample is a system call, and sampling every
+/// millisecond measurably slowed the task polls around it on a virtual
+/// machine; at 10 ms the sample trails the states by at most 10 ms of the
+/// worker's time, a tenth of a percent of a 10-second window.
 const CPU_SAMPLE_NS: u64 = 10_000_000;
 
 /// How often a busy worker merges its queue-delay histograms (10 ms).
@@ -131,8 +140,6 @@ pub(crate) struct Published {
     pub(crate) polls: [u64; MAX_CLASSES],
     /// Stalls (polls longer than the stall threshold) per class.
     pub(crate) stalls: [u64; MAX_CLASSES],
-    /// Queue delay (ns) per class.
-    pub(crate) delays: Vec<Histogram<u64>>,
     /// The state the worker was in at `since`.
     pub(crate) state: State,
     /// When `state` began: the end of what `times` covers.
@@ -188,24 +195,62 @@ impl Published {
     }
 }
 
+/// The queue-delay histograms of a runtime: one per class, recorded into
+/// by every worker.
+#[derive(Debug)]
+pub(crate) struct ClassDelays {
+    classes: Box<[Mutex<Histogram<u64>>]>,
+}
+
+impl ClassDelays {
+    pub(crate) fn new(classes: usize) -> ClassDelays {
+        ClassDelays {
+            classes: (0..classes)
+                .map(|_| Mutex::new(new_delay_histogram()))
+                .collect(),
+        }
+    }
+
+    /// A copy of `class`'s histogram.
+    pub(crate) fn read(&self, class: usize) -> Histogram<u64> {
+        lock(&self.classes[class]).clone()
+    }
+
+    /// Records each class's pending delays into its histogram and empties
+    /// the lists; a class with none is not locked.
+    fn record(&self, pending: &mut [Vec<u64>]) {
+        for (histogram, delays) in self.classes.iter().zip(pending) {
+            if delays.is_empty() {
+                continue;
+            }
+            let mut histogram = lock(histogram);
+            for delay in delays.drain(..) {
+                histogram.saturating_record(delay.clamp(1, DELAY_MAX_NS));
+            }
+        }
+    }
+}
+
 /// The shared side of one worker's accounting.
 #[derive(Debug)]
 pub(crate) struct WorkerMetrics {
     published: Mutex<Published>,
+    /// The runtime's queue-delay histograms.
+    delays: Arc<ClassDelays>,
     /// The worker's state slot (top bits) and when it began (low
     /// [`SINCE_BITS`]). Only the worker writes.
     current: AtomicU64,
 }
 
 impl WorkerMetrics {
-    pub(crate) fn new(classes: usize) -> WorkerMetrics {
+    pub(crate) fn new(delays: Arc<ClassDelays>) -> WorkerMetrics {
         WorkerMetrics {
+            delays,
             published: Mutex::new(Published {
                 started: 0,
                 times: [0; SLOTS],
                 polls: [0; MAX_CLASSES],
                 stalls: [0; MAX_CLASSES],
-                delays: (0..classes).map(|_| new_delay_histogram()).collect(),
                 state: State::Search,
                 since: 0,
                 stopped: false,
@@ -240,7 +285,8 @@ pub(crate) struct Account {
     since: u64,
     last_publish: u64,
     last_histogram_publish: u64,
-    /// When the thread's CPU clock was last sampled.
+    /// The worker's awake time (ns in every state but parked) when the
+    /// thread's CPU clock was last sampled; `None` before the first.
     last_cpu_sample: Option<u64>,
     /// Off only for the overhead benchmark: every method returns at once.
     enabled: bool,
@@ -343,11 +389,12 @@ impl Account {
         }
         // The sample is a system call: taken before the lock, so readers
         // never wait on it.
+        let awake = self.awake_ns();
         let cpu = self
             .last_cpu_sample
-            .is_none_or(|at| now.saturating_sub(at) >= CPU_SAMPLE_NS)
+            .is_none_or(|at| awake.saturating_sub(at) >= CPU_SAMPLE_NS)
             .then(|| {
-                self.last_cpu_sample = Some(now);
+                self.last_cpu_sample = Some(awake);
                 thread_cpu_ns()
             });
         let mut published = lock(&self.shared.published);
@@ -360,8 +407,9 @@ impl Account {
         if let Some(cpu) = cpu {
             published.cpu = cpu;
         }
+        drop(published);
         if histograms {
-            record_delays(&mut published.delays, &mut self.delays);
+            self.shared.delays.record(&mut self.delays);
             self.last_histogram_publish = now;
         }
         self.last_publish = now;
@@ -369,20 +417,16 @@ impl Account {
 }
 
 impl Account {
+    /// Nanoseconds the worker spent in every state but parked, up to its
+    /// last state change.
+    fn awake_ns(&self) -> u64 {
+        let total: u64 = self.times.iter().sum();
+        total - self.times[PARKED_SLOT]
+    }
+
     /// Records the pending queue delays into the shared histograms now.
     fn publish_delays(&mut self) {
-        let mut published = lock(&self.shared.published);
-        record_delays(&mut published.delays, &mut self.delays);
-    }
-}
-
-/// Records each class's pending delays into its shared histogram and
-/// empties the lists.
-fn record_delays(shared: &mut [Histogram<u64>], pending: &mut [Vec<u64>]) {
-    for (histogram, delays) in shared.iter_mut().zip(pending) {
-        for delay in delays.drain(..) {
-            histogram.saturating_record(delay.clamp(1, DELAY_MAX_NS));
-        }
+        self.shared.delays.record(&mut self.delays);
     }
 }
 

@@ -20,7 +20,7 @@ pub use snapshot::{
 use std::time::Duration;
 
 use crate::sched::Shared;
-use account::{new_delay_histogram, Published};
+use account::Published;
 
 /// Builds a snapshot from every worker's publication.
 pub(crate) fn snapshot(shared: &Shared) -> Stats {
@@ -59,12 +59,7 @@ pub(crate) fn snapshot(shared: &Shared) -> Stats {
         .iter()
         .enumerate()
         .map(|(index, class)| {
-            let mut histogram = new_delay_histogram();
-            for (p, _) in &read {
-                histogram
-                    .add(&p.delays[index])
-                    .expect("histograms share bounds, so adding cannot fail");
-            }
+            let histogram = shared.delays.read(index);
             ClassStats {
                 name: class.name.clone(),
                 shares: class.shares,

@@ -153,8 +153,9 @@ pub struct WorkerStats {
     /// Polls, per class.
     pub polls: Vec<u64>,
     /// CPU time the kernel charged to the worker's thread, sampled when
-    /// the worker publishes (at most once every 10 ms, so it may trail the
-    /// states by up to 10 ms of the worker's time); zero on
+    /// the worker publishes after 10 ms awake since the previous sample
+    /// (so it may trail the states by up to 10 ms of the worker's time,
+    /// parked time not counted); zero on
     /// platforms without a per-thread CPU clock. Compare it with
     /// [`on_cpu`](Self::on_cpu): see [`preempted`](Self::preempted).
     pub cpu: Duration,
