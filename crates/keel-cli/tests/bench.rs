@@ -70,9 +70,12 @@ fn quick_bench_writes_a_report_for_both_runtimes() {
     let s1 = &scenario("s1");
     assert_eq!(s1["sizes"]["cpu_tasks"], 8);
     let runs = s1["runs"].as_array().unwrap();
-    assert_eq!(runs.len(), 2, "keel and tokio");
+    assert_eq!(runs.len(), 3, "keel, keel unaccounted and tokio");
     assert_eq!(runs[0]["runtime"], "keel");
-    assert_eq!(runs[1]["runtime"], "tokio");
+    assert_eq!(runs[0]["mode"], "default");
+    assert_eq!(runs[1]["runtime"], "keel");
+    assert_eq!(runs[1]["mode"], "unaccounted");
+    assert_eq!(runs[2]["runtime"], "tokio");
     for run in runs {
         check_s1_metrics(&run["metrics"]);
     }
@@ -82,8 +85,8 @@ fn quick_bench_writes_a_report_for_both_runtimes() {
     }
     assert_eq!(
         s1["rounds"].as_array().unwrap().len(),
-        4,
-        "idle + loaded, per runtime"
+        6,
+        "idle + loaded, per variant"
     );
 
     let s2 = &scenario("s2");

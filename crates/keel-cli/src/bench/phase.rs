@@ -50,6 +50,8 @@ pub struct PhaseSpec {
     pub warmup_ms: u64,
     /// Probe: bytes per send.
     pub payload: u64,
+    /// keel: whether the server's runtime keeps its accounting.
+    pub accounting: bool,
 }
 
 /// What one phase measured.
@@ -120,7 +122,10 @@ fn measure(exe: &Path, spec: &PhaseSpec, bar: &PhaseBar) -> Result<PhaseFigures,
             spec.slice_iters.to_string(),
             "--addr".into(),
             "127.0.0.1:0".into(),
-        ],
+        ]
+        .into_iter()
+        .chain((!spec.accounting).then(|| "--no-accounting".into()))
+        .collect::<Vec<String>>(),
     )?;
     let tick = || bar.tick();
     let addr: AddrLine = server.recv_json(SERVER_SILENCE, "its address", tick)?;

@@ -8,6 +8,12 @@
 //! alike. Per runtime the figures are medians across rounds; the verdicts
 //! are ratios of those medians, computed within one run, never absolute
 //! times.
+//!
+//! keel also runs a third variant, `unaccounted`: the same server with the
+//! runtime's accounting switched off (a hidden switch that exists for this
+//! measurement), right after keel's default in every round. Its slices per
+//! second and latencies beside keel's are what the accounting costs on a
+//! server's work, reported without a goal.
 
 use std::time::Duration;
 
@@ -41,6 +47,12 @@ pub struct S1Config {
     pub payload: u64,
 }
 
+/// keel's variant with its accounting off.
+const UNACCOUNTED: &str = "unaccounted";
+
+/// Every runtime's own variant.
+const DEFAULT: &str = "default";
+
 /// One phase's figures with where it sat in the run.
 #[derive(Debug, Clone, Serialize)]
 struct PhaseRecord {
@@ -48,6 +60,8 @@ struct PhaseRecord {
     round: u32,
     /// `idle` or `loaded`.
     phase: &'static str,
+    /// [`DEFAULT`], or for keel also [`UNACCOUNTED`].
+    mode: &'static str,
     /// What it measured.
     #[serde(flatten)]
     figures: PhaseFigures,
@@ -65,18 +79,19 @@ pub fn run(config: &S1Config) -> Result<Outcome, Error> {
     let mut records = Vec::new();
     for round in 0..config.run.runs {
         // Alternate which runtime goes first.
-        let mut order = config.run.runtimes.clone();
+        let mut order = variants(&config.run.runtimes);
         if round % 2 == 1 {
             order.reverse();
         }
         for (phase_name, cpu_tasks) in [("idle", 0), ("loaded", config.cpu_tasks)] {
-            for &runtime in &order {
+            for &(runtime, mode) in &order {
+                let shown = if mode == DEFAULT {
+                    runtime.to_string()
+                } else {
+                    format!("{runtime} {mode}")
+                };
                 let spec = PhaseSpec {
-                    label: format!(
-                        "s1 r{}/{} {runtime} {phase_name}",
-                        round + 1,
-                        config.run.runs
-                    ),
+                    label: format!("s1 r{}/{} {shown} {phase_name}", round + 1, config.run.runs),
                     runtime,
                     workers: config.run.workers,
                     cpu_tasks,
@@ -85,25 +100,25 @@ pub fn run(config: &S1Config) -> Result<Outcome, Error> {
                     duration_s: config.run.duration_s,
                     warmup_ms: config.run.warmup_ms,
                     payload: config.payload,
+                    accounting: mode == DEFAULT,
                 };
                 let figures = phase::run(&config.run.exe, &spec)?;
                 records.push(PhaseRecord {
                     round: round + 1,
                     phase: phase_name,
+                    mode,
                     figures,
                 });
             }
         }
     }
 
-    let runs: Vec<RunFigures> = config
-        .run
-        .runtimes
-        .iter()
-        .map(|&runtime| RunFigures {
+    let runs: Vec<RunFigures> = variants(&config.run.runtimes)
+        .into_iter()
+        .map(|(runtime, mode)| RunFigures {
             runtime: runtime.to_string(),
-            mode: "default".into(),
-            metrics: medians(&records, runtime),
+            mode: mode.into(),
+            metrics: medians(&records, runtime, mode),
         })
         .collect();
     let verdicts = verdicts(&runs, &config.run.runtimes);
@@ -134,6 +149,19 @@ pub fn run(config: &S1Config) -> Result<Outcome, Error> {
     })
 }
 
+/// The variants a run measures: each runtime as it comes, and keel also
+/// unaccounted, right after keel.
+fn variants(runtimes: &[RuntimeKind]) -> Vec<(RuntimeKind, &'static str)> {
+    let mut out = Vec::new();
+    for &runtime in runtimes {
+        out.push((runtime, DEFAULT));
+        if runtime == RuntimeKind::Keel {
+            out.push((runtime, UNACCOUNTED));
+        }
+    }
+    out
+}
+
 /// The first round's latency over time, per runtime and phase, and where
 /// keel's workers spent that round's time.
 fn charts(records: &[PhaseRecord]) -> Vec<Chart> {
@@ -143,6 +171,7 @@ fn charts(records: &[PhaseRecord]) -> Vec<Chart> {
         "S1: echo RTT over time (round 1)".into(),
         first
             .iter()
+            .filter(|r| r.mode == DEFAULT)
             .map(|r| {
                 (
                     format!("{} {}", r.figures.runtime, r.phase),
@@ -153,7 +182,7 @@ fn charts(records: &[PhaseRecord]) -> Vec<Chart> {
     );
     let phases: Vec<(String, Vec<[f64; 6]>)> = first
         .iter()
-        .filter(|r| r.figures.runtime == RuntimeKind::Keel)
+        .filter(|r| r.figures.runtime == RuntimeKind::Keel && r.mode == DEFAULT)
         .filter_map(|r| {
             let states =
                 charts::keel_worker_states(&r.figures.runtime_start, &r.figures.runtime_end)?;
@@ -190,12 +219,12 @@ fn round_metrics(idle: &PhaseFigures, loaded: &PhaseFigures) -> Vec<(&'static st
     ]
 }
 
-/// Per metric, the median across rounds of one runtime.
-fn medians(records: &[PhaseRecord], runtime: RuntimeKind) -> Pairs<f64> {
+/// Per metric, the median across rounds of one runtime in one mode.
+fn medians(records: &[PhaseRecord], runtime: RuntimeKind, mode: &str) -> Pairs<f64> {
     let find = |round: u32, phase: &str| {
-        records
-            .iter()
-            .find(|r| r.round == round && r.phase == phase && r.figures.runtime == runtime)
+        records.iter().find(|r| {
+            r.round == round && r.phase == phase && r.figures.runtime == runtime && r.mode == mode
+        })
     };
     let mut rounds = Vec::new();
     let last_round = records.iter().map(|r| r.round).max().unwrap_or(0);
@@ -209,11 +238,12 @@ fn medians(records: &[PhaseRecord], runtime: RuntimeKind) -> Pairs<f64> {
 
 /// The S1 verdicts, from the medians.
 fn verdicts(runs: &[RunFigures], runtimes: &[RuntimeKind]) -> Vec<Verdict> {
-    let metric = |runtime: RuntimeKind, name: &str| {
+    let metric_of = |runtime: RuntimeKind, mode: &str, name: &str| {
         runs.iter()
-            .find(|r| r.runtime == runtime.name())
+            .find(|r| r.runtime == runtime.name() && r.mode == mode)
             .and_then(|r| r.metric(name))
     };
+    let metric = |runtime: RuntimeKind, name: &str| metric_of(runtime, DEFAULT, name);
     let why = |needed: &[RuntimeKind]| why_missing(needed, runtimes);
     let (keel, tokio) = (RuntimeKind::Keel, RuntimeKind::Tokio);
     vec![
@@ -248,6 +278,27 @@ fn verdicts(runs: &[RunFigures], runtimes: &[RuntimeKind]) -> Vec<Verdict> {
             Some(Goal::AtLeast(0.97)),
         )
         .missing_because(why(&[keel, tokio])),
+        // What the accounting costs: keel against itself with it off.
+        Verdict::new(
+            "slices_per_s keel/keel unaccounted",
+            "keel",
+            ratio(
+                metric(keel, "slices_per_s"),
+                metric_of(keel, UNACCOUNTED, "slices_per_s"),
+            ),
+            None,
+        )
+        .missing_because(why(&[keel])),
+        Verdict::new(
+            "loaded_p99 keel/keel unaccounted",
+            "keel",
+            ratio(
+                metric(keel, "loaded_p99_us"),
+                metric_of(keel, UNACCOUNTED, "loaded_p99_us"),
+            ),
+            None,
+        )
+        .missing_because(why(&[keel])),
     ]
 }
 
@@ -262,7 +313,10 @@ fn check(
     let mut notes = Vec::new();
     for record in records {
         let f = &record.figures;
-        let at = format!("round {} {} {}", record.round, f.runtime, record.phase);
+        let at = format!(
+            "round {} {} {} {}",
+            record.round, f.runtime, record.mode, record.phase
+        );
         if f.probe.count == 0 {
             problems.push(format!("{at}: the probe recorded no round trips"));
         }
@@ -325,18 +379,30 @@ mod tests {
 
     /// Records for `rounds` rounds of one runtime, loaded p99 varying.
     fn records(runtime: RuntimeKind, loaded_p99: &[f64]) -> Vec<PhaseRecord> {
+        records_of(runtime, DEFAULT, loaded_p99, 9000.0)
+    }
+
+    /// Records for `rounds` rounds of one runtime in `mode`.
+    fn records_of(
+        runtime: RuntimeKind,
+        mode: &'static str,
+        loaded_p99: &[f64],
+        slices_per_s: f64,
+    ) -> Vec<PhaseRecord> {
         let mut out = Vec::new();
         for (i, &p99) in loaded_p99.iter().enumerate() {
             let round = i as u32 + 1;
             out.push(PhaseRecord {
                 round,
                 phase: "idle",
+                mode,
                 figures: figures(runtime, 40.0, 0.0),
             });
             out.push(PhaseRecord {
                 round,
                 phase: "loaded",
-                figures: figures(runtime, p99, 9000.0),
+                mode,
+                figures: figures(runtime, p99, slices_per_s),
             });
         }
         out
@@ -347,13 +413,55 @@ mod tests {
     fn medians_across_rounds() {
         let mut all = records(RuntimeKind::Tokio, &[300.0, 100.0, 200.0]);
         all.extend(records(RuntimeKind::Keel, &[50.0, 70.0, 60.0]));
-        let tokio = medians(&all, RuntimeKind::Tokio);
+        let tokio = medians(&all, RuntimeKind::Tokio, DEFAULT);
         assert_eq!(tokio.get("loaded_p99_us"), Some(200.0));
         assert_eq!(tokio.get("idle_p99_us"), Some(40.0));
         assert_eq!(tokio.get("loaded_samples"), Some(100.0));
-        let keel = medians(&all, RuntimeKind::Keel);
+        let keel = medians(&all, RuntimeKind::Keel, DEFAULT);
         assert_eq!(keel.get("loaded_p99_us"), Some(60.0));
         assert_eq!(keel.get("slices_per_s"), Some(9000.0));
+        assert!(medians(&all, RuntimeKind::Keel, UNACCOUNTED).0.is_empty());
+    }
+
+    /// keel unaccounted runs right after keel, and its figures are told
+    /// apart from keel's: the accounting's cost is their ratio.
+    #[test]
+    fn the_unaccounted_variant_is_measured_beside_keel() {
+        let both = [RuntimeKind::Keel, RuntimeKind::Tokio];
+        assert_eq!(
+            variants(&both),
+            [
+                (RuntimeKind::Keel, DEFAULT),
+                (RuntimeKind::Keel, UNACCOUNTED),
+                (RuntimeKind::Tokio, DEFAULT)
+            ]
+        );
+        assert_eq!(
+            variants(&[RuntimeKind::Tokio]),
+            [(RuntimeKind::Tokio, DEFAULT)]
+        );
+        let mut all = records(RuntimeKind::Keel, &[100.0]);
+        all.extend(records_of(
+            RuntimeKind::Keel,
+            UNACCOUNTED,
+            &[80.0],
+            10_000.0,
+        ));
+        all.extend(records(RuntimeKind::Tokio, &[400.0]));
+        let runs: Vec<RunFigures> = variants(&both)
+            .into_iter()
+            .map(|(rt, mode)| RunFigures {
+                runtime: rt.to_string(),
+                mode: mode.into(),
+                metrics: medians(&all, rt, mode),
+            })
+            .collect();
+        let v = verdicts(&runs, &both);
+        assert_eq!(v[2].value, Some(0.25), "keel/tokio uses keel's default");
+        assert_eq!(v[4].name, "slices_per_s keel/keel unaccounted");
+        assert_eq!(v[4].value, Some(0.9));
+        assert_eq!(v[4].pass, None);
+        assert_eq!(v[5].value, Some(1.25));
     }
 
     /// Verdicts are ratios of medians; without keel, keel's are n/a.
@@ -367,7 +475,7 @@ mod tests {
             .map(|&rt| RunFigures {
                 runtime: rt.to_string(),
                 mode: "default".into(),
-                metrics: medians(&all, rt),
+                metrics: medians(&all, rt, DEFAULT),
             })
             .collect();
         let v = verdicts(&runs, &both);

@@ -124,6 +124,10 @@ pub struct ServeS1Args {
     /// Address to bind the echo service to.
     #[arg(long, default_value = "127.0.0.1:0")]
     pub addr: SocketAddr,
+    /// keel only: run with the runtime's accounting off, to measure what
+    /// it costs (`keel bench s1` runs this variant beside the default).
+    #[arg(long, hide = true)]
+    pub no_accounting: bool,
 }
 
 /// Flags of `keel serve s2`.
@@ -260,6 +264,8 @@ pub struct S1Opts {
     pub slice_iters: u64,
     /// Address to bind the echo service to.
     pub addr: SocketAddr,
+    /// keel: whether the runtime keeps its accounting (the default).
+    pub accounting: bool,
 }
 
 /// A started server: where it listens, how to read its runtime's own
@@ -326,7 +332,13 @@ pub fn run(command: &ServeCommand) -> Result<(), Error> {
                 cpu_tasks: usize::try_from(args.cpu_tasks).unwrap_or(usize::MAX),
                 slice_iters: args.slice_iters,
                 addr: args.addr,
+                accounting: !args.no_accounting,
             };
+            if args.no_accounting && args.runtime != RuntimeKind::Keel {
+                return Err(Error::new(
+                    "serve s1: --no-accounting is a keel setting; tokio has no such switch",
+                ));
+            }
             let slices = Arc::new(AtomicU64::new(0));
             let running = s1_start(args.runtime)(&opts, Arc::clone(&slices))
                 .map_err(|e| e.context(format!("serve s1 --runtime {}", args.runtime)))?;

@@ -22,7 +22,7 @@ use crate::error::Error;
 
 /// Starts the keel S1 server (see [`super::S1Start`]).
 pub fn start(opts: &S1Opts, slices: Arc<AtomicU64>) -> Result<Running, Error> {
-    let rt = runtime(opts.workers, None)?;
+    let rt = runtime_with(opts.workers, None, opts.accounting)?;
     let (listener, addr) = bind(&rt, opts.addr)?;
     rt.spawn(accept_loop(listener));
     for _ in 0..opts.cpu_tasks {
@@ -43,8 +43,18 @@ pub fn start(opts: &S1Opts, slices: Arc<AtomicU64>) -> Result<Running, Error> {
 /// A keel runtime with `workers` workers, the spin policy `spin` (the
 /// runtime's default when `None`) and every other setting at its default.
 pub fn runtime(workers: usize, spin: Option<keel::SpinPolicy>) -> Result<keel::Runtime, Error> {
+    runtime_with(workers, spin, true)
+}
+
+/// [`runtime`], with the accounting on or off (off only to measure what
+/// it costs).
+fn runtime_with(
+    workers: usize,
+    spin: Option<keel::SpinPolicy>,
+    accounting: bool,
+) -> Result<keel::Runtime, Error> {
     let mut builder = keel::Runtime::builder();
-    builder.workers(workers);
+    builder.workers(workers).accounting(accounting);
     if let Some(spin) = spin {
         builder.spin(spin);
     }
@@ -181,6 +191,7 @@ mod tests {
             cpu_tasks: 2,
             slice_iters: 1000,
             addr: "127.0.0.1:0".parse().unwrap(),
+            accounting: true,
         };
         let slices = Arc::new(AtomicU64::new(0));
         let running = start(&opts, slices.clone()).unwrap();
