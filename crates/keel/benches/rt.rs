@@ -27,8 +27,9 @@
 //!   runs on the same worker or is taken by the other one.
 //! - `accounting`: keel against itself with its per-worker accounting
 //!   turned off (a hidden builder switch that exists for this group
-//!   only), on the spawn, channel ping-pong and wake-chain workloads: what
-//!   the state counters, queue-delay records and schedule timestamps cost.
+//!   only), on the spawn, channel ping-pong, yield ping-pong and
+//!   wake-chain workloads, each on and off back to back: what the state
+//!   counters, queue-delay records and schedule timestamps cost.
 
 use std::future::{poll_fn, Future};
 use std::hint::black_box;
@@ -356,18 +357,31 @@ fn wake_chain_10k(c: &mut Criterion) {
     compare(c, "wake_chain_10k", bench_wake_chain, bench_wake_chain);
 }
 
-/// keel with and without its accounting, one workload after the other,
-/// each runtime alive only while its own variants run.
+/// keel with and without its accounting, each workload on then off back
+/// to back (so that slow drift of a shared machine lands on both alike),
+/// each runtime alive only while its own variant runs.
 fn accounting(c: &mut Criterion) {
     let mut group = group(c, "accounting");
-    fn workloads<const A: bool>(group: &mut Group<'_>) {
+    fn spawn<const A: bool>(group: &mut Group<'_>) {
         let rt = keel_rt::<A>();
         group.bench_function(BenchmarkId::new(Keel::<A>::NAME, "spawn_join_100k"), |b| {
             b.iter(|| black_box(on_worker(&rt, spawn_join::<Keel<A>>(SPAWN_TASKS))));
         });
+    }
+    fn channel<const A: bool>(group: &mut Group<'_>) {
+        let rt = keel_rt::<A>();
         group.bench_function(BenchmarkId::new(Keel::<A>::NAME, "pingpong_channel"), |b| {
             b.iter(|| on_worker(&rt, pingpong_channel::<Keel<A>>(ROUND_TRIPS)));
         });
+    }
+    fn yields<const A: bool>(group: &mut Group<'_>) {
+        let rt = keel_rt::<A>();
+        group.bench_function(BenchmarkId::new(Keel::<A>::NAME, "pingpong_yield"), |b| {
+            b.iter(|| on_worker(&rt, pingpong_yield::<Keel<A>>(ROUND_TRIPS)));
+        });
+    }
+    fn chain<const A: bool>(group: &mut Group<'_>) {
+        let rt = keel_rt::<A>();
         group.bench_function(BenchmarkId::new(Keel::<A>::NAME, "wake_chain_10k"), |b| {
             b.iter_custom(|iters| {
                 (0..iters)
@@ -376,8 +390,14 @@ fn accounting(c: &mut Criterion) {
             });
         });
     }
-    workloads::<true>(&mut group);
-    workloads::<false>(&mut group);
+    spawn::<true>(&mut group);
+    spawn::<false>(&mut group);
+    channel::<true>(&mut group);
+    channel::<false>(&mut group);
+    yields::<true>(&mut group);
+    yields::<false>(&mut group);
+    chain::<true>(&mut group);
+    chain::<false>(&mut group);
     group.finish();
 }
 

@@ -36,6 +36,10 @@
 //!    `ScheduledIo` (`io::readiness`).
 //! 2. A read tries the system call while the socket is believed readable;
 //!    on `WouldBlock` it clears that belief and parks the task's waker.
+//!    A TCP read that returns fewer bytes than it asked for (and some)
+//!    emptied the socket, so it clears the belief too: the next read waits
+//!    for the next event instead of making a system call to learn that
+//!    nothing is there (a request/response server saves one per request).
 //! 3. A worker polls the reactor (between polls every `io_interval`, or
 //!    blocked in `epoll_wait` when idle), sets the readiness and wakes the
 //!    task into its class's events lane, ahead of tasks that yielded.

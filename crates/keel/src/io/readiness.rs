@@ -235,6 +235,21 @@ impl ScheduledIo {
             });
     }
 
+    /// After a read of a byte stream that returned fewer bytes than asked
+    /// for, and some: the read emptied the receive queue, so the readable
+    /// bit is cleared as after a `WouldBlock` (unless an event came since
+    /// `seen`), sparing the next read a system call that would only say
+    /// so. Only the readable bit: an error the socket holds is still
+    /// there for the next read to return.
+    pub(crate) fn clear_drained(&self, seen: Ready) {
+        let seen_tick = seen.0 >> TICK_SHIFT;
+        let _ = self
+            .state
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |current| {
+                (current >> TICK_SHIFT == seen_tick).then_some(current & !READABLE)
+            });
+    }
+
     fn waiters(&self, direction: Direction) -> MutexGuard<'_, Vec<Waker>> {
         let waiters = match direction {
             Direction::Read => &self.readers,
@@ -288,6 +303,46 @@ mod tests {
         );
         io.clear(seen, Direction::Read);
         assert!(io.poll_ready(&mut cx, Direction::Read).is_ready());
+    }
+
+    #[test]
+    fn a_drained_read_clears_readable_unless_an_event_came_since() {
+        let io = ScheduledIo::new(false);
+        let (_, waker) = counting();
+        let mut cx = Context::from_waker(&waker);
+        let data_and_error = Event {
+            readable: true,
+            error: true,
+            ..Event::default()
+        };
+        io.set(data_and_error, &mut Vec::new());
+        let Poll::Ready(seen) = io.poll_ready(&mut cx, Direction::Read) else {
+            panic!("an event made it readable");
+        };
+        // More data lands after the short read: the bit stays.
+        io.set(
+            Event {
+                readable: true,
+                ..Event::default()
+            },
+            &mut Vec::new(),
+        );
+        io.clear_drained(seen);
+        let Poll::Ready(seen) = io.poll_ready(&mut cx, Direction::Read) else {
+            panic!("the newer event is kept");
+        };
+        assert!(seen.is_readable());
+        // Nothing since: readable goes, the pending error stays for the
+        // next read to return.
+        io.clear_drained(seen);
+        let Poll::Ready(left) = io.poll_ready(&mut cx, Direction::Read) else {
+            panic!("an error still makes the source ready");
+        };
+        assert!(!left.is_readable());
+        assert!(left.is_error());
+        // Once the error is consumed, a read waits for the next event.
+        io.clear(left, Direction::Read);
+        assert!(io.poll_ready(&mut cx, Direction::Read).is_pending());
     }
 
     #[test]

@@ -90,7 +90,37 @@ impl<E: Source> IoSource<E> {
         &self,
         cx: &mut Context<'_>,
         direction: Direction,
+        op: impl FnMut(&E) -> io::Result<R>,
+    ) -> Poll<io::Result<R>> {
+        self.poll_io_then(cx, direction, op, |_, _| {})
+    }
+
+    /// [`poll_io`](Self::poll_io) for a read of up to `len` bytes from a
+    /// byte stream: a read that returns fewer bytes than that (and some)
+    /// emptied the receive queue, so the source stops looking readable
+    /// until the next event (see [`ScheduledIo::clear_drained`]). Not for
+    /// datagrams, where every read is one datagram, however short.
+    pub(crate) fn poll_stream_read(
+        &self,
+        cx: &mut Context<'_>,
+        len: usize,
+        op: impl FnMut(&E) -> io::Result<usize>,
+    ) -> Poll<io::Result<usize>> {
+        self.poll_io_then(cx, Direction::Read, op, |result, seen| {
+            if matches!(result, Ok(n) if *n > 0 && *n < len) {
+                self.scheduled.clear_drained(seen);
+            }
+        })
+    }
+
+    /// The loop of [`poll_io`](Self::poll_io); `done` sees the outcome and
+    /// the readiness the operation was tried under.
+    fn poll_io_then<R>(
+        &self,
+        cx: &mut Context<'_>,
+        direction: Direction,
         mut op: impl FnMut(&E) -> io::Result<R>,
+        done: impl FnOnce(&io::Result<R>, Ready),
     ) -> Poll<io::Result<R>> {
         if self.shared.is_stopping() {
             return Poll::Ready(Err(runtime_gone()));
@@ -104,6 +134,7 @@ impl<E: Source> IoSource<E> {
                 }
                 Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
                 result => {
+                    done(&result, seen);
                     coop::spend();
                     return Poll::Ready(result);
                 }

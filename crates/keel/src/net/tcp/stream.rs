@@ -281,7 +281,7 @@ impl TcpStream {
                 return result;
             }
         }
-        let result = self.io.poll_io(cx, Direction::Read, read);
+        let result = self.io.poll_stream_read(cx, len, read);
         if let Poll::Ready(Ok(n)) = result {
             let deliveries = &self.io.runtime().reactor.deliveries;
             deliveries.record(BatchMode::Off, n);
