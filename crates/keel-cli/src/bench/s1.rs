@@ -246,7 +246,7 @@ fn verdicts(runs: &[RunFigures], runtimes: &[RuntimeKind]) -> Vec<Verdict> {
     let metric = |runtime: RuntimeKind, name: &str| metric_of(runtime, DEFAULT, name);
     let why = |needed: &[RuntimeKind]| why_missing(needed, runtimes);
     let (keel, tokio) = (RuntimeKind::Keel, RuntimeKind::Tokio);
-    vec![
+    let mut out = vec![
         Verdict::new(
             "loaded_p99/idle_p99",
             "keel",
@@ -278,28 +278,26 @@ fn verdicts(runs: &[RunFigures], runtimes: &[RuntimeKind]) -> Vec<Verdict> {
             Some(Goal::AtLeast(0.97)),
         )
         .missing_because(why(&[keel, tokio])),
-        // What the accounting costs: keel against itself with it off.
-        Verdict::new(
-            "slices_per_s keel/keel unaccounted",
-            "keel",
-            ratio(
-                metric(keel, "slices_per_s"),
-                metric_of(keel, UNACCOUNTED, "slices_per_s"),
-            ),
-            None,
-        )
-        .missing_because(why(&[keel])),
-        Verdict::new(
-            "loaded_p99 keel/keel unaccounted",
-            "keel",
-            ratio(
-                metric(keel, "loaded_p99_us"),
-                metric_of(keel, UNACCOUNTED, "loaded_p99_us"),
-            ),
-            None,
-        )
-        .missing_because(why(&[keel])),
-    ]
+    ];
+    // What the accounting costs: keel against itself with it off.
+    for (name, metric_name) in [
+        ("slices_per_s keel/keel unaccounted", "slices_per_s"),
+        ("loaded_p99 keel/keel unaccounted", "loaded_p99_us"),
+    ] {
+        out.push(
+            Verdict::new(
+                name,
+                "keel",
+                ratio(
+                    metric(keel, metric_name),
+                    metric_of(keel, UNACCOUNTED, metric_name),
+                ),
+                None,
+            )
+            .missing_because(why(&[keel])),
+        );
+    }
+    out
 }
 
 /// Figures that should exist and do not (problems), and other remarks
