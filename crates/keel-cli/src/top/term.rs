@@ -4,10 +4,13 @@
 //! A program that leaves a terminal in raw mode, or on the alternate
 //! screen, leaves its user with a shell that does not echo, so giving the
 //! terminal back is done on every way out: a quitting key, an error
-//! (the guard's `Drop`), and a panic (a hook that restores the terminal
-//! before the panic message is printed, so the message is readable). In
-//! raw mode Ctrl-C is a key like any other, not a signal, so it is
-//! handled with the other quitting keys.
+//! (the guard's `Drop`), a panic (a hook that restores the terminal
+//! before the panic message is printed, so the message is readable), and
+//! a signal that asks the process to end (`SIGTERM`, `SIGHUP` when the
+//! terminal goes away, `SIGINT` or `SIGQUIT` sent with `kill`): each only
+//! sets a flag, and the loop, which looks at it every [`TICK`], quits as
+//! if a key had been pressed. In raw mode Ctrl-C is a key like any
+//! other, not a signal, so it is handled with the other quitting keys.
 //!
 //! Fetching runs on its own thread and sends each answer (or error) over
 //! a channel: a server that takes seconds to answer, or a connect that
@@ -16,7 +19,7 @@
 use std::io::{IsTerminal, Stdout};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, TryRecvError};
-use std::sync::Once;
+use std::sync::{Arc, Once};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -51,6 +54,7 @@ pub fn run(endpoint: Endpoint, first: Snapshot, interval: Duration) -> Result<()
     }
     let addr = endpoint.authority().to_owned();
     let answers = spawn_fetcher(endpoint, interval);
+    let stop = stop_on_signals().context(|| "installing the signal handlers")?;
     let mut guard = TerminalGuard::enter().context(|| "taking over the terminal")?;
 
     let mut view = View::new(None, &first);
@@ -71,6 +75,9 @@ pub fn run(endpoint: Endpoint, first: Snapshot, interval: Duration) -> Result<()
         // Wait for something that changes the frame: a key, a resize, or
         // an answer.
         loop {
+            if stop.load(Ordering::SeqCst) {
+                return Ok(());
+            }
             if event::poll(TICK).context(|| "reading keys")? {
                 match event::read().context(|| "reading keys")? {
                     Event::Key(key) if quits(&key) => return Ok(()),
@@ -96,6 +103,24 @@ pub fn run(endpoint: Endpoint, first: Snapshot, interval: Duration) -> Result<()
             }
         }
     }
+}
+
+/// The signals that ask the process to end: each sets the flag returned
+/// (and nothing else), which the loop turns into a clean quit.
+const STOP_SIGNALS: [i32; 4] = [
+    signal_hook::consts::SIGTERM,
+    signal_hook::consts::SIGHUP,
+    signal_hook::consts::SIGINT,
+    signal_hook::consts::SIGQUIT,
+];
+
+/// Registers [`STOP_SIGNALS`] to set the flag it returns.
+fn stop_on_signals() -> std::io::Result<Arc<AtomicBool>> {
+    let stop = Arc::new(AtomicBool::new(false));
+    for signal in STOP_SIGNALS {
+        signal_hook::flag::register(signal, Arc::clone(&stop))?;
+    }
+    Ok(stop)
 }
 
 /// Whether `key` quits: q, Esc, or Ctrl-C.
@@ -215,6 +240,16 @@ mod tests {
         let mut release = key(KeyCode::Char('q'), KeyModifiers::NONE);
         release.kind = KeyEventKind::Release;
         assert!(!quits(&release));
+    }
+
+    /// A signal that asks the process to end sets the flag the loop quits
+    /// on, instead of killing the process with the terminal still taken.
+    #[test]
+    fn stop_signals_set_the_flag() {
+        let stop = stop_on_signals().unwrap();
+        assert!(!stop.load(Ordering::SeqCst));
+        signal_hook::low_level::raise(signal_hook::consts::SIGTERM).unwrap();
+        assert!(stop.load(Ordering::SeqCst), "SIGTERM sets the flag");
     }
 
     /// Restoring a terminal that was never taken does nothing (and in
