@@ -113,14 +113,7 @@ pub fn run(config: &S1Config) -> Result<Outcome, Error> {
         }
     }
 
-    let runs: Vec<RunFigures> = variants(&config.run.runtimes)
-        .into_iter()
-        .map(|(runtime, mode)| RunFigures {
-            runtime: runtime.to_string(),
-            mode: mode.into(),
-            metrics: medians(&records, runtime, mode),
-        })
-        .collect();
+    let runs = run_figures(&records, &config.run.runtimes);
     let verdicts = verdicts(&runs, &config.run.runtimes);
     let (problems, notes) = check(&records, &runs, config.cpu_tasks);
     let mut sizes = Pairs(vec![
@@ -160,6 +153,18 @@ fn variants(runtimes: &[RuntimeKind]) -> Vec<(RuntimeKind, &'static str)> {
         }
     }
     out
+}
+
+/// Each variant's medians across rounds, in [`variants`] order.
+fn run_figures(records: &[PhaseRecord], runtimes: &[RuntimeKind]) -> Vec<RunFigures> {
+    variants(runtimes)
+        .into_iter()
+        .map(|(runtime, mode)| RunFigures {
+            runtime: runtime.to_string(),
+            mode: mode.into(),
+            metrics: medians(records, runtime, mode),
+        })
+        .collect()
 }
 
 /// The first round's latency over time, per runtime and phase, and where
@@ -446,14 +451,7 @@ mod tests {
             10_000.0,
         ));
         all.extend(records(RuntimeKind::Tokio, &[400.0]));
-        let runs: Vec<RunFigures> = variants(&both)
-            .into_iter()
-            .map(|(rt, mode)| RunFigures {
-                runtime: rt.to_string(),
-                mode: mode.into(),
-                metrics: medians(&all, rt, mode),
-            })
-            .collect();
+        let runs = run_figures(&all, &both);
         let v = verdicts(&runs, &both);
         assert_eq!(v[2].value, Some(0.25), "keel/tokio uses keel's default");
         assert_eq!(v[4].name, "slices_per_s keel/keel unaccounted");

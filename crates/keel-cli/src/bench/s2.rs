@@ -17,8 +17,8 @@
 //! each job's thread CPU clock. The jobs are the same work in every mode
 //! (about a tenth of a core), and a job slowed by a busy host would
 //! otherwise move the ratios more than the read mode does. The node's
-//! whole CPU per gigabyte is shown beside them. Rounds interleave runtimes and
-//! modes and alternate their order; figures are medians across rounds.
+//! whole CPU per gigabyte is shown beside them. Rounds interleave runtimes
+//! and modes and alternate their order; figures are medians across rounds.
 
 use std::time::Duration;
 

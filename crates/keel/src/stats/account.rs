@@ -38,10 +38,11 @@
 //! then copies one histogram per class, where per-worker histograms would
 //! have it allocate a histogram per class and add every worker's into it,
 //! some 30 KB copied or walked each time (a tenth of a millisecond on a
-//! cold cache, on every `/status` of the admin endpoint). A list, not a local histogram: merging two histograms
-//! walks every bucket (thousands), which a worker that parks after each
-//! request would pay a thousand times a second, while recording the few
-//! values gathered since the last publication costs only those values.
+//! cold cache, on every `/status` of the admin endpoint). A list, not a
+//! local histogram: merging two histograms walks every bucket (thousands),
+//! which a worker that parks after each request would pay a thousand times
+//! a second, while recording the few values gathered since the last
+//! publication costs only those values.
 //! A list that reaches [`MAX_PENDING_DELAYS`] is published early.
 
 use std::sync::Arc;

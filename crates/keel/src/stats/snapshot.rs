@@ -155,9 +155,9 @@ pub struct WorkerStats {
     /// CPU time the kernel charged to the worker's thread, sampled when
     /// the worker publishes after 10 ms awake since the previous sample
     /// (so it may trail the states by up to 10 ms of the worker's time,
-    /// parked time not counted); zero on
-    /// platforms without a per-thread CPU clock. Compare it with
-    /// [`on_cpu`](Self::on_cpu): see [`preempted`](Self::preempted).
+    /// parked time not counted); zero on platforms without a per-thread
+    /// CPU clock. Compare it with [`on_cpu`](Self::on_cpu): see
+    /// [`preempted`](Self::preempted).
     pub cpu: Duration,
     /// The longest the worker went, since it started, between two looks
     /// at the reactor while it had work (time parked does not count: a
