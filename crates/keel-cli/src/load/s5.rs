@@ -1,8 +1,12 @@
 //! The S5 log clients: closed-loop writers that count what was promised.
 //!
-//! Each client is a plain thread with one connection. It sends a record,
-//! waits for the LSN that acknowledges it, and sends the next, back to
-//! back. Records are self-describing ([`record`]): a client id, a sequence
+//! Each client has one connection. It sends a record, waits for the LSN
+//! that acknowledges it, and sends the next, back to back. All clients
+//! are tasks of one current-thread tokio runtime, as S0's are: a thread
+//! per client would put eight more threads on the shared cores at every
+//! group commit (each woken by its own acknowledgement), and the node's
+//! figures would measure the clients' context switches as much as the
+//! node. Records are self-describing ([`record`]): a client id, a sequence
 //! number from 1, and filler derived from both, so whoever reads the log
 //! afterwards can tell every record's origin and whether its bytes are
 //! intact, without the clients having to keep copies.
@@ -16,9 +20,12 @@
 //! Loops are bounded by time, by a record count and by an error, and
 //! every socket operation has a timeout.
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::future::Future;
+use std::net::SocketAddr;
 use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
 
 use serde::{Deserialize, Serialize};
 
@@ -124,22 +131,34 @@ pub fn run(opts: &ClientOpts) -> Result<LogLoadSummary, Error> {
             crate::serve::s5::MAX_RECORD
         )));
     }
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| Error::new(format!("cannot start a tokio runtime: {e}")))?;
     let start = Instant::now();
     let measure_from = start + opts.warmup;
     let end = measure_from + opts.duration;
-    let threads: Vec<_> = (0..opts.clients)
-        .map(|i| {
-            let opts = opts.clone();
-            std::thread::spawn(move || client(&opts, opts.first_id + i, measure_from, end))
-        })
-        .collect();
+    let outcomes = rt.block_on(async {
+        let tasks: Vec<_> = (0..opts.clients)
+            .map(|i| {
+                let opts = opts.clone();
+                tokio::spawn(
+                    async move { client(&opts, opts.first_id + i, measure_from, end).await },
+                )
+            })
+            .collect();
+        let mut outcomes = Vec::with_capacity(tasks.len());
+        for task in tasks {
+            outcomes.push(task.await);
+        }
+        outcomes
+    });
     let mut hist = new_histogram();
     let mut clients = Vec::new();
     let mut acked = 0;
-    for thread in threads {
-        let (result, client_hist, client_acked) = thread
-            .join()
-            .map_err(|_| Error::new("a log client thread panicked"))?;
+    for outcome in outcomes {
+        let (result, client_hist, client_acked) =
+            outcome.map_err(|_| Error::new("a log client task panicked"))?;
         hist.add(&client_hist)
             .map_err(|e| Error::new(format!("merging histograms: {e}")))?;
         acked += client_acked;
@@ -157,7 +176,7 @@ pub fn run(opts: &ClientOpts) -> Result<LogLoadSummary, Error> {
 
 /// One client's loop: returns what it was promised, its ack latencies
 /// inside the window, and how many acks fell inside the window.
-fn client(
+async fn client(
     opts: &ClientOpts,
     id: u32,
     measure_from: Instant,
@@ -172,7 +191,7 @@ fn client(
         error: None,
     };
     let mut counted = 0;
-    let mut stream = match connect(opts) {
+    let mut stream = match connect(opts).await {
         Ok(stream) => stream,
         Err(error) => {
             result.error = Some(format!("connect: {error}"));
@@ -186,12 +205,12 @@ fn client(
         let framed = frame(&record(id, seq, opts.record));
         let sent_at = Instant::now();
         result.in_flight = true;
-        if let Err(error) = stream.write_all(&framed) {
+        if let Err(error) = within(opts.io_timeout, stream.write_all(&framed)).await {
             result.error = Some(format!("sending record {seq}: {error}"));
             break;
         }
         let mut lsn = [0u8; 8];
-        if let Err(error) = stream.read_exact(&mut lsn) {
+        if let Err(error) = within(opts.io_timeout, stream.read_exact(&mut lsn)).await {
             result.error = Some(format!("waiting for the ack of record {seq}: {error}"));
             break;
         }
@@ -208,13 +227,25 @@ fn client(
     (result, hist, counted)
 }
 
-/// Connects with timeouts and `TCP_NODELAY`.
-fn connect(opts: &ClientOpts) -> std::io::Result<TcpStream> {
-    let stream = TcpStream::connect_timeout(&opts.addr, opts.io_timeout)?;
+/// Connects within the timeout and sets `TCP_NODELAY`.
+async fn connect(opts: &ClientOpts) -> std::io::Result<TcpStream> {
+    let stream = within(opts.io_timeout, TcpStream::connect(opts.addr)).await?;
     stream.set_nodelay(true)?;
-    stream.set_read_timeout(Some(opts.io_timeout))?;
-    stream.set_write_timeout(Some(opts.io_timeout))?;
     Ok(stream)
+}
+
+/// Runs `op`, or fails with `TimedOut` once `limit` has passed.
+async fn within<T>(
+    limit: Duration,
+    op: impl Future<Output = std::io::Result<T>>,
+) -> std::io::Result<T> {
+    match tokio::time::timeout(limit, op).await {
+        Ok(result) => result,
+        Err(_) => Err(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            format!("no progress in {limit:?}"),
+        )),
+    }
 }
 
 #[cfg(test)]

@@ -28,6 +28,10 @@ use serde_json::{json, Value};
 /// prefix cannot make the node allocate gigabytes.
 pub const MAX_RECORD: usize = 1 << 20;
 
+/// Bytes a log connection reads ahead, in both nodes: a record and its
+/// length prefix in one system call.
+pub const READ_BUFFER: usize = 8 * 1024;
+
 /// How a node makes records durable.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, ValueEnum, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]

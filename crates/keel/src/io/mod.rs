@@ -55,6 +55,10 @@ pub(crate) mod source;
 
 pub use futures_io::{AsyncRead, AsyncWrite};
 pub use futures_util::io::{AsyncReadExt, AsyncWriteExt};
+/// Buffering for keel's sockets and files: a [`BufReader`] reads ahead in
+/// one call what a protocol then takes in small pieces (a length prefix,
+/// then a body), and passes writes through to the stream it wraps.
+pub use futures_util::io::{BufReader, BufWriter};
 
 use std::sync::{Mutex, MutexGuard};
 
