@@ -17,6 +17,7 @@ pub mod s3;
 pub mod s5;
 pub mod summary;
 
+use std::future::Future;
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -273,6 +274,20 @@ pub fn run(command: &LoadCommand) -> Result<(), Error> {
             Ok(())
         }
         LoadCommand::S3(args) => s3::command(args),
+    }
+}
+
+/// Runs `op`, or fails with `TimedOut` once `limit` has passed.
+pub(crate) async fn within<T>(
+    limit: Duration,
+    op: impl Future<Output = std::io::Result<T>>,
+) -> std::io::Result<T> {
+    match tokio::time::timeout(limit, op).await {
+        Ok(result) => result,
+        Err(_) => Err(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            format!("no progress in {limit:?}"),
+        )),
     }
 }
 

@@ -1,16 +1,21 @@
 //! The S3 load: bulk downloads and a connection storm through the proxy,
 //! and the admin probe that times the control plane meanwhile.
 //!
-//! Everything is plain blocking threads, one per connection, so the load
-//! needs no runtime and the probe's own wake-ups are a thread's:
+//! The load is asynchronous and the probe is not. The bulk and
+//! connection-rate clients are tasks of one current-thread tokio runtime on
+//! a thread of their own, as S0's clients are: a thread per connection
+//! would put two dozen threads on the shared cores, and the proxy's
+//! latency would measure how the kernel shares the cores among them as
+//! much as how the proxy schedules its own work. The admin probe is a
+//! plain blocking thread, so its own wake-ups are a thread's:
 //!
-//! - **bulk**: each thread keeps one keep-alive connection and downloads
+//! - **bulk**: each client keeps one keep-alive connection and downloads
 //!   `GET /big` (1 MiB) in a loop. The body's length is checked, and its
 //!   content is checked at a few offsets of every read (all of it on each
 //!   connection's first download) against the backend's pattern, so
 //!   corruption along the proxy is caught without the checks costing the
 //!   CPU the proxy needs.
-//! - **connection rate**: each thread opens a new connection per request
+//! - **connection rate**: each client opens a new connection per request
 //!   for `GET /empty` with `Connection: close`, reads the answer and then
 //!   the end of the stream, which also checks that the proxy passes the
 //!   backend's close on. The backend closes first, so TIME_WAIT does not
@@ -20,7 +25,7 @@
 //!   whole answer, timed from before the connect to the last byte.
 //!
 //! Counts and latencies are taken inside the measured window (after the
-//! warm-up); errors count whenever they happen, and a failing thread
+//! warm-up); errors count whenever they happen, and a failing client
 //! pauses briefly before it retries, so a dead proxy is not hammered.
 //! Loops stop at the end of the window, are bounded in count, and every
 //! socket operation has a timeout. Only loopback addresses are accepted.
@@ -32,19 +37,20 @@ use std::time::{Duration, Instant};
 
 use clap::Args;
 use serde::{Deserialize, Serialize};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use super::parse_seconds;
 use super::summary::{new_histogram, ProbeSummary};
+use super::{parse_seconds, within};
 use crate::error::Error;
 use crate::serve::s3_backend::{body_byte, BIG_LEN};
 
-/// Requests one load thread makes at most, whatever the duration.
-const MAX_REQUESTS_PER_THREAD: u64 = 100_000_000;
+/// Requests one load client makes at most, whatever the duration.
+const MAX_REQUESTS_PER_CLIENT: u64 = 100_000_000;
 
-/// How long a thread pauses after an error before it tries again.
+/// How long a client pauses after an error before it tries again.
 const ERROR_PAUSE: Duration = Duration::from_millis(10);
 
-/// Bytes of a bulk thread's read buffer.
+/// Bytes of a bulk client's read buffer.
 const BULK_BUFFER: usize = 256 * 1024;
 
 /// The longest answer head accepted, bytes.
@@ -163,7 +169,7 @@ pub struct S3LoadSummary {
     pub first_error: Option<String>,
 }
 
-/// The window every thread measures in.
+/// The window every client measures in.
 #[derive(Debug, Clone, Copy)]
 struct Window {
     /// When the warm-up ends.
@@ -179,7 +185,7 @@ impl Window {
     }
 }
 
-/// The failures of one thread: how many and the first one's message.
+/// The failures of one client: how many and the first one's message.
 #[derive(Debug, Default)]
 struct Failures {
     /// Failures counted.
@@ -197,7 +203,7 @@ impl Failures {
         }
     }
 
-    /// Adds another thread's failures.
+    /// Adds another client's failures.
     fn merge(&mut self, other: Failures) {
         self.count += other.count;
         if self.first.is_none() {
@@ -216,45 +222,25 @@ pub fn run(opts: &S3LoadOpts) -> Result<S3LoadSummary, Error> {
         from,
         end: from + opts.duration,
     };
-    let spawn = |name: String, body: Box<dyn FnOnce() -> Tally + Send>| {
-        std::thread::Builder::new()
-            .name(name)
-            .spawn(body)
-            .map_err(|e| Error::new(format!("cannot start a load thread: {e}")))
+    let load = match proxy {
+        Some(proxy) => {
+            let opts = opts.clone();
+            let thread = std::thread::Builder::new()
+                .name("s3-load".into())
+                .spawn(move || load(&opts, proxy, window))
+                .map_err(|e| Error::new(format!("cannot start the load thread: {e}")))?;
+            Some(thread)
+        }
+        None => None,
     };
-    let mut bulk_threads = Vec::new();
-    let mut conn_threads = Vec::new();
-    if let Some(proxy) = proxy {
-        for i in 0..opts.bulk {
-            let opts = opts.clone();
-            bulk_threads.push(spawn(
-                format!("s3-bulk-{i}"),
-                Box::new(move || bulk(&opts, proxy, window)),
-            )?);
-        }
-        for i in 0..opts.clients {
-            let opts = opts.clone();
-            conn_threads.push(spawn(
-                format!("s3-conn-{i}"),
-                Box::new(move || conns(&opts, proxy, window)),
-            )?);
-        }
-    }
     // The probe runs on this thread, on its grid from the start.
     let (hist, admin_failures) = probe(opts, start, window);
-
-    let join = |threads: Vec<std::thread::JoinHandle<Tally>>| -> Result<Tally, Error> {
-        let mut total = Tally::default();
-        for thread in threads {
-            let tally = thread
-                .join()
-                .map_err(|_| Error::new("a load thread panicked"))?;
-            total.merge(tally);
-        }
-        Ok(total)
+    let (bulk_tally, conn_tally) = match load {
+        Some(thread) => thread
+            .join()
+            .map_err(|_| Error::new("the load thread panicked"))??,
+        None => (Tally::default(), Tally::default()),
     };
-    let bulk_tally = join(bulk_threads)?;
-    let conn_tally = join(conn_threads)?;
 
     let seconds = opts.duration.as_secs_f64();
     let admin = ProbeSummary::from_histogram(&hist, admin_failures.count);
@@ -314,7 +300,7 @@ fn check_opts(opts: &S3LoadOpts) -> Result<Option<SocketAddr>, Error> {
     Ok(Some(proxy))
 }
 
-/// What a group of load threads did inside the window.
+/// What a group of load clients did inside the window.
 #[derive(Debug, Default)]
 struct Tally {
     /// Requests completed (whole downloads, or short connections).
@@ -326,7 +312,7 @@ struct Tally {
 }
 
 impl Tally {
-    /// Adds another thread's tally.
+    /// Adds another client's tally.
     fn merge(&mut self, other: Tally) {
         self.requests += other.requests;
         self.bytes += other.bytes;
@@ -334,39 +320,70 @@ impl Tally {
     }
 }
 
-/// One bulk thread: downloads `/big` over keep-alive connections until
+/// Runs the bulk and connection-rate clients on one current-thread
+/// runtime until the end of the window; returns their tallies.
+fn load(opts: &S3LoadOpts, proxy: SocketAddr, window: Window) -> Result<(Tally, Tally), Error> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| Error::new(format!("cannot start a tokio runtime: {e}")))?;
+    rt.block_on(async {
+        let bulk_tasks: Vec<_> = (0..opts.bulk)
+            .map(|_| tokio::spawn(bulk(opts.io_timeout, proxy, window)))
+            .collect();
+        let conn_tasks: Vec<_> = (0..opts.clients)
+            .map(|_| tokio::spawn(conns(opts.io_timeout, proxy, window)))
+            .collect();
+        let mut tallies = (Tally::default(), Tally::default());
+        for (tasks, total) in [(bulk_tasks, &mut tallies.0), (conn_tasks, &mut tallies.1)] {
+            for task in tasks {
+                total.merge(
+                    task.await
+                        .map_err(|_| Error::new("a load client panicked"))?,
+                );
+            }
+        }
+        Ok(tallies)
+    })
+}
+
+/// One bulk client: downloads `/big` over keep-alive connections until
 /// the end of the window.
-fn bulk(opts: &S3LoadOpts, proxy: SocketAddr, window: Window) -> Tally {
+async fn bulk(timeout: Duration, proxy: SocketAddr, window: Window) -> Tally {
     let mut tally = Tally::default();
     let mut buf = vec![0u8; BULK_BUFFER];
     let mut requests = 0u64;
-    while Instant::now() < window.end && requests < MAX_REQUESTS_PER_THREAD {
-        let mut stream = match connect(proxy, opts.io_timeout) {
+    while Instant::now() < window.end && requests < MAX_REQUESTS_PER_CLIENT {
+        let mut stream = match connect_async(proxy, timeout).await {
             Ok(stream) => stream,
             Err(error) => {
                 tally
                     .failures
                     .record(|| format!("bulk: connecting to {proxy}: {error}"));
-                std::thread::sleep(ERROR_PAUSE);
+                tokio::time::sleep(ERROR_PAUSE).await;
                 continue;
             }
         };
         // The first download of a connection checks every byte.
         let mut full_check = true;
-        while requests < MAX_REQUESTS_PER_THREAD && Instant::now() < window.end {
+        while requests < MAX_REQUESTS_PER_CLIENT && Instant::now() < window.end {
             requests += 1;
-            match download(&mut stream, &mut buf, full_check, window, &mut tally.bytes) {
-                Ok(true) => {
+            let download = download(&mut stream, &mut buf, full_check, window, timeout);
+            match download.await {
+                Ok(Downloaded { bytes, whole }) => {
+                    tally.bytes += bytes;
+                    if !whole {
+                        return tally;
+                    }
                     if window.contains(Instant::now()) {
                         tally.requests += 1;
                     }
                 }
-                Ok(false) => return tally,
                 Err(error) => {
                     tally
                         .failures
                         .record(|| format!("bulk: downloading /big: {error}"));
-                    std::thread::sleep(ERROR_PAUSE);
+                    tokio::time::sleep(ERROR_PAUSE).await;
                     break;
                 }
             }
@@ -376,18 +393,29 @@ fn bulk(opts: &S3LoadOpts, proxy: SocketAddr, window: Window) -> Tally {
     tally
 }
 
-/// Downloads `/big` once over `stream`, checking its length and content
-/// and adding the body bytes read inside the window to `bytes`. Returns
-/// `Ok(false)` if the window ended first (the download is abandoned).
-fn download(
-    stream: &mut TcpStream,
+/// What one download brought.
+struct Downloaded {
+    /// Body bytes read inside the window.
+    bytes: u64,
+    /// Whether the whole body arrived (`false`: the window ended first and
+    /// the download was abandoned).
+    whole: bool,
+}
+
+/// Downloads `/big` once over `stream`, checking its length and content.
+async fn download(
+    stream: &mut tokio::net::TcpStream,
     buf: &mut [u8],
     full_check: bool,
     window: Window,
-    bytes: &mut u64,
-) -> io::Result<bool> {
-    stream.write_all(b"GET /big HTTP/1.1\r\nHost: keel\r\n\r\n")?;
-    let (head, first) = read_head(stream, buf)?;
+    timeout: Duration,
+) -> io::Result<Downloaded> {
+    within(
+        timeout,
+        stream.write_all(b"GET /big HTTP/1.1\r\nHost: keel\r\n\r\n"),
+    )
+    .await?;
+    let (head, first) = read_head_async(stream, buf, timeout).await?;
     expect(head.status == 200, || {
         format!("the answer is {} instead of 200", head.status)
     })?;
@@ -395,6 +423,7 @@ fn download(
         format!("the body is {} bytes instead of {BIG_LEN}", head.length)
     })?;
     let mut offset = 0u64;
+    let mut bytes = 0u64;
     let mut chunk = first;
     loop {
         let data = &buf[chunk];
@@ -405,18 +434,21 @@ fn download(
         offset += data.len() as u64;
         let now = Instant::now();
         if window.contains(now) {
-            *bytes += data.len() as u64;
+            bytes += data.len() as u64;
         }
         if offset == head.length {
-            return Ok(true);
+            return Ok(Downloaded { bytes, whole: true });
         }
         if now >= window.end {
-            return Ok(false);
+            return Ok(Downloaded {
+                bytes,
+                whole: false,
+            });
         }
         let want = usize::try_from(head.length - offset)
             .unwrap_or(usize::MAX)
             .min(buf.len());
-        let n = stream.read(&mut buf[..want])?;
+        let n = within(timeout, stream.read(&mut buf[..want])).await?;
         expect(n > 0, || format!("the body ended after {offset} bytes"))?;
         chunk = 0..n;
     }
@@ -448,16 +480,16 @@ fn check_body(data: &[u8], offset: u64, full: bool) -> io::Result<()> {
     }
 }
 
-/// One connection-rate thread: a new connection per `/empty` request
+/// One connection-rate client: a new connection per `/empty` request
 /// until the end of the window.
-fn conns(opts: &S3LoadOpts, proxy: SocketAddr, window: Window) -> Tally {
+async fn conns(timeout: Duration, proxy: SocketAddr, window: Window) -> Tally {
     let mut tally = Tally::default();
     let mut buf = [0u8; 1024];
-    for _ in 0..MAX_REQUESTS_PER_THREAD {
+    for _ in 0..MAX_REQUESTS_PER_CLIENT {
         if Instant::now() >= window.end {
             break;
         }
-        match short_request(proxy, opts.io_timeout, &mut buf) {
+        match short_request(proxy, timeout, &mut buf).await {
             Ok(()) => {
                 if window.contains(Instant::now()) {
                     tally.requests += 1;
@@ -467,7 +499,7 @@ fn conns(opts: &S3LoadOpts, proxy: SocketAddr, window: Window) -> Tally {
                 tally
                     .failures
                     .record(|| format!("connection rate: GET /empty: {error}"));
-                std::thread::sleep(ERROR_PAUSE);
+                tokio::time::sleep(ERROR_PAUSE).await;
             }
         }
     }
@@ -476,10 +508,14 @@ fn conns(opts: &S3LoadOpts, proxy: SocketAddr, window: Window) -> Tally {
 
 /// Connects, asks for `/empty` with `Connection: close`, reads the answer
 /// and then the end of the stream.
-fn short_request(proxy: SocketAddr, timeout: Duration, buf: &mut [u8]) -> io::Result<()> {
-    let mut stream = connect(proxy, timeout)?;
-    stream.write_all(b"GET /empty HTTP/1.1\r\nHost: keel\r\nConnection: close\r\n\r\n")?;
-    let (head, body) = read_head(&mut stream, buf)?;
+async fn short_request(proxy: SocketAddr, timeout: Duration, buf: &mut [u8]) -> io::Result<()> {
+    let mut stream = connect_async(proxy, timeout).await?;
+    within(
+        timeout,
+        stream.write_all(b"GET /empty HTTP/1.1\r\nHost: keel\r\nConnection: close\r\n\r\n"),
+    )
+    .await?;
+    let (head, body) = read_head_async(&mut stream, buf, timeout).await?;
     expect(
         head.status == 200 && head.length == 0 && body.is_empty(),
         || {
@@ -490,7 +526,7 @@ fn short_request(proxy: SocketAddr, timeout: Duration, buf: &mut [u8]) -> io::Re
         },
     )?;
     // The backend closes after answering; the proxy must pass that on.
-    let n = stream.read(buf)?;
+    let n = within(timeout, stream.read(buf)).await?;
     expect(n == 0, || String::from("bytes arrived after the answer"))
 }
 
@@ -570,19 +606,48 @@ struct Head {
 fn read_head(stream: &mut TcpStream, buf: &mut [u8]) -> io::Result<(Head, Range<usize>)> {
     let mut filled = 0;
     loop {
-        if let Some(end) = buf[..filled].windows(4).position(|w| w == b"\r\n\r\n") {
-            let head = parse_head(&buf[..end])?;
-            return Ok((head, end + 4..filled));
+        if let Some(found) = head_in(buf, filled)? {
+            return Ok(found);
         }
-        expect(filled < MAX_HEAD.min(buf.len()), || {
-            String::from("the answer's head is too long")
-        })?;
         let n = stream.read(&mut buf[filled..])?;
         expect(n > 0, || {
             String::from("the connection closed before an answer")
         })?;
         filled += n;
     }
+}
+
+/// [`read_head`] on a tokio stream, each read within `timeout`.
+async fn read_head_async(
+    stream: &mut tokio::net::TcpStream,
+    buf: &mut [u8],
+    timeout: Duration,
+) -> io::Result<(Head, Range<usize>)> {
+    let mut filled = 0;
+    loop {
+        if let Some(found) = head_in(buf, filled)? {
+            return Ok(found);
+        }
+        let n = within(timeout, stream.read(&mut buf[filled..])).await?;
+        expect(n > 0, || {
+            String::from("the connection closed before an answer")
+        })?;
+        filled += n;
+    }
+}
+
+/// The head in the first `filled` bytes of `buf` and where the body bytes
+/// after it are, if the head is complete; an error if it cannot be (too
+/// long, or malformed).
+fn head_in(buf: &[u8], filled: usize) -> io::Result<Option<(Head, Range<usize>)>> {
+    if let Some(end) = buf[..filled].windows(4).position(|w| w == b"\r\n\r\n") {
+        let head = parse_head(&buf[..end])?;
+        return Ok(Some((head, end + 4..filled)));
+    }
+    expect(filled < MAX_HEAD.min(buf.len()), || {
+        String::from("the answer's head is too long")
+    })?;
+    Ok(None)
 }
 
 /// Parses an answer's head (without its blank line).
@@ -616,7 +681,14 @@ fn expect(ok: bool, why: impl FnOnce() -> String) -> io::Result<()> {
     }
 }
 
-/// Connects with timeouts and `TCP_NODELAY`.
+/// Connects within `timeout` and sets `TCP_NODELAY`, for the load.
+async fn connect_async(addr: SocketAddr, timeout: Duration) -> io::Result<tokio::net::TcpStream> {
+    let stream = within(timeout, tokio::net::TcpStream::connect(addr)).await?;
+    stream.set_nodelay(true)?;
+    Ok(stream)
+}
+
+/// Connects with timeouts and `TCP_NODELAY`, for the probe.
 fn connect(addr: SocketAddr, timeout: Duration) -> io::Result<TcpStream> {
     let stream = TcpStream::connect_timeout(&addr, timeout)?;
     stream.set_nodelay(true)?;
@@ -689,7 +761,7 @@ mod tests {
         assert_eq!(check_opts(&opts).unwrap(), None);
     }
 
-    /// Failing threads report their count and the first message.
+    /// Failing clients report their count and the first message.
     #[test]
     fn failures_keep_the_first_message() {
         let mut a = Failures::default();

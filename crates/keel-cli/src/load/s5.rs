@@ -20,7 +20,6 @@
 //! Loops are bounded by time, by a record count and by an error, and
 //! every socket operation has a timeout.
 
-use std::future::Future;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
@@ -30,6 +29,7 @@ use tokio::net::TcpStream;
 use serde::{Deserialize, Serialize};
 
 use super::summary::{new_histogram, ProbeSummary};
+use super::within;
 use crate::error::Error;
 use crate::serve::s5::frame;
 
@@ -232,20 +232,6 @@ async fn connect(opts: &ClientOpts) -> std::io::Result<TcpStream> {
     let stream = within(opts.io_timeout, TcpStream::connect(opts.addr)).await?;
     stream.set_nodelay(true)?;
     Ok(stream)
-}
-
-/// Runs `op`, or fails with `TimedOut` once `limit` has passed.
-async fn within<T>(
-    limit: Duration,
-    op: impl Future<Output = std::io::Result<T>>,
-) -> std::io::Result<T> {
-    match tokio::time::timeout(limit, op).await {
-        Ok(result) => result,
-        Err(_) => Err(std::io::Error::new(
-            std::io::ErrorKind::TimedOut,
-            format!("no progress in {limit:?}"),
-        )),
-    }
 }
 
 #[cfg(test)]
