@@ -466,14 +466,7 @@ mod tests {
         let mut all = records(RuntimeKind::Tokio, &[400.0]);
         all.extend(records(RuntimeKind::Keel, &[100.0]));
         let both = [RuntimeKind::Keel, RuntimeKind::Tokio];
-        let runs: Vec<RunFigures> = both
-            .iter()
-            .map(|&rt| RunFigures {
-                runtime: rt.to_string(),
-                mode: "default".into(),
-                metrics: medians(&all, rt, DEFAULT),
-            })
-            .collect();
+        let runs = run_figures(&all, &both);
         let v = verdicts(&runs, &both);
         assert_eq!(v[0].value, Some(2.5));
         assert_eq!(v[0].pass, Some(true));
@@ -483,7 +476,8 @@ mod tests {
         assert_eq!(v[2].pass, Some(true));
         assert_eq!(v[3].value, Some(1.0));
 
-        let tokio_only = verdicts(&runs[1..], &[RuntimeKind::Tokio]);
+        let tokio = [RuntimeKind::Tokio];
+        let tokio_only = verdicts(&run_figures(&all, &tokio), &tokio);
         assert_eq!(tokio_only[0].value, None);
         assert_eq!(tokio_only[0].missing.as_deref(), Some("keel not run"));
         assert_eq!(tokio_only[1].value, Some(10.0));

@@ -368,17 +368,21 @@ async fn bulk(timeout: Duration, proxy: SocketAddr, window: Window) -> Tally {
         let mut full_check = true;
         while requests < MAX_REQUESTS_PER_CLIENT && Instant::now() < window.end {
             requests += 1;
-            let download = download(&mut stream, &mut buf, full_check, window, timeout);
+            let download = download(
+                &mut stream,
+                &mut buf,
+                full_check,
+                window,
+                timeout,
+                &mut tally.bytes,
+            );
             match download.await {
-                Ok(Downloaded { bytes, whole }) => {
-                    tally.bytes += bytes;
-                    if !whole {
-                        return tally;
-                    }
+                Ok(true) => {
                     if window.contains(Instant::now()) {
                         tally.requests += 1;
                     }
                 }
+                Ok(false) => return tally,
                 Err(error) => {
                     tally
                         .failures
@@ -393,23 +397,18 @@ async fn bulk(timeout: Duration, proxy: SocketAddr, window: Window) -> Tally {
     tally
 }
 
-/// What one download brought.
-struct Downloaded {
-    /// Body bytes read inside the window.
-    bytes: u64,
-    /// Whether the whole body arrived (`false`: the window ended first and
-    /// the download was abandoned).
-    whole: bool,
-}
-
-/// Downloads `/big` once over `stream`, checking its length and content.
+/// Downloads `/big` once over `stream`, checking its length and content
+/// and adding the body bytes read inside the window to `bytes`; each
+/// write and read must make progress within `timeout`. Returns
+/// `Ok(false)` if the window ended first (the download is abandoned).
 async fn download(
     stream: &mut tokio::net::TcpStream,
     buf: &mut [u8],
     full_check: bool,
     window: Window,
     timeout: Duration,
-) -> io::Result<Downloaded> {
+    bytes: &mut u64,
+) -> io::Result<bool> {
     within(
         timeout,
         stream.write_all(b"GET /big HTTP/1.1\r\nHost: keel\r\n\r\n"),
@@ -423,7 +422,6 @@ async fn download(
         format!("the body is {} bytes instead of {BIG_LEN}", head.length)
     })?;
     let mut offset = 0u64;
-    let mut bytes = 0u64;
     let mut chunk = first;
     loop {
         let data = &buf[chunk];
@@ -434,16 +432,13 @@ async fn download(
         offset += data.len() as u64;
         let now = Instant::now();
         if window.contains(now) {
-            bytes += data.len() as u64;
+            *bytes += data.len() as u64;
         }
         if offset == head.length {
-            return Ok(Downloaded { bytes, whole: true });
+            return Ok(true);
         }
         if now >= window.end {
-            return Ok(Downloaded {
-                bytes,
-                whole: false,
-            });
+            return Ok(false);
         }
         let want = usize::try_from(head.length - offset)
             .unwrap_or(usize::MAX)

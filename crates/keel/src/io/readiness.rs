@@ -285,6 +285,14 @@ mod tests {
         (count.clone(), Waker::from(count))
     }
 
+    /// An event that says the source is readable, and nothing else.
+    fn readable() -> Event {
+        Event {
+            readable: true,
+            ..Event::default()
+        }
+    }
+
     #[test]
     fn clear_keeps_an_event_that_came_after_the_snapshot() {
         let io = ScheduledIo::new(true);
@@ -294,13 +302,7 @@ mod tests {
             panic!("a fresh source is assumed ready");
         };
         // An event lands between the operation's WouldBlock and the clear.
-        io.set(
-            Event {
-                readable: true,
-                ..Event::default()
-            },
-            &mut Vec::new(),
-        );
+        io.set(readable(), &mut Vec::new());
         io.clear(seen, Direction::Read);
         assert!(io.poll_ready(&mut cx, Direction::Read).is_ready());
     }
@@ -320,13 +322,7 @@ mod tests {
             panic!("an event made it readable");
         };
         // More data lands after the short read: the bit stays.
-        io.set(
-            Event {
-                readable: true,
-                ..Event::default()
-            },
-            &mut Vec::new(),
-        );
+        io.set(readable(), &mut Vec::new());
         io.clear_drained(seen);
         let Poll::Ready(seen) = io.poll_ready(&mut cx, Direction::Read) else {
             panic!("the newer event is kept");
@@ -364,13 +360,7 @@ mod tests {
             .poll_ready(&mut Context::from_waker(&write_waker), Direction::Write)
             .is_ready());
         let mut wake = Vec::new();
-        io.set(
-            Event {
-                readable: true,
-                ..Event::default()
-            },
-            &mut wake,
-        );
+        io.set(readable(), &mut wake);
         wake.into_iter().for_each(Waker::wake);
         assert_eq!(reads.0.load(Ordering::SeqCst), 1);
         assert_eq!(writes.0.load(Ordering::SeqCst), 0);
