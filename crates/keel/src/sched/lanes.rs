@@ -114,16 +114,20 @@ impl LaneStealers {
     /// Steals half of the victim's events lane into `into`'s events lane,
     /// or failing that half of its yields lane into `into`'s yields lane.
     pub(crate) fn steal_into(&self, into: &Lanes) -> Option<Runnable> {
-        settle(
-            || self.events.is_empty(),
-            || self.events.steal_batch_and_pop(&into.events),
-        )
-        .or_else(|| {
+        self.steal_events_into(into).or_else(|| {
             settle(
                 || self.yields.is_empty(),
                 || self.yields.steal_batch_and_pop(&into.yields),
             )
         })
+    }
+
+    /// Steals half of the victim's events lane into `into`'s events lane.
+    pub(crate) fn steal_events_into(&self, into: &Lanes) -> Option<Runnable> {
+        settle(
+            || self.events.is_empty(),
+            || self.events.steal_batch_and_pop(&into.events),
+        )
     }
 
     /// Steals one task, any lane (for shutdown).

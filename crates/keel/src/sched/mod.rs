@@ -370,6 +370,11 @@ impl Shared {
         self.stealers[victim][class].steal_into(into)
     }
 
+    /// Takes half of `victim`'s `class` events lane into `into`.
+    fn rescue_from(&self, victim: usize, class: usize, into: &Lanes) -> Option<Runnable> {
+        self.stealers[victim][class].steal_events_into(into)
+    }
+
     pub(crate) fn is_stopping(&self) -> bool {
         self.stopping.load(Ordering::Acquire)
     }

@@ -262,6 +262,13 @@ impl WorkerMetrics {
         }
     }
 
+    /// When the worker entered its current state, if that state is one in
+    /// which it holds its queues (anything but parked).
+    pub(crate) fn busy_since(&self) -> Option<u64> {
+        let current = self.current.load(Relaxed);
+        ((current >> SINCE_BITS) as usize != PARKED_SLOT).then_some(current & SINCE_MASK)
+    }
+
     /// What the worker last published, and its current state word.
     pub(crate) fn read(&self) -> (Published, u64) {
         let published = lock(&self.published).clone();
