@@ -245,3 +245,46 @@ fn io_poll_gap_shows_a_poll_that_holds_its_worker() {
         rt.stats().workers[0].io_poll_gap_max >= Duration::from_millis(30)
     });
 }
+
+/// A task that yields is stamped as scheduled when its poll ends, not when
+/// it began: on one worker, two tasks that each poll 5 ms and yield wait
+/// one poll of the other (5 ms) between their polls, where a stamp taken
+/// at the start of the poll would report two (10 ms).
+#[test]
+fn a_yielding_task_waits_from_the_end_of_its_poll() {
+    const POLL: Duration = Duration::from_millis(5);
+    const ROUNDS: usize = 40;
+    let rt = Runtime::builder()
+        .workers(1)
+        .spin(SpinPolicy::None)
+        .build()
+        .unwrap();
+    let tasks: Vec<_> = (0..2)
+        .map(|_| {
+            rt.spawn_in(Class::BULK, async {
+                for _ in 0..ROUNDS {
+                    busy_for(POLL);
+                    keel::yield_now().await;
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        rt.block_on(task).unwrap();
+    }
+    // Publication happens when the worker parks, which it did by now.
+    std::thread::sleep(Duration::from_millis(50));
+    let delay = &rt.stats().classes[Class::BULK.index()].queue_delay;
+    eprintln!(
+        "yield to next poll: p50 {:?}, p99 {:?} over {} polls",
+        delay.p50(),
+        delay.p99(),
+        delay.count()
+    );
+    assert!(delay.count() >= 2 * ROUNDS as u64);
+    assert!(
+        delay.p50() >= POLL * 8 / 10 && delay.p50() <= POLL * 3 / 2,
+        "p50 {:?}: not about one poll of the other task ({POLL:?})",
+        delay.p50()
+    );
+}

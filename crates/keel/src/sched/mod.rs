@@ -91,8 +91,14 @@ pub(crate) struct Local {
     /// tasks of the class run first). Only the owner thread touches it.
     pub(crate) yielded: Cell<bool>,
     /// Set while this worker wakes the tasks of a reactor poll or of fired
-    /// timers: they go to the events lane, not the LIFO slot.
-    pub(crate) dispatching: Cell<bool>,
+    /// timers: they go to the events lane, not the LIFO slot, and are
+    /// stamped as scheduled at the instant held here (when the reactor
+    /// poll began, or the timers fired), which the worker read anyway.
+    pub(crate) dispatching: Cell<Option<u64>>,
+    /// The task being polled, if it woke itself: the worker queues it once
+    /// the poll is over, stamped with the poll's end, which the worker
+    /// reads anyway (see `Worker::requeue_yielded`).
+    pub(crate) yielded_task: Cell<Option<Runnable>>,
     /// IO operations the task being polled may still perform (see
     /// [`crate::task::coop`]).
     pub(crate) budget_ops: Cell<u32>,
@@ -221,7 +227,8 @@ impl Shared {
         F::Output: Send + 'static,
     {
         let id = self.next_task_id();
-        let meta = TaskMeta::named(TaskId(id), class, self.clock.now(), name);
+        // Stamped when scheduled, just below.
+        let meta = TaskMeta::named(TaskId(id), class, 0, name);
         let shared = self.clone();
         let schedule = WithInfo(move |runnable: Runnable, info: ScheduleInfo| {
             let placement = if info.woken_while_running {
@@ -266,11 +273,16 @@ impl Shared {
             drop_task(runnable);
             return;
         }
-        let meta = runnable.metadata();
-        if self.config.accounting {
-            meta.scheduled_at.store(self.clock.now(), Ordering::Relaxed);
-        }
-        let class = meta.class.index();
+        let class = runnable.metadata().class.index();
+        let accounting = self.config.accounting;
+        let stamp = |runnable: &Runnable, at: u64| {
+            if accounting {
+                runnable
+                    .metadata()
+                    .scheduled_at
+                    .store(at, Ordering::Relaxed);
+            }
+        };
         let mut runnable = Some(runnable);
         let surplus = context::with_local(|local| {
             // Once stopping, everything goes to the injectors, where the
@@ -278,28 +290,35 @@ impl Shared {
             let local = local.filter(|l| Arc::ptr_eq(&l.shared, self) && !self.is_stopping())?;
             let runnable = runnable.take().expect("not yet placed");
             let lanes = &local.queues[class];
-            match placement {
+            match (placement, local.dispatching.get()) {
                 // Woken by the reactor or a timer, including while it was
                 // being polled elsewhere: it waited for an event.
-                Placement::Wake | Placement::Yield if local.dispatching.get() => {
+                (_, Some(at)) => {
+                    stamp(&runnable, at);
                     Some(lanes.push(runnable, Lane::Events))
                 }
-                Placement::Wake => {
+                (Placement::Wake, None) => {
+                    stamp(&runnable, self.clock.now());
                     let displaced = local.lifo.replace(Some(runnable))?;
                     local.queues[displaced.metadata().class.index()].push(displaced, Lane::Events);
                     Some(true)
                 }
-                Placement::Yield => {
+                (Placement::Yield, None) => {
+                    // The task this worker is polling: queued and stamped
+                    // when the poll ends, a moment from now.
                     local.yielded.set(true);
-                    // Other runnable work is queued behind us: let an idle
-                    // worker take it rather than take turns with it here.
-                    Some(lanes.push(runnable, Lane::Yields))
+                    local.yielded_task.set(Some(runnable));
+                    Some(false)
                 }
-                Placement::Event => Some(lanes.push(runnable, Lane::Events)),
+                (Placement::Event, None) => {
+                    stamp(&runnable, self.clock.now());
+                    Some(lanes.push(runnable, Lane::Events))
+                }
             }
         });
         match (runnable, surplus) {
             (Some(runnable), _) => {
+                stamp(&runnable, self.clock.now());
                 self.injectors[class].push(runnable);
                 self.notify_one();
             }

@@ -47,7 +47,10 @@
 //!    IO events, fires due timers and goes to 1.
 //!
 //! Every transition switches the accounting state at a timestamp the step
-//! takes anyway, so accounting costs two clock reads per poll.
+//! takes anyway. The accounting reads the clock itself only to stamp a
+//! task woken by another task or from outside the workers: a task that
+//! yields is stamped with the end of its poll, and the tasks of a reactor
+//! poll or of fired timers with the time the worker read before it.
 
 use std::cell::Cell;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -121,7 +124,8 @@ pub(crate) fn run_worker(shared: Arc<Shared>, index: usize, queues: Deques) {
         queues,
         lifo: Cell::new(None),
         yielded: Cell::new(false),
-        dispatching: Cell::new(false),
+        dispatching: Cell::new(None),
+        yielded_task: Cell::new(None),
         budget_ops: Cell::new(u32::MAX),
         budget_deadline: Cell::new(u64::MAX),
     });
@@ -472,6 +476,9 @@ impl Worker {
 
         let end = self.shared.clock.now();
         self.last_now = end;
+        if let Some(yielded) = self.local.yielded_task.take() {
+            self.requeue_yielded(yielded, end);
+        }
         let took = end.saturating_sub(start);
         if took >= self.shared.config.stall_threshold {
             self.report_stall(id, class, name.as_deref(), took);
@@ -485,6 +492,36 @@ impl Worker {
         }
         if self.shared.timers.may_be_due(end) {
             self.fire_timers(end);
+        }
+    }
+
+    /// Queues `runnable`, which woke itself during the poll that ended at
+    /// `end`, at the back of its yields lane, stamped as scheduled at
+    /// `end`.
+    ///
+    /// `Shared::schedule` leaves this to the worker rather than read the
+    /// clock itself: the task is queued a moment later than it would have
+    /// been (after the poll's end is read, instead of just before), and
+    /// a task that yields in a loop saves a clock read per yield.
+    fn requeue_yielded(&mut self, runnable: Runnable, end: u64) {
+        let shared = &*self.shared;
+        if shared.config.accounting {
+            runnable
+                .metadata()
+                .scheduled_at
+                .store(end, Ordering::Relaxed);
+        }
+        let class = runnable.metadata().class.index();
+        if shared.is_stopping() {
+            // Where the shutdown drain looks (see `Shared::schedule`).
+            shared.injectors[class].push(runnable);
+            shared.notify_one();
+            return;
+        }
+        // Other runnable work is queued behind it: let an idle worker take
+        // that rather than take turns with it here.
+        if self.local.queues[class].push(runnable, Lane::Yields) {
+            shared.notify_one();
         }
     }
 
@@ -536,7 +573,8 @@ impl Worker {
         reactor.poll(&mut poller, Some(Duration::ZERO), &mut self.woken);
         drop(poller);
         let woke = !self.woken.is_empty();
-        wake_collected(&self.local, &mut self.woken);
+        // The events were pending when the poll began (it does not block).
+        wake_collected(&self.local, start, &mut self.woken);
         let end = self.shared.clock.now();
         self.account.switch(State::Search, end);
         woke
@@ -545,7 +583,7 @@ impl Worker {
     /// Fires due timers, accounted as timer time from `now`.
     fn fire_timers(&mut self, now: u64) {
         self.account.switch(State::Timers, now);
-        dispatching(&self.local, || {
+        dispatching(&self.local, now, || {
             self.shared.timers.fire_due();
         });
         self.account.switch(State::Search, self.shared.clock.now());
@@ -681,7 +719,7 @@ impl Worker {
         self.window_start = now;
         if !self.woken.is_empty() {
             self.account.switch(State::Io, now);
-            wake_collected(&self.local, &mut self.woken);
+            wake_collected(&self.local, now, &mut self.woken);
         }
         self.last_io = now;
         let now = shared.clock.now();
@@ -746,11 +784,11 @@ impl Drop for StopBlocking<'_> {
 
 /// Wakes the tasks a reactor poll collected into `woken`, into the events
 /// lanes of `local`'s worker.
-fn wake_collected(local: &Local, woken: &mut Vec<Waker>) {
+fn wake_collected(local: &Local, at: u64, woken: &mut Vec<Waker>) {
     if woken.is_empty() {
         return;
     }
-    dispatching(local, || {
+    dispatching(local, at, || {
         for waker in woken.drain(..) {
             // A waker is keel's or a foreign runtime's; a panic in a
             // foreign one must not end the worker.
@@ -760,9 +798,10 @@ fn wake_collected(local: &Local, woken: &mut Vec<Waker>) {
 }
 
 /// Runs `wake` with `local`'s dispatching flag set, so the tasks it wakes
-/// (events of the reactor or the timers) go to the events lanes.
-fn dispatching(local: &Local, wake: impl FnOnce()) {
-    local.dispatching.set(true);
+/// (events of the reactor or the timers) go to the events lanes, stamped
+/// as scheduled at `at`.
+fn dispatching(local: &Local, at: u64, wake: impl FnOnce()) {
+    local.dispatching.set(Some(at));
     wake();
-    local.dispatching.set(false);
+    local.dispatching.set(None);
 }

@@ -4,8 +4,10 @@
 //! nanoseconds since the runtime's epoch, so that it fits an atomic and
 //! differences are plain subtraction.
 //!
-//! A poll takes two timestamps and a wake one, so the clock is on the
-//! hottest path there is. It reads the CPU's time-stamp counter through
+//! A poll takes two timestamps, and a wake by a task or from outside the
+//! workers one (a task that yields, and the tasks of a reactor poll or of
+//! fired timers, are stamped with a time the worker read anyway), so the
+//! clock is on the hottest path there is. It reads the CPU's time-stamp counter through
 //! `quanta` (a few nanoseconds, against some 25 ns for the vDSO's
 //! `clock_gettime` with `Instant`'s arithmetic), calibrated once per
 //! process; where the counter is not invariant across cores and power
