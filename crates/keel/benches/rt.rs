@@ -28,8 +28,10 @@
 //! - `accounting`: keel against itself with its per-worker accounting
 //!   turned off (a hidden builder switch that exists for this group
 //!   only), on the spawn, channel ping-pong, yield ping-pong and
-//!   wake-chain workloads, each on and off back to back: what the state
-//!   counters, queue-delay records and schedule timestamps cost.
+//!   wake-chain workloads, and on one task yielding 100,000 times alone
+//!   on one worker (the cleanest view of the per-poll cost: no second
+//!   core, no cross-core traffic), each on and off back to back: what the
+//!   state counters, queue-delay records and schedule timestamps cost.
 
 use std::future::{poll_fn, Future};
 use std::hint::black_box;
@@ -45,6 +47,7 @@ const WORKERS: usize = 2;
 const SPAWN_TASKS: usize = 100_000;
 const ROUND_TRIPS: u64 = 10_000;
 const CHAIN_TASKS: usize = 10_000;
+const YIELD_LOOP: u64 = 100_000;
 
 /// What a benchmark needs from a runtime. Static dispatch only, so the two
 /// runtimes run the same monomorphized benchmark code.
@@ -121,9 +124,13 @@ impl Rt for Tokio {
 }
 
 fn keel_rt<const ACCOUNTED: bool>() -> Keel<ACCOUNTED> {
+    keel_rt_with::<ACCOUNTED>(WORKERS)
+}
+
+fn keel_rt_with<const ACCOUNTED: bool>(workers: usize) -> Keel<ACCOUNTED> {
     Keel(
         keel::Runtime::builder()
-            .workers(WORKERS)
+            .workers(workers)
             .accounting(ACCOUNTED)
             .build()
             .expect("build keel runtime"),
@@ -249,6 +256,13 @@ async fn pingpong_yield<R: Rt>(round_trips: u64) {
     let b = player(1);
     a.await.expect("ping task failed");
     b.await.expect("pong task failed");
+}
+
+/// One task yields `yields` times: a poll and a yield, and nothing else.
+async fn yield_loop<R: Rt>(yields: u64) {
+    for _ in 0..yields {
+        R::yield_now().await;
+    }
 }
 
 /// Spawns the chain, waits until every link is parked on its signal, then
@@ -390,6 +404,15 @@ fn accounting(c: &mut Criterion) {
             });
         });
     }
+    fn lone_yields<const A: bool>(group: &mut Group<'_>) {
+        let rt = keel_rt_with::<A>(1);
+        group.bench_function(
+            BenchmarkId::new(Keel::<A>::NAME, "yield_loop_1_worker"),
+            |b| {
+                b.iter(|| on_worker(&rt, yield_loop::<Keel<A>>(YIELD_LOOP)));
+            },
+        );
+    }
     spawn::<true>(&mut group);
     spawn::<false>(&mut group);
     channel::<true>(&mut group);
@@ -398,6 +421,8 @@ fn accounting(c: &mut Criterion) {
     yields::<false>(&mut group);
     chain::<true>(&mut group);
     chain::<false>(&mut group);
+    lone_yields::<true>(&mut group);
+    lone_yields::<false>(&mut group);
     group.finish();
 }
 
