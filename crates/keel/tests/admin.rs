@@ -541,6 +541,7 @@ fn metrics_parse_back_as_openmetrics() {
             ("keel_live_tasks", "gauge"),
             ("keel_pending_timers", "gauge"),
             ("keel_worker_state_seconds", "counter"),
+            ("keel_worker_rescues", "counter"),
             ("keel_class_cpu_seconds", "counter"),
             ("keel_class_polls", "counter"),
             ("keel_class_stalls", "counter"),
@@ -685,6 +686,7 @@ fn stats_json_has_the_documented_fields() {
                 "{worker}"
             );
             integer(worker, "polls");
+            integer(worker, "rescues");
         }
 
         let classes = stats["classes"].as_array().expect("classes");

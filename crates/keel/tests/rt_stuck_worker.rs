@@ -81,13 +81,24 @@ fn a_task_queued_behind_a_blocking_poll_is_taken_by_a_busy_sibling() {
         }
     });
 
+    let before = rt.stats();
     let (blocked_at, ran_at) = rt.block_on(blocker).unwrap();
     rt.block_on(busy).unwrap();
+    // Published when the workers park, which they did by now.
+    std::thread::sleep(Duration::from_millis(50));
+    let rescues: u64 = rt
+        .stats()
+        .workers
+        .iter()
+        .zip(&before.workers)
+        .map(|(now, then)| now.since(then).rescues)
+        .sum();
     let ran_at = ran_at.unwrap_or_else(|| {
         panic!("the queued task waited for its worker's blocking poll of {BLOCK:?} to end")
     });
     eprintln!(
-        "the queued task ran {:?} into the blocking poll",
+        "the queued task ran {:?} into the blocking poll; {rescues} rescues",
         ran_at.duration_since(blocked_at)
     );
+    assert!(rescues >= 1, "the stats count no rescue");
 }

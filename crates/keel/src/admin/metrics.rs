@@ -194,6 +194,21 @@ impl Collector for Snapshot {
             },
         )?;
 
+        family(
+            e,
+            "worker_rescues",
+            "Times each worker took tasks queued on a sibling that had not changed state for 1 ms (preempted by the kernel, or blocked in a poll).",
+            None,
+            MetricType::Counter,
+            |m| {
+                let samples = stats
+                    .workers
+                    .iter()
+                    .map(|w| ([("worker", w.index.to_string())], w.rescues));
+                labelled(m, samples, MetricType::Counter)
+            },
+        )?;
+
         let classes = || stats.classes.iter().map(|c| c.name.clone());
         family(
             e,

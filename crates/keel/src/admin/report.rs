@@ -92,6 +92,7 @@ struct WorkerJson {
     cpu_s: f64,
     preempted_s: f64,
     io_poll_gap_max_us: f64,
+    rescues: u64,
 }
 
 #[derive(Serialize)]
@@ -266,6 +267,7 @@ pub(super) fn stats_json(shared: &Shared, stats: &Stats) -> String {
                 cpu_s: secs(w.cpu),
                 preempted_s: secs(w.preempted()),
                 io_poll_gap_max_us: w.io_poll_gap_max.as_secs_f64() * 1e6,
+                rescues: w.rescues,
             })
             .collect(),
         classes: stats

@@ -367,6 +367,7 @@ impl Worker {
                 .filter(|&victim| stuck(victim))
                 .find_map(|victim| shared.rescue_from(victim, class, lanes));
             if rescued.is_some() {
+                self.account.rescue();
                 return rescued;
             }
             if self.has_local_work(class) {

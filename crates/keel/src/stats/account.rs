@@ -153,6 +153,8 @@ pub(crate) struct Published {
     /// The longest time, ns, the worker went between two looks at the
     /// reactor while it had work.
     pub(crate) io_gap_max: u64,
+    /// Times the worker took tasks from a sibling stuck in one state.
+    pub(crate) rescues: u64,
 }
 
 impl Published {
@@ -257,6 +259,7 @@ impl WorkerMetrics {
                 stopped: false,
                 cpu: 0,
                 io_gap_max: 0,
+                rescues: 0,
             }),
             current: AtomicU64::new(encode(State::Search, 0)),
         }
@@ -300,6 +303,8 @@ pub(crate) struct Account {
     enabled: bool,
     /// See [`Published::io_gap_max`].
     io_gap_max: u64,
+    /// See [`Published::rescues`].
+    rescues: u64,
 }
 
 impl Account {
@@ -330,6 +335,7 @@ impl Account {
             last_cpu_sample: None,
             enabled,
             io_gap_max: 0,
+            rescues: 0,
         }
     }
 
@@ -362,6 +368,11 @@ impl Account {
     /// reactor.
     pub(crate) fn io_gap(&mut self, ns: u64) {
         self.io_gap_max = self.io_gap_max.max(ns);
+    }
+
+    /// Counts one takeover of a stuck sibling's tasks.
+    pub(crate) fn rescue(&mut self) {
+        self.rescues += 1;
     }
 
     /// Counts one poll of `class` that ran past the stall threshold.
@@ -412,6 +423,7 @@ impl Account {
         published.state = self.state;
         published.since = self.since;
         published.io_gap_max = self.io_gap_max;
+        published.rescues = self.rescues;
         if let Some(cpu) = cpu {
             published.cpu = cpu;
         }

@@ -49,6 +49,7 @@ pub(crate) fn snapshot(shared: &Shared) -> Stats {
                 polls: p.polls[..classes].to_vec(),
                 cpu: Duration::from_nanos(p.cpu),
                 io_poll_gap_max: Duration::from_nanos(p.io_gap_max),
+                rescues: p.rescues,
             }
         })
         .collect::<Vec<_>>();

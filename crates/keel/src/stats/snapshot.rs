@@ -167,6 +167,11 @@ pub struct WorkerStats {
     /// maximum cannot be differenced, so [`since`](Self::since) keeps the
     /// later snapshot's.
     pub io_poll_gap_max: Duration,
+    /// Times this worker took tasks queued on a sibling that had not
+    /// changed state for a millisecond: a sibling the kernel preempted, or
+    /// one in a poll that blocks. Steady growth means the machine runs
+    /// more threads than it has cores, or some task blocks its worker.
+    pub rescues: u64,
 }
 
 impl WorkerStats {
@@ -229,6 +234,7 @@ impl WorkerStats {
                 .collect(),
             cpu: self.cpu.saturating_sub(earlier.cpu),
             io_poll_gap_max: self.io_poll_gap_max,
+            rescues: self.rescues.saturating_sub(earlier.rescues),
         }
     }
 }
