@@ -95,9 +95,14 @@ impl Lanes {
     /// Pushes `runnable` to the back of `lane`; returns whether the lanes
     /// already held work (then a sibling may be worth waking).
     pub(crate) fn push(&self, runnable: Runnable, lane: Lane) -> bool {
-        let had_work = !self.events.is_empty() || !self.yields.is_empty();
+        let had_work = self.has_work();
         self.lane(lane).push(runnable);
         had_work
+    }
+
+    /// Whether either lane holds a task.
+    pub(crate) fn has_work(&self) -> bool {
+        !self.events.is_empty() || !self.yields.is_empty()
     }
 
     /// Pops any task, events first (for shutdown).

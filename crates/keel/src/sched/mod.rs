@@ -274,15 +274,6 @@ impl Shared {
             return;
         }
         let class = runnable.metadata().class.index();
-        let accounting = self.config.accounting;
-        let stamp = |runnable: &Runnable, at: u64| {
-            if accounting {
-                runnable
-                    .metadata()
-                    .scheduled_at
-                    .store(at, Ordering::Relaxed);
-            }
-        };
         let mut runnable = Some(runnable);
         let surplus = context::with_local(|local| {
             // Once stopping, everything goes to the injectors, where the
@@ -294,11 +285,11 @@ impl Shared {
                 // Woken by the reactor or a timer, including while it was
                 // being polled elsewhere: it waited for an event.
                 (_, Some(at)) => {
-                    stamp(&runnable, at);
+                    self.stamp(&runnable, at);
                     Some(lanes.push(runnable, Lane::Events))
                 }
                 (Placement::Wake, None) => {
-                    stamp(&runnable, self.clock.now());
+                    self.stamp_now(&runnable);
                     let displaced = local.lifo.replace(Some(runnable))?;
                     local.queues[displaced.metadata().class.index()].push(displaced, Lane::Events);
                     Some(true)
@@ -311,20 +302,48 @@ impl Shared {
                     Some(false)
                 }
                 (Placement::Event, None) => {
-                    stamp(&runnable, self.clock.now());
+                    self.stamp_now(&runnable);
                     Some(lanes.push(runnable, Lane::Events))
                 }
             }
         });
         match (runnable, surplus) {
             (Some(runnable), _) => {
-                stamp(&runnable, self.clock.now());
-                self.injectors[class].push(runnable);
-                self.notify_one();
+                self.stamp_now(&runnable);
+                self.inject(runnable);
             }
             (None, Some(true)) => self.notify_one(),
             (None, _) => {}
         }
+    }
+
+    /// Records `at` as the instant `runnable` became runnable, the start of
+    /// its queue delay (when the accounting is on).
+    pub(crate) fn stamp(&self, runnable: &Runnable, at: u64) {
+        if self.config.accounting {
+            runnable
+                .metadata()
+                .scheduled_at
+                .store(at, Ordering::Relaxed);
+        }
+    }
+
+    /// [`stamp`](Self::stamp) at the current time; the clock is read only
+    /// when the accounting is on.
+    fn stamp_now(&self, runnable: &Runnable) {
+        if self.config.accounting {
+            self.stamp(runnable, self.clock.now());
+        }
+    }
+
+    /// Queues `runnable` in its class's injector and wakes a worker for it:
+    /// the place for tasks scheduled from outside the workers, and for
+    /// every task once the runtime is stopping (the shutdown drain looks
+    /// there).
+    pub(crate) fn inject(&self, runnable: Runnable) {
+        let class = runnable.metadata().class.index();
+        self.injectors[class].push(runnable);
+        self.notify_one();
     }
 
     /// Unparks one sleeping worker if no worker is searching.

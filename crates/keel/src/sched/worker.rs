@@ -141,7 +141,9 @@ pub(crate) fn run_worker(shared: Arc<Shared>, index: usize, queues: Deques) {
         now,
         shared.config.accounting,
     );
-    let shared_workers = shared.config.workers;
+    // Rescues read the state words the accounting keeps, and need a
+    // sibling (see `Worker::rescue`).
+    let rescues = shared.config.workers > 1 && shared.config.accounting;
     let mut worker = Worker {
         shared,
         local,
@@ -157,7 +159,7 @@ pub(crate) fn run_worker(shared: Arc<Shared>, index: usize, queues: Deques) {
         last_io: now,
         woken: Vec::new(),
         last_now: now,
-        next_rescue: if shared_workers > 1 { now } else { u64::MAX },
+        next_rescue: if rescues { now } else { u64::MAX },
         rng: 0x9E37_79B9_7F4A_7C15 ^ (index as u64 + 1),
     };
     worker.run();
@@ -195,7 +197,8 @@ struct Worker {
     woken: Vec<Waker>,
     /// The latest time this worker read (the end of its last poll).
     last_now: u64,
-    /// When this worker next looks for a stuck sibling.
+    /// When this worker next looks for a stuck sibling; never with one
+    /// worker or without the accounting.
     next_rescue: u64,
     rng: u64,
 }
@@ -350,9 +353,6 @@ impl Worker {
         let shared = &*self.shared;
         let now = shared.clock.now();
         self.next_rescue = now + RESCUE_CHECK_NS;
-        if !shared.config.accounting {
-            return None;
-        }
         let workers = shared.config.workers;
         let stuck = |victim: usize| {
             victim != self.index
@@ -389,10 +389,7 @@ impl Worker {
             self.local.lifo.set(slot);
             here
         };
-        in_slot
-            || !lanes.events.is_empty()
-            || !lanes.yields.is_empty()
-            || !self.shared.injectors[class].is_empty()
+        in_slot || lanes.has_work() || !self.shared.injectors[class].is_empty()
     }
 
     /// A task of `class` from this worker's LIFO slot, its lanes or the
@@ -506,19 +503,12 @@ impl Worker {
     /// a task that yields in a loop saves a clock read per yield.
     fn requeue_yielded(&mut self, runnable: Runnable, end: u64) {
         let shared = &*self.shared;
-        if shared.config.accounting {
-            runnable
-                .metadata()
-                .scheduled_at
-                .store(end, Ordering::Relaxed);
-        }
-        let class = runnable.metadata().class.index();
+        shared.stamp(&runnable, end);
         if shared.is_stopping() {
-            // Where the shutdown drain looks (see `Shared::schedule`).
-            shared.injectors[class].push(runnable);
-            shared.notify_one();
+            shared.inject(runnable);
             return;
         }
+        let class = runnable.metadata().class.index();
         // Other runnable work is queued behind it: let an idle worker take
         // that rather than take turns with it here.
         if self.local.queues[class].push(runnable, Lane::Yields) {
