@@ -79,6 +79,41 @@ fn keel_group_acknowledges() {
     acknowledges("keel", "group");
 }
 
+/// keel's log connections run in the bulk class and the echo service in
+/// normal, as the node's documentation promises: a ping is picked ahead of
+/// queued log work.
+#[test]
+fn keel_serves_the_log_in_bulk_and_the_echo_in_normal() {
+    let dir = scratch_dir("s5-keel-classes");
+    let mut node = s5_node("keel", "group", &dir);
+    let before = node.mark("classes");
+    let mut echo = connect(node.addr("addr"));
+    for _ in 0..20 {
+        echo.write_all(b"ping").unwrap();
+        let mut back = [0u8; 4];
+        echo.read_exact(&mut back).unwrap();
+    }
+    assert_eq!(append(node.addr("log_addr"), 20).len(), 20);
+    let after = node.mark("classes");
+    let polls = |classes: &serde_json::Value, name: &str| {
+        classes
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|class| class["name"] == name)
+            .unwrap_or_else(|| panic!("no class {name} in {classes}"))["polls"]
+            .as_u64()
+            .unwrap()
+    };
+    let grew = |name: &str| polls(&after, name) - polls(&before, name);
+    // Each record takes at least a poll to read it and one to answer it.
+    assert!(grew("bulk") >= 40, "bulk: {before} -> {after}");
+    // Each ping takes at least one poll of the echo task.
+    assert!(grew("normal") >= 20, "normal: {before} -> {after}");
+    node.stop();
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 #[test]
 fn tokio_per_record_acknowledges() {
     acknowledges("tokio", "per-record");

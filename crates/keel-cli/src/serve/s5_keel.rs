@@ -54,11 +54,12 @@ pub fn start(opts: &S5Opts) -> Result<Running, Error> {
 
     let counters = Arc::new(LogCounters::default());
     rt.spawn(echo_accept_loop(echo));
-    rt.spawn(log_accept_loop(
-        listener,
-        log.clone(),
-        Arc::clone(&counters),
-    ));
+    // The accept loop's class is its connections' class: `spawn` keeps
+    // the class of the task that calls it.
+    rt.spawn_in(
+        keel::Class::BULK,
+        log_accept_loop(listener, log.clone(), Arc::clone(&counters)),
+    );
 
     let handle = rt.handle().clone();
     let stats_log = log.clone();
