@@ -1,6 +1,7 @@
 //! `keel serve s2` driven by hand: the stream service counts what it
 //! receives, the API answers with the job's own time, bad requests get
-//! their documented answers, and modes are checked per runtime.
+//! their documented answers (the size limit exactly), and modes are
+//! checked per runtime.
 
 mod support;
 
@@ -25,6 +26,18 @@ fn s2_node(runtime: &str, mode: &str) -> Node {
         "--max-delay-ms",
         "20",
     ])
+}
+
+/// The node's limit on an API request, bytes (up to and including its
+/// blank line).
+const MAX_REQUEST: usize = 8 * 1024;
+
+/// A `GET /job` request of exactly `len` bytes, padded with a header.
+fn padded_request(len: usize) -> Vec<u8> {
+    let mut request = b"GET /job HTTP/1.1\r\nX-Pad: ".to_vec();
+    request.resize(len - 4, b'a');
+    request.extend_from_slice(b"\r\n\r\n");
+    request
 }
 
 fn connect(addr: SocketAddr) -> TcpStream {
@@ -102,6 +115,18 @@ fn serves(runtime: &str, mode: &str) {
     assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
     api.write_all(b"GET /job HTTP/1.1\r\n\r\n").unwrap();
     assert!(read_answer(&mut api).starts_with("HTTP/1.1 200"));
+
+    // The limit is exact: a request of the limit is answered, and one a
+    // byte longer is 413 even when it arrives whole in one write.
+    api.write_all(&padded_request(MAX_REQUEST)).unwrap();
+    let answer = read_answer(&mut api);
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    let mut over = connect(node.addr("api_addr"));
+    over.write_all(&padded_request(MAX_REQUEST + 1)).unwrap();
+    let mut answer = String::new();
+    let _ = over.read_to_string(&mut answer);
+    assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
+    assert_eq!(node.mark("s2")["api_requests"], 5);
     node.stop();
 }
 

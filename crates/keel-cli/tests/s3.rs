@@ -1,9 +1,10 @@
 //! `keel serve proxy`, `keel serve s3-backend` and `keel load s3` driven
 //! by hand: the proxy forwards a large transfer both ways without losing
 //! or changing a byte, passes each side's EOF on and closes, survives a
-//! backend that refuses, answers `/status` on both runtimes, and the load
-//! produces its figures against a real proxy and backend, and running
-//! out of file descriptors does not stop the proxy's accept loop.
+//! backend that refuses, answers `/status` on both runtimes, the backend
+//! holds requests to its size limit exactly, the load produces its
+//! figures against a real proxy and backend, and running out of file
+//! descriptors does not stop the proxy's accept loop.
 
 mod support;
 
@@ -269,6 +270,47 @@ fn refused_backend_closes_only_its_client() {
         rx.recv_timeout(Duration::from_secs(10)).unwrap();
         node.stop();
     }
+}
+
+/// The backend's limit on a request, bytes (up to and including its
+/// blank line).
+const BACKEND_MAX_REQUEST: usize = 8 * 1024;
+
+/// A `GET /empty` request of exactly `len` bytes, padded with a header.
+fn padded_request(len: usize) -> Vec<u8> {
+    let mut request = b"GET /empty HTTP/1.1\r\nX-Pad: ".to_vec();
+    request.resize(len - 4, b'a');
+    request.extend_from_slice(b"\r\n\r\n");
+    request
+}
+
+/// The backend answers a request of its size limit, and one a byte
+/// longer is 413 and closed even when it arrives whole in one write, as
+/// is one that never ends.
+#[test]
+fn backend_holds_requests_to_its_limit() {
+    let mut backend = Node::start(&["s3-backend"]);
+    let mut kept = connect(backend.addr("addr"));
+    kept.write_all(&padded_request(BACKEND_MAX_REQUEST))
+        .unwrap();
+    let empty = b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n";
+    let mut answer = vec![0u8; empty.len()];
+    kept.read_exact(&mut answer).unwrap();
+    assert_eq!(answer, empty, "{}", String::from_utf8_lossy(&answer));
+    for request in [
+        padded_request(BACKEND_MAX_REQUEST + 1),
+        vec![b'a'; 64 * 1024],
+    ] {
+        let mut over = connect(backend.addr("addr"));
+        let _ = over.write_all(&request);
+        let mut answer = String::new();
+        let _ = over.read_to_string(&mut answer);
+        assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
+    }
+    let counters = backend.mark("backend");
+    assert_eq!(counters["empty"], 1, "{counters}");
+    assert_eq!(counters["refused"], 2, "{counters}");
+    backend.stop();
 }
 
 /// Sends one request to the admin endpoint and reads the whole answer.

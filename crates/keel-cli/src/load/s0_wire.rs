@@ -14,7 +14,9 @@
 use std::net::SocketAddr;
 use std::ops::Range;
 
-/// The longest head (status line and headers) an answer may have.
+/// The longest head (status line, headers and the blank line that ends
+/// them) an answer may have, bytes. A longer one is refused whether or
+/// not its end is in the buffer yet.
 pub const MAX_HEAD: usize = 4096;
 
 /// The longest body an answer may announce.
@@ -43,7 +45,7 @@ pub struct Answer {
 /// Parses the answer at the front of `buf`: `Ok(None)` while it is
 /// incomplete, an error when it is not an answer this client accepts.
 pub fn parse(buf: &[u8]) -> Result<Option<Answer>, String> {
-    let Some(head_len) = find_head_end(buf) else {
+    let Some(head_len) = find_head_end(&buf[..buf.len().min(MAX_HEAD)]) else {
         if buf.len() > MAX_HEAD {
             return Err(format!("the answer's head is over {MAX_HEAD} bytes"));
         }
@@ -194,5 +196,27 @@ mod tests {
             assert!(parse(bad).is_err(), "{}", String::from_utf8_lossy(bad));
         }
         assert!(parse(&[b'x'; MAX_HEAD + 1]).is_err());
+    }
+
+    /// A head of exactly [`MAX_HEAD`] bytes is read; one a byte longer is
+    /// refused as soon as it is known to be longer, whether or not its end
+    /// and its body have arrived.
+    #[test]
+    fn holds_heads_to_the_limit() {
+        let answer = |head: usize| {
+            let mut bytes = b"HTTP/1.1 200 OK\r\nContent-Length: 13\r\nX-Pad: ".to_vec();
+            bytes.resize(head - 4, b'a');
+            bytes.extend_from_slice(b"\r\n\r\nHello, world!");
+            bytes
+        };
+        let at_limit = answer(MAX_HEAD);
+        let parsed = parse(&at_limit).unwrap().unwrap();
+        assert_eq!(parsed.body, MAX_HEAD..MAX_HEAD + 13);
+        let over = answer(MAX_HEAD + 1);
+        for cut in [MAX_HEAD + 1, MAX_HEAD + 4, over.len()] {
+            let error = parse(&over[..cut]).unwrap_err();
+            assert!(error.contains("head is over"), "cut at {cut}: {error}");
+        }
+        assert_eq!(parse(&over[..MAX_HEAD]), Ok(None));
     }
 }

@@ -32,8 +32,10 @@ pub struct AddrLine {
     /// The proxy: the bound address of the admin endpoint.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub admin_addr: Option<SocketAddr>,
-    /// What the server found when it started (S5: what recovery dropped),
-    /// or `null`.
+    /// What the server found or was set to when it started, or `null`:
+    /// S2's mode, the proxy's backend, the S3 backend's object size, S5's
+    /// mode with, on keel, what recovery dropped and, on tokio, the log
+    /// file.
     #[serde(default, skip_serializing_if = "serde_json::Value::is_null")]
     pub startup: serde_json::Value,
 }

@@ -271,7 +271,9 @@ pub struct S1Opts {
 /// A started server: where it listens, how to read its runtime's own
 /// accounting, and what keeps it alive.
 pub struct Running {
-    /// The bound address of the echo service.
+    /// The bound address of the service: S0's HTTP listener, the echo
+    /// service of S1 and S5, the stream service of S2 and S4, the proxy's
+    /// listener (S3) or the S3 backend's.
     pub addr: SocketAddr,
     /// The bound address of the log service, for servers that have one.
     pub log_addr: Option<SocketAddr>,

@@ -17,8 +17,9 @@ use clap::ValueEnum;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
-/// The largest API request accepted, bytes: a bigger one is answered 413
-/// and the connection closed.
+/// The largest API request accepted, bytes (up to and including its blank
+/// line): a bigger one is answered 413 and the connection closed, however
+/// the reads split it ([`next_request`]).
 pub const MAX_REQUEST: usize = 8 * 1024;
 
 /// How the stream handlers read.
@@ -134,6 +135,32 @@ pub fn request_end(buf: &[u8]) -> Option<usize> {
     buf.windows(4).position(|w| w == b"\r\n\r\n").map(|i| i + 4)
 }
 
+/// What the front of a connection's unanswered bytes holds, as
+/// [`next_request`] finds it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Next {
+    /// A whole request within the limit, this many bytes long (up to and
+    /// including its blank line).
+    Request(usize),
+    /// The start of a request that may still fit the limit: read more.
+    Partial,
+    /// A request longer than the limit.
+    TooLarge,
+}
+
+/// The request at the front of `pending`, held to at most `max` bytes
+/// (up to and including its blank line). The end is looked for only in
+/// the first `max` bytes, so a longer request is [`Next::TooLarge`]
+/// whether or not its end arrived in the same read as its start: where
+/// the reads happen to split the bytes does not move the limit.
+pub fn next_request(pending: &[u8], max: usize) -> Next {
+    match request_end(&pending[..pending.len().min(max)]) {
+        Some(end) => Next::Request(end),
+        None if pending.len() > max => Next::TooLarge,
+        None => Next::Partial,
+    }
+}
+
 /// The answer to one API request: runs the job, adds its CPU time to
 /// `counters`, and formats the response. Anything but `GET /job` is
 /// answered 404.
@@ -170,6 +197,29 @@ mod tests {
     fn finds_request_end() {
         assert_eq!(request_end(b"GET /job HTTP/1.1\r\n\r\n"), Some(21));
         assert_eq!(request_end(b"GET /job HTTP/1.1\r\n"), None);
+    }
+
+    /// A request of exactly `max` bytes is taken, one byte longer is too
+    /// large whether its end is there or not, and a shorter start waits
+    /// for more; the first of pipelined requests is the one looked at.
+    #[test]
+    fn holds_requests_to_the_limit() {
+        let request = |len: usize| {
+            let mut bytes = b"GET /job HTTP/1.1\r\nX-Pad: ".to_vec();
+            bytes.resize(len - 4, b'a');
+            bytes.extend_from_slice(b"\r\n\r\n");
+            bytes
+        };
+        let max = 100;
+        assert_eq!(next_request(&request(max), max), Next::Request(max));
+        assert_eq!(next_request(&request(max + 1), max), Next::TooLarge);
+        assert_eq!(next_request(&request(max + 1)[..max], max), Next::Partial);
+        assert_eq!(next_request(&vec![b'a'; max + 1], max), Next::TooLarge);
+        assert_eq!(next_request(b"", max), Next::Partial);
+        let mut two = request(30);
+        two.extend_from_slice(&request(max + 1));
+        assert_eq!(next_request(&two, max), Next::Request(30));
+        assert_eq!(next_request(&two[30..], max), Next::TooLarge);
     }
 
     /// `GET /job` runs the job, reports its time and counts its CPU;

@@ -25,15 +25,16 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
 use super::s1_tokio::{accept_each, bind, Guard};
-use super::s2::request_end;
+use super::s2::{next_request, Next};
 use super::{control, Running};
 use crate::error::Error;
 
 /// Bytes of the `/big` object.
 pub const BIG_LEN: usize = 1 << 20;
 
-/// The largest request accepted, bytes; a bigger one is answered 413 and
-/// the connection closed.
+/// The largest request accepted, bytes (up to and including its blank
+/// line); a bigger one is answered 413 and the connection closed, however
+/// the reads split it.
 const MAX_REQUEST: usize = 8 * 1024;
 
 /// The byte at `offset` of the `/big` object. The period, 251, is prime,
@@ -173,21 +174,23 @@ async fn serve(mut stream: TcpStream, counters: Arc<Counters>) {
     let mut pending = Vec::with_capacity(1024);
     let mut buf = [0u8; 4096];
     loop {
-        while let Some(end) = request_end(&pending) {
-            let (answer, close) = route(&pending[..end], &counters);
-            pending.drain(..end);
-            if stream.write_all(answer).await.is_err() || close {
+        match next_request(&pending, MAX_REQUEST) {
+            Next::Request(end) => {
+                let (answer, close) = route(&pending[..end], &counters);
+                pending.drain(..end);
+                if stream.write_all(answer).await.is_err() || close {
+                    return;
+                }
+            }
+            Next::TooLarge => {
+                counters.refused.fetch_add(1, Ordering::Relaxed);
+                let _ = stream.write_all(TOO_LARGE).await;
                 return;
             }
-        }
-        if pending.len() > MAX_REQUEST {
-            counters.refused.fetch_add(1, Ordering::Relaxed);
-            let _ = stream.write_all(TOO_LARGE).await;
-            return;
-        }
-        match stream.read(&mut buf).await {
-            Ok(0) | Err(_) => return,
-            Ok(n) => pending.extend_from_slice(&buf[..n]),
+            Next::Partial => match stream.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => pending.extend_from_slice(&buf[..n]),
+            },
         }
     }
 }
@@ -228,6 +231,7 @@ fn wants_close(head: &[u8]) -> bool {
 
 #[cfg(test)]
 mod tests {
+    use super::super::s2::request_end;
     use super::*;
 
     /// The body follows its pattern and has its length.

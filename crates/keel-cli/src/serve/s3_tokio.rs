@@ -8,8 +8,9 @@
 //! EOF half-closes the other side and an error on either ends both.
 //! `TCP_NODELAY` is set on both sockets, as any proxy of request/response
 //! traffic does. Byte counts come from a thin wrapper around the client
-//! socket that counts what each read returns, so the status stays current
-//! during long transfers.
+//! socket that counts the bytes up as each read from the client returns
+//! them and the bytes down as each write to the client takes them, so the
+//! status stays current during long transfers.
 //!
 //! The admin endpoint is hyper 1.x on the same runtime (via hyper-util's
 //! `TokioIo`), answering `GET /status` with the shared status text. tokio

@@ -36,9 +36,11 @@ pub const READ_BUFFER: usize = 8 * 1024;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, ValueEnum, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum LogMode {
-    /// Group commit: one `fdatasync` covers every record pending at the
-    /// time (keel: `wal::Log`; tokio: one committer task that runs each
-    /// batch on `spawn_blocking`).
+    /// Group commit: one `fdatasync` covers the records pending at the
+    /// time, up to a cap on the batch (keel: `wal::Log`, whose batch holds
+    /// at most what fits in one segment; tokio: one committer task that
+    /// takes at most 1024 records a batch and runs each batch on
+    /// `spawn_blocking`). Records past the cap wait for the next batch.
     Group,
     /// One `spawn_blocking` write and `fdatasync` per record (tokio).
     PerRecord,

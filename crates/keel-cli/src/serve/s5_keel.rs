@@ -12,8 +12,9 @@
 //! - The log connections run in the `bulk` class and the echo service in
 //!   `normal`: log traffic is the bulk work here, and a ping that wakes
 //!   while several log tasks are queued is picked first (classes share
-//!   the CPU by shares, so the log still gets half of it and more when the
-//!   echo service is idle).
+//!   the CPU by shares, so when both are busy the log still gets 50 of
+//!   the 83 shares in play, some 60% of it, and all of it when the echo
+//!   service is idle).
 //! - Workers do not spin before parking: the node shares its cores with
 //!   the load generator, and a worker that spins takes from the clients
 //!   the CPU they need to send the next record. Measured here, spinning

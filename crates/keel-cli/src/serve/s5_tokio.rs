@@ -4,10 +4,12 @@
 //!   `spawn_blocking`, the textbook advice. Syncs from different tasks
 //!   overlap in the kernel, so this is faster than it sounds.
 //! - `group`: the tasks hand records to one committer task over a channel;
-//!   the committer takes everything pending, writes it and syncs once on
-//!   `spawn_blocking`, then answers every record of the batch. This is the
-//!   group commit a careful tokio user builds by hand, and the fair peer
-//!   for keel's `wal::Log`.
+//!   the committer takes what is pending, up to 1024 records (`MAX_BATCH`,
+//!   so a slow disk cannot grow one batch without bound), writes the batch
+//!   and syncs once on `spawn_blocking`, then answers every record of it;
+//!   whatever is left waits for the next batch. This is the group commit
+//!   a careful tokio user builds by hand, and the fair peer for keel's
+//!   `wal::Log`.
 //! - `inline`: the write and the sync run inside the async task and block
 //!   its worker, the mistake of seed 004.
 //!
@@ -157,8 +159,8 @@ impl Sink {
     }
 }
 
-/// The group committer: takes every pending record, writes and syncs them
-/// on `spawn_blocking`, answers each.
+/// The group committer: takes the pending records, up to [`MAX_BATCH`] at
+/// a time, writes and syncs them on `spawn_blocking`, answers each.
 async fn committer(
     store: Arc<Store>,
     mut rx: mpsc::UnboundedReceiver<(Vec<u8>, oneshot::Sender<io::Result<u64>>)>,
