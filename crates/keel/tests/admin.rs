@@ -541,6 +541,7 @@ fn metrics_parse_back_as_openmetrics() {
             ("keel_live_tasks", "gauge"),
             ("keel_pending_timers", "gauge"),
             ("keel_worker_state_seconds", "counter"),
+            ("keel_worker_park_cpu_seconds", "counter"),
             ("keel_worker_rescues", "counter"),
             ("keel_class_cpu_seconds", "counter"),
             ("keel_class_polls", "counter"),
@@ -687,6 +688,8 @@ fn stats_json_has_the_documented_fields() {
             );
             integer(worker, "polls");
             integer(worker, "rescues");
+            let park_cpu = number(worker, "park_cpu_s");
+            assert!(park_cpu >= 0.0 && park_cpu <= cpu + 0.02, "{worker}");
         }
 
         let classes = stats["classes"].as_array().expect("classes");

@@ -201,6 +201,56 @@ fn worker_cpu_time_comes_from_the_kernel() {
     assert!(idle.cpu <= Duration::from_millis(5), "{idle:?}");
 }
 
+/// A worker woken 2,000 times from outside, parking in between, reports
+/// the CPU its thread used going to sleep and waking up: some of it (each
+/// park is at least a system call) but no more than its thread's CPU
+/// clock, which a figure read from the wall clock while parked (some
+/// 100 ms here) would far exceed.
+#[cfg(target_os = "linux")]
+#[test]
+fn a_worker_that_parks_reports_the_cpu_of_parking() {
+    const PARKS: u32 = 2_000;
+    let rt = Runtime::builder()
+        .workers(1)
+        .spin(SpinPolicy::None)
+        .build()
+        .unwrap();
+    let before = rt.stats();
+    for _ in 0..PARKS {
+        rt.block_on(rt.handle().spawn(async {})).unwrap();
+        // Long enough for the worker to park again.
+        std::thread::sleep(Duration::from_micros(50));
+    }
+    // Then 15 ms of computing, which the thread clock counts and the park
+    // CPU must not; parking again publishes both.
+    rt.block_on(rt.handle().spawn(async {
+        let start = thread_cpu();
+        while thread_cpu() - start < Duration::from_millis(15) {
+            std::hint::spin_loop();
+        }
+    }))
+    .unwrap();
+    std::thread::sleep(Duration::from_millis(50));
+    let worker = rt.stats().workers[0].since(&before.workers[0]);
+    eprintln!("{worker:?}");
+    assert!(
+        worker.parked >= Duration::from_micros(50) * PARKS,
+        "{worker:?}"
+    );
+    assert!(
+        worker.park_cpu >= Duration::from_nanos(100) * PARKS,
+        "park CPU {:?} for {PARKS} parks",
+        worker.park_cpu
+    );
+    // The 15 ms of computing is in `cpu` and not in `park_cpu`.
+    assert!(
+        worker.park_cpu + Duration::from_millis(14) <= worker.cpu,
+        "park CPU {:?} against thread CPU {:?}",
+        worker.park_cpu,
+        worker.cpu
+    );
+}
+
 /// With the accounting off (the overhead benchmark's switch) tasks still
 /// run, and the snapshot shows no polls and no queue delays.
 #[test]

@@ -12,7 +12,10 @@
 //!
 //! keel's report: *busy* is every state a worker is on the CPU for except
 //! spinning (tasks, IO, timers, and searching for work, which is the
-//! scheduler's own cost), and *spin* is the spin state; busy + spin should
+//! scheduler's own cost), plus the CPU its thread used while parked
+//! (going to sleep and waking up, the rest of that cost, which keel reads
+//! from the thread's CPU clock around each park), and *spin* is the spin
+//! state; busy + spin should
 //! be the process CPU, and the gap, in percentage points of one core, is
 //! the verdict. keel's *utilization* (tasks, IO and timers, without
 //! searching) is reported beside it. tokio's report is its per-worker
@@ -124,14 +127,15 @@ impl Setting {
 /// spins still counts that time in the state. keel also samples each
 /// worker thread's CPU clock, so over a window the CPU a worker really got
 /// is known; `busy_s` and `spin_s` are the states' shares of that CPU
-/// (each worker's states scaled by its CPU over its on-CPU states, when
-/// the kernel ran it less than they add up to). `states_busy_s` and
+/// (each worker's states scaled by its CPU outside parks over its on-CPU
+/// states, when the kernel ran it less than they add up to); `busy_s`
+/// also holds the CPU of parking, `park_cpu_s`. `states_busy_s` and
 /// `states_spin_s` are the unscaled wall times, kept to show what
 /// preemption did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
 struct Reported {
     /// On a core and not spinning (keel: tasks, IO, timers, search, as
-    /// CPU; tokio: its busy time).
+    /// CPU, and the CPU of parking; tokio: its busy time).
     busy_s: f64,
     /// Spinning, as CPU (keel only; zero for tokio, which reports none).
     spin_s: f64,
@@ -141,6 +145,9 @@ struct Reported {
     /// keel: CPU time the kernel charged to the worker threads (zero for
     /// tokio, which does not sample it).
     thread_cpu_s: f64,
+    /// keel: CPU the worker threads used while parked, going to sleep and
+    /// waking (zero for tokio, which does not measure it).
+    park_cpu_s: f64,
     /// keel: wall time in the busy states, unscaled.
     states_busy_s: f64,
     /// keel: wall time spinning, unscaled.
@@ -353,18 +360,22 @@ fn reported(runtime: RuntimeKind, start: &Value, end: &Value) -> Reported {
                 let utilized = delta("busy_s") + delta("io_s") + delta("timers_s");
                 let busy = utilized + delta("search_s");
                 let spin = delta("spin_s");
+                let park = delta("park_cpu_s");
                 let cpu = delta("cpu_s");
                 let on_cpu = busy + spin;
-                // The share of its on-CPU states the kernel ran the worker
-                // (never above one: parking also costs a little CPU).
-                let ran = if cpu > 0.0 && on_cpu > cpu {
-                    cpu / on_cpu
+                // The share of its on-CPU states the kernel ran the worker:
+                // its CPU outside parks over their wall time, never above
+                // one.
+                let awake_cpu = (cpu - park).max(0.0);
+                let ran = if cpu > 0.0 && on_cpu > awake_cpu {
+                    awake_cpu / on_cpu
                 } else {
                     1.0
                 };
-                out.busy_s += busy * ran;
+                out.busy_s += busy * ran + park;
                 out.spin_s += spin * ran;
                 out.utilized_s += utilized * ran;
+                out.park_cpu_s += park;
                 out.thread_cpu_s += cpu;
                 out.states_busy_s += busy;
                 out.states_spin_s += spin;
@@ -392,6 +403,7 @@ fn round_metrics(record: &PhaseRecord) -> Vec<(&'static str, f64)> {
         ("reported_spin_pct", spin),
         ("reported_utilization_pct", pct(record.reported.utilized_s)),
         ("workers_thread_cpu_pct", pct(record.reported.thread_cpu_s)),
+        ("park_cpu_pct", pct(record.reported.park_cpu_s)),
         ("states_busy_pct", pct(record.reported.states_busy_s)),
         ("states_spin_pct", pct(record.reported.states_spin_s)),
         ("gap_pp", busy + spin - cpu),
@@ -413,6 +425,7 @@ fn round_metrics(record: &PhaseRecord) -> Vec<(&'static str, f64)> {
                 *name,
                 "reported_spin_pct"
                     | "workers_thread_cpu_pct"
+                    | "park_cpu_pct"
                     | "states_busy_pct"
                     | "states_spin_pct"
             )
@@ -539,28 +552,31 @@ mod tests {
     use super::*;
 
     /// keel's busy is everything on a core but spin, scaled per worker
-    /// to the CPU the kernel gave it; tokio's is its own busy time.
+    /// to the CPU the kernel gave it outside parks, plus the CPU of
+    /// parking; tokio's is its own busy time.
     #[test]
     fn reads_the_accounting() {
         let start = json!({"workers": [
-            {"busy_s": 1.0, "io_s": 0.0, "timers_s": 0.0, "search_s": 0.0, "spin_s": 1.0, "cpu_s": 1.0},
-            {"busy_s": 0.0, "io_s": 0.0, "timers_s": 0.0, "search_s": 0.0, "spin_s": 0.0, "cpu_s": 0.0},
+            {"busy_s": 1.0, "io_s": 0.0, "timers_s": 0.0, "search_s": 0.0, "spin_s": 1.0, "cpu_s": 1.0, "park_cpu_s": 0.0},
+            {"busy_s": 0.0, "io_s": 0.0, "timers_s": 0.0, "search_s": 0.0, "spin_s": 0.0, "cpu_s": 0.0, "park_cpu_s": 0.0},
         ]});
-        // Worker 0: 2 s busy + 2 s spin in the window, but 2 s of CPU: it
-        // ran half the time. Worker 1: 1 s busy, 1.25 s of CPU (parking
-        // costs a little): not scaled up.
+        // Worker 0: 2 s busy + 2 s spin in the window, but 2 s of CPU, of
+        // which 0.5 s parking: it ran 1.5 s of its 4 s of on-CPU states.
+        // Worker 1: 1 s busy and 0.25 s of parking, 1.25 s of CPU: not
+        // scaled.
         let end = json!({"workers": [
-            {"busy_s": 2.0, "io_s": 0.5, "timers_s": 0.25, "search_s": 0.25, "spin_s": 3.0, "cpu_s": 3.0},
-            {"busy_s": 1.0, "io_s": 0.0, "timers_s": 0.0, "search_s": 0.0, "spin_s": 0.0, "cpu_s": 1.25},
+            {"busy_s": 2.0, "io_s": 0.5, "timers_s": 0.25, "search_s": 0.25, "spin_s": 3.0, "cpu_s": 3.0, "park_cpu_s": 0.5},
+            {"busy_s": 1.0, "io_s": 0.0, "timers_s": 0.0, "search_s": 0.0, "spin_s": 0.0, "cpu_s": 1.25, "park_cpu_s": 0.25},
         ]});
         let r = reported(RuntimeKind::Keel, &start, &end);
         assert_eq!(
             r,
             Reported {
-                busy_s: 1.0 + 1.0,
-                spin_s: 1.0,
-                utilized_s: 0.875 + 1.0,
+                busy_s: (2.0 * 0.375 + 0.5) + (1.0 + 0.25),
+                spin_s: 2.0 * 0.375,
+                utilized_s: 1.75 * 0.375 + 1.0,
                 thread_cpu_s: 3.25,
+                park_cpu_s: 0.75,
                 states_busy_s: 3.0,
                 states_spin_s: 2.0,
             }
@@ -586,6 +602,7 @@ mod tests {
                 spin_s: 0.4,
                 utilized_s: 1.2,
                 thread_cpu_s: 1.8,
+                park_cpu_s: 0.1,
                 states_busy_s: 1.7,
                 states_spin_s: 0.6,
             },
@@ -608,9 +625,11 @@ mod tests {
         assert!((keel.get("reported_over_cpu").unwrap() - 0.95).abs() < 1e-9);
         assert_eq!(keel.get("received_mb_per_s"), Some(25.0));
         assert_eq!(keel.get("workers_thread_cpu_pct"), Some(18.0));
+        assert_eq!(keel.get("park_cpu_pct"), Some(1.0));
         let tokio = Pairs(round_metrics(&record(Setting::Tokio)));
         assert_eq!(tokio.get("reported_spin_pct"), None);
         assert_eq!(tokio.get("workers_thread_cpu_pct"), None);
+        assert_eq!(tokio.get("park_cpu_pct"), None);
         assert_eq!(tokio.get("states_spin_pct"), None);
         assert_eq!(keel.get("states_spin_pct"), Some(6.0));
     }

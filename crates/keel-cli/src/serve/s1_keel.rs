@@ -1,7 +1,8 @@
 //! The S1 server on keel: the same server as `s1_tokio`, line for line.
 //!
 //! A runtime with `opts.workers` workers and every other setting at its
-//! default; an accept loop with one task per connection (`TCP_NODELAY`,
+//! default, except that `--no-accounting` turns the runtime's accounting
+//! off (to measure what it costs); an accept loop with one task per connection (`TCP_NODELAY`,
 //! `read` into a 64 KiB buffer, `write_all` back, until end of stream);
 //! and `opts.cpu_tasks` tasks that loop: one CPU slice, count it,
 //! `keel::yield_now()`. Every task runs in the default class, as in the
@@ -148,6 +149,7 @@ pub fn stats_json(stats: &keel::stats::Stats) -> Value {
                 "io_s": secs(w.io),
                 "wall_s": secs(w.wall()),
                 "cpu_s": secs(w.cpu),
+                "park_cpu_s": secs(w.park_cpu),
                 "io_poll_gap_max_us": micros(w.io_poll_gap_max),
                 "polls": w.polls.iter().sum::<u64>(),
             })

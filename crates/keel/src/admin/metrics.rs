@@ -196,6 +196,23 @@ impl Collector for Snapshot {
 
         family(
             e,
+            "worker_park_cpu",
+            "CPU time each worker's thread used while parked: going to sleep and waking up, which no state's wall time shows.",
+            Some(Unit::Seconds),
+            MetricType::Counter,
+            |m| {
+                let samples = stats.workers.iter().map(|w| {
+                    (
+                        [("worker", w.index.to_string())],
+                        w.park_cpu.as_secs_f64(),
+                    )
+                });
+                labelled(m, samples, MetricType::Counter)
+            },
+        )?;
+
+        family(
+            e,
             "worker_rescues",
             "Times each worker took tasks queued on a sibling that had not changed state for 1 ms (preempted by the kernel, or blocked in a poll).",
             None,

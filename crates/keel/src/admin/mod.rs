@@ -99,6 +99,7 @@
 //! | `worker_states[].io_s`, `.timers_s`, `.search_s`, `.spin_s`, `.parked_s` | number | the other states (see [`WorkerStats`](crate::stats::WorkerStats)) |
 //! | `worker_states[].utilization_pct` | number | (task + io + timers) / wall for this worker |
 //! | `worker_states[].cpu_s` | number | CPU time the kernel charged to the worker's thread (see [`WorkerStats::cpu`](crate::stats::WorkerStats::cpu)) |
+//! | `worker_states[].park_cpu_s` | number | CPU time the worker's thread used while parked, going to sleep and waking (see [`WorkerStats::park_cpu`](crate::stats::WorkerStats::park_cpu)) |
 //! | `worker_states[].rescues` | integer | times the worker took tasks queued on a sibling stuck in one state for 1 ms (see [`WorkerStats::rescues`](crate::stats::WorkerStats::rescues)) |
 //! | `worker_states[].io_poll_gap_max_us` | number | the longest the worker went between two looks at the reactor while it had work, since it started (see [`WorkerStats::io_poll_gap_max`](crate::stats::WorkerStats::io_poll_gap_max)) |
 //! | `worker_states[].preempted_s` | number | time in on-CPU states the kernel did not run the worker (see [`WorkerStats::preempted`](crate::stats::WorkerStats::preempted)) |
@@ -155,6 +156,7 @@
 //! | `keel_live_tasks` | gauge | |
 //! | `keel_pending_timers` | gauge | |
 //! | `keel_worker_state_seconds` | counter | `worker`, `state` (`task`, `io`, `timers`, `search`, `spin`, `parked`) |
+//! | `keel_worker_park_cpu_seconds` | counter | `worker` |
 //! | `keel_worker_rescues` | counter | `worker` |
 //! | `keel_class_cpu_seconds` | counter | `class` |
 //! | `keel_class_polls` | counter | `class` |

@@ -647,8 +647,7 @@ impl Worker {
         let now = self.shared.clock.now();
         self.flush_charges(now);
         let shared = &*self.shared;
-        self.account.switch(State::Parked, now);
-        self.account.publish(now, true);
+        self.account.park(now);
 
         let mut watched = false;
         let last_searcher = shared.idle.transition_to_parked(self.index, self.searching);
@@ -705,6 +704,7 @@ impl Worker {
                 }
             }
         }
+        self.account.unparked();
         self.searching = true;
         let now = shared.clock.now();
         self.window_start = now;

@@ -18,18 +18,27 @@
 //! publication interval.
 //!
 //! Beside the states, a worker samples the CPU time the kernel charged to
-//! its thread (`CLOCK_THREAD_CPUTIME_ID`) when it publishes, once it has
-//! been awake (in any state but parked) for [`CPU_SAMPLE_NS`] since the
-//! previous sample, and when it exits. A sample is a system call: not on
-//! every park, and, counted in awake time, not on the way out of a long
-//! sleep either, where it would delay the event that woke the worker (the
-//! worker's clock barely moves while it sleeps, so the sample is due again
-//! only after as much work as before).
+//! its thread (`CLOCK_THREAD_CPUTIME_ID`) when it parks, when it publishes
+//! once it has been awake (in any state but parked) for [`CPU_SAMPLE_NS`]
+//! since the previous sample, and when it exits. A sample is a system
+//! call (about 0.3 µs on a virtual machine), so a busy worker takes one
+//! per 10 ms of its work, not one per publication.
 //! The states say where the worker's *wall* time went; the sample says how
 //! much of it the worker actually ran on a core. On a machine with more
 //! runnable threads than cores the two part: a worker that was preempted
 //! while polling counts that time as task time, though the kernel ran
 //! someone else.
+//!
+//! The parked state is the exception the other way: its wall time is
+//! sleep, yet going to sleep and waking up run on a core (the futex or
+//! `epoll_wait` system call, the kernel's switches, the publication before
+//! parking). A worker that parks and wakes thousands of times a second
+//! spends a real share of a core there, and no state would show it. So
+//! the worker reads its thread clock on either side of every park and adds
+//! the difference to its *park CPU*. That costs two samples per park,
+//! next to the system calls of the park itself, and one of them on the way
+//! out, before the worker sees the event that woke it: a fraction of a
+//! microsecond against the tens the wake-up itself takes.
 //!
 //! Queue delays (wake → first poll) are kept in a local list per class and
 //! recorded into the runtime's histograms ([`ClassDelays`], one per class,
@@ -155,6 +164,9 @@ pub(crate) struct Published {
     pub(crate) io_gap_max: u64,
     /// Times the worker took tasks from a sibling stuck in one state.
     pub(crate) rescues: u64,
+    /// CPU time, ns, the worker's thread used while parked: going to
+    /// sleep and waking up.
+    pub(crate) park_cpu: u64,
 }
 
 impl Published {
@@ -260,6 +272,7 @@ impl WorkerMetrics {
                 cpu: 0,
                 io_gap_max: 0,
                 rescues: 0,
+                park_cpu: 0,
             }),
             current: AtomicU64::new(encode(State::Search, 0)),
         }
@@ -305,6 +318,11 @@ pub(crate) struct Account {
     io_gap_max: u64,
     /// See [`Published::rescues`].
     rescues: u64,
+    /// The thread's CPU clock when the worker began to park, while it is
+    /// parked.
+    park_cpu_from: Option<u64>,
+    /// See [`Published::park_cpu`].
+    park_cpu: u64,
 }
 
 impl Account {
@@ -336,6 +354,8 @@ impl Account {
             enabled,
             io_gap_max: 0,
             rescues: 0,
+            park_cpu_from: None,
+            park_cpu: 0,
         }
     }
 
@@ -380,6 +400,28 @@ impl Account {
         self.stalls[class] += 1;
     }
 
+    /// Enters the parked state at `now` and publishes. Samples the thread's
+    /// CPU clock first, so that [`unparked`](Self::unparked) can charge
+    /// what the thread used while parked: the publication, the system
+    /// calls that put it to sleep and woke it, the kernel's switches.
+    pub(crate) fn park(&mut self, now: u64) {
+        if !self.enabled {
+            return;
+        }
+        self.switch(State::Parked, now);
+        let cpu = thread_cpu_ns();
+        self.park_cpu_from = Some(cpu);
+        self.publish_sampled(now, true, Some(cpu));
+    }
+
+    /// Back from parking (still in the parked state): adds the CPU the
+    /// thread used since [`park`](Self::park) to the park CPU.
+    pub(crate) fn unparked(&mut self) {
+        if let Some(from) = self.park_cpu_from.take() {
+            self.park_cpu += thread_cpu_ns().saturating_sub(from);
+        }
+    }
+
     /// Publishes if the last publication is older than [`PUBLISH_NS`].
     pub(crate) fn maybe_publish(&mut self, now: u64) {
         if !self.enabled {
@@ -401,21 +443,33 @@ impl Account {
         lock(&self.shared.published).stopped = true;
     }
 
-    /// Publishes everything now (before parking, and at exit).
+    /// Publishes everything now (at exit, and every [`PUBLISH_NS`]).
     pub(crate) fn publish(&mut self, now: u64, histograms: bool) {
+        self.publish_sampled(now, histograms, None);
+    }
+
+    /// [`publish`](Self::publish), with the thread's CPU clock as just read,
+    /// if the caller has it.
+    fn publish_sampled(&mut self, now: u64, histograms: bool, sampled: Option<u64>) {
         if !self.enabled {
             return;
         }
         // The sample is a system call: taken before the lock, so readers
         // never wait on it.
+        // A sample the caller took is always published: it costs nothing
+        // more, and keeps `cpu` as fresh as the park CPU, which a worker
+        // that mostly parks adds to without being awake long.
         let awake = self.awake_ns();
-        let cpu = self
-            .last_cpu_sample
-            .is_none_or(|at| awake.saturating_sub(at) >= CPU_SAMPLE_NS)
-            .then(|| {
-                self.last_cpu_sample = Some(awake);
-                thread_cpu_ns()
-            });
+        let cpu = match sampled {
+            Some(cpu) => Some(cpu),
+            None => self
+                .last_cpu_sample
+                .is_none_or(|at| awake.saturating_sub(at) >= CPU_SAMPLE_NS)
+                .then(thread_cpu_ns),
+        };
+        if cpu.is_some() {
+            self.last_cpu_sample = Some(awake);
+        }
         let mut published = lock(&self.shared.published);
         published.times = self.times;
         published.polls = self.polls;
@@ -424,6 +478,7 @@ impl Account {
         published.since = self.since;
         published.io_gap_max = self.io_gap_max;
         published.rescues = self.rescues;
+        published.park_cpu = self.park_cpu;
         if let Some(cpu) = cpu {
             published.cpu = cpu;
         }

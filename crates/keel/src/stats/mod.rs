@@ -50,6 +50,7 @@ pub(crate) fn snapshot(shared: &Shared) -> Stats {
                 cpu: Duration::from_nanos(p.cpu),
                 io_poll_gap_max: Duration::from_nanos(p.io_gap_max),
                 rescues: p.rescues,
+                park_cpu: Duration::from_nanos(p.park_cpu),
             }
         })
         .collect::<Vec<_>>();

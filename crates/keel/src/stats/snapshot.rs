@@ -152,11 +152,11 @@ pub struct WorkerStats {
     pub io: Duration,
     /// Polls, per class.
     pub polls: Vec<u64>,
-    /// CPU time the kernel charged to the worker's thread, sampled when
-    /// the worker publishes after 10 ms awake since the previous sample
-    /// (so it may trail the states by up to 10 ms of the worker's time,
-    /// parked time not counted); zero on platforms without a per-thread
-    /// CPU clock. Compare it with [`on_cpu`](Self::on_cpu): see
+    /// CPU time the kernel charged to the worker's thread, sampled each
+    /// time the worker parks, and while it stays awake after every 10 ms
+    /// of its time (so it may trail the states by up to 10 ms of the
+    /// worker's time, parked time not counted); zero on platforms without
+    /// a per-thread CPU clock. Compare it with [`on_cpu`](Self::on_cpu): see
     /// [`preempted`](Self::preempted).
     pub cpu: Duration,
     /// The longest the worker went, since it started, between two looks
@@ -172,6 +172,15 @@ pub struct WorkerStats {
     /// one in a poll that blocks. Steady growth means the machine runs
     /// more threads than it has cores, or some task blocks its worker.
     pub rescues: u64,
+    /// CPU time the worker's thread used while [`parked`](Self::parked):
+    /// going to sleep and waking up (the system calls, the kernel's
+    /// switches, a blocking poll of the reactor), read from the thread's
+    /// CPU clock on either side of each park; zero on platforms without a
+    /// per-thread CPU clock. It is the scheduler's own cost, like
+    /// [`search`](Self::search), but none of the states' wall time shows
+    /// it: a worker that parks and wakes thousands of times a second can
+    /// spend a noticeable share of a core on it.
+    pub park_cpu: Duration,
 }
 
 impl WorkerStats {
@@ -235,6 +244,7 @@ impl WorkerStats {
             cpu: self.cpu.saturating_sub(earlier.cpu),
             io_poll_gap_max: self.io_poll_gap_max,
             rescues: self.rescues.saturating_sub(earlier.rescues),
+            park_cpu: self.park_cpu.saturating_sub(earlier.park_cpu),
         }
     }
 }
