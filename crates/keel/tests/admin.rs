@@ -751,6 +751,7 @@ fn stats_json_has_the_documented_fields() {
                 "search_s",
                 "spin_s",
                 "parked_s",
+                "park_cpu_s",
                 "blocking_busy_s",
                 "accounted_cpu_s",
                 "workers_cpu_s",
@@ -776,6 +777,20 @@ fn stats_json_has_the_documented_fields() {
                 "{window}: {w}"
             );
             assert!(number(w, "utilization_pct") <= 100.0);
+            // What should have cost CPU is the states that run on a core,
+            // the CPU of parking and the blocking pool's run time.
+            let parts: f64 = [
+                "busy_s",
+                "search_s",
+                "spin_s",
+                "park_cpu_s",
+                "blocking_busy_s",
+            ]
+            .iter()
+            .map(|f| number(w, f))
+            .sum();
+            let accounted = number(w, "accounted_cpu_s");
+            assert!((parts - accounted).abs() < 1e-6, "{window}: {w}");
         }
         eprintln!("since_start: {}", stats["since_start"]);
 

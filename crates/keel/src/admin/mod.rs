@@ -128,8 +128,9 @@
 //! | `worker_wall_s` | number | wall time the workers accounted in it, all workers together (about `wall_s` × workers) |
 //! | `busy_s` | number | task + io + timers |
 //! | `search_s`, `spin_s`, `parked_s` | number | the other worker states |
+//! | `park_cpu_s` | number | CPU the worker threads used while parked: going to sleep and waking |
 //! | `blocking_busy_s` | number | blocking-pool closures' run time ended in the span |
-//! | `accounted_cpu_s` | number | busy + search + spin + blocking: what should have cost CPU |
+//! | `accounted_cpu_s` | number | busy + search + spin + park CPU + blocking: what should have cost CPU |
 //! | `workers_cpu_s` | number | CPU the kernel charged to the worker threads (their thread clocks) |
 //! | `preempted_s` | number | time the workers were in on-CPU states but the kernel ran something else: where `accounted_cpu_s` exceeds what they really got |
 //! | `process_user_s`, `process_system_s`, `process_cpu_s` | number or null | `getrusage(RUSAGE_SELF)` user, system and their sum; `null` where it is unavailable |

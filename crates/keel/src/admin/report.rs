@@ -163,6 +163,7 @@ struct Window {
     search_s: f64,
     spin_s: f64,
     parked_s: f64,
+    park_cpu_s: f64,
     blocking_busy_s: f64,
     accounted_cpu_s: f64,
     workers_cpu_s: f64,
@@ -183,6 +184,7 @@ impl Window {
         let mut search = Duration::ZERO;
         let mut spin = Duration::ZERO;
         let mut parked = Duration::ZERO;
+        let mut park_cpu = Duration::ZERO;
         let mut worker_wall = Duration::ZERO;
         let mut workers_cpu = Duration::ZERO;
         let mut preempted = Duration::ZERO;
@@ -195,12 +197,13 @@ impl Window {
             search += span.search;
             spin += span.spin;
             parked += span.parked;
+            park_cpu += span.park_cpu;
             worker_wall += span.wall();
             workers_cpu += span.cpu;
             preempted += span.preempted();
         }
         let blocking = after.blocking_busy.saturating_sub(before.blocking_busy);
-        let accounted = busy + search + spin + blocking;
+        let accounted = busy + search + spin + park_cpu + blocking;
         let process = match (before.process, after.process) {
             (Some((u0, s0)), Some((u1, s1))) => {
                 Some((u1.saturating_sub(u0), s1.saturating_sub(s0)))
@@ -215,6 +218,7 @@ impl Window {
             search_s: secs(search),
             spin_s: secs(spin),
             parked_s: secs(parked),
+            park_cpu_s: secs(park_cpu),
             blocking_busy_s: secs(blocking),
             accounted_cpu_s: secs(accounted),
             workers_cpu_s: secs(workers_cpu),

@@ -202,14 +202,17 @@ impl WorkerStats {
 
     /// How much of [`on_cpu`](Self::on_cpu) the kernel did not run the
     /// worker: time it waited for a core while other threads or processes
-    /// ran (zero when [`cpu`](Self::cpu) is not sampled). A large figure
-    /// means the machine, not the runtime, is the bottleneck: the worker's
-    /// task time includes waits for the CPU.
+    /// ran (zero when [`cpu`](Self::cpu) is not sampled). The thread's CPU
+    /// outside parks ([`cpu`](Self::cpu) less
+    /// [`park_cpu`](Self::park_cpu)) is what those states got. A large
+    /// figure means the machine, not the runtime, is the bottleneck: the
+    /// worker's task time includes waits for the CPU.
     pub fn preempted(&self) -> Duration {
         if self.cpu.is_zero() {
             Duration::ZERO
         } else {
-            self.on_cpu().saturating_sub(self.cpu)
+            self.on_cpu()
+                .saturating_sub(self.cpu.saturating_sub(self.park_cpu))
         }
     }
 
