@@ -159,6 +159,15 @@ fn thread_cpu() -> Duration {
     Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
 }
 
+/// Spins until the calling thread has used `cpu` of CPU time.
+#[cfg(target_os = "linux")]
+fn compute_for(cpu: Duration) {
+    let start = thread_cpu();
+    while thread_cpu() - start < cpu {
+        std::hint::spin_loop();
+    }
+}
+
 /// A worker that computes for 60 ms of its thread's CPU time reports at
 /// least that much `cpu`, and no more than it spent in on-CPU states (plus
 /// the millisecond its sample may trail by); a parked worker's `cpu` does
@@ -172,12 +181,10 @@ fn worker_cpu_time_comes_from_the_kernel() {
         .build()
         .unwrap();
     let before = rt.stats();
-    rt.block_on(rt.handle().spawn(async {
-        let start = thread_cpu();
-        while thread_cpu() - start < Duration::from_millis(60) {
-            std::hint::spin_loop();
-        }
-    }))
+    rt.block_on(
+        rt.handle()
+            .spawn(async { compute_for(Duration::from_millis(60)) }),
+    )
     .unwrap();
     // Let the worker park (it publishes, and samples, before it sleeps).
     std::thread::sleep(Duration::from_millis(50));
@@ -223,12 +230,10 @@ fn a_worker_that_parks_reports_the_cpu_of_parking() {
     }
     // Then 15 ms of computing, which the thread clock counts and the park
     // CPU must not; parking again publishes both.
-    rt.block_on(rt.handle().spawn(async {
-        let start = thread_cpu();
-        while thread_cpu() - start < Duration::from_millis(15) {
-            std::hint::spin_loop();
-        }
-    }))
+    rt.block_on(
+        rt.handle()
+            .spawn(async { compute_for(Duration::from_millis(15)) }),
+    )
     .unwrap();
     std::thread::sleep(Duration::from_millis(50));
     let worker = rt.stats().workers[0].since(&before.workers[0]);
