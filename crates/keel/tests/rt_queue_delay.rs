@@ -6,11 +6,12 @@
 //! has the least virtual time, so whichever worker finishes its bulk poll
 //! first takes the urgent task, and it waits about one poll. Its queue
 //! delay (wake → first poll), as keel reports it and as the test measures
-//! it independently, must stay below 20 poll lengths at p99: a quarter of
-//! the wait behind the queue, and room enough for a machine busy with
-//! other work to preempt a worker now and then. The typical figures (p99
-//! about 60 µs) belong to the benchmarks. One test in this file, so
-//! nothing else competes for the cores.
+//! it independently, must stay below a quarter of the bulk tasks' median
+//! wait at p99: 20 polls on a quiet machine, and more on one busy with
+//! other work, which stretches both waits alike (a worker preempted for a
+//! few milliseconds delays the urgent task as much as the bulk queue).
+//! The typical figures (p99 about 60 µs) belong to the benchmarks. One
+//! test in this file, so nothing else competes for the cores.
 
 #[macro_use]
 mod support;
@@ -25,8 +26,6 @@ use support::{busy_for, Signal};
 const POLL: Duration = Duration::from_micros(100);
 const WAKES: usize = 1000;
 const BULK_TASKS: usize = 160;
-/// The p99 bound: 20 polls, against about 80 behind the queue.
-const BOUND: Duration = Duration::from_micros(100 * 20);
 
 #[test]
 fn urgent_queue_delay_stays_far_below_the_bulk_queue() {
@@ -88,15 +87,24 @@ fn urgent_queue_delay_stays_far_below_the_bulk_queue() {
     measured.sort_unstable();
     let measured_p99 = Duration::from_nanos(measured[measured.len() * 99 / 100]);
     let reported = &after.classes[Class::URGENT.index()].queue_delay;
+    let bulk = after.classes[Class::BULK.index()].queue_delay.p50();
+    // The bound: a quarter of the wait behind the queue.
+    let bound = bulk / 4;
     let urgent_polls = after.classes[0].polls - before.classes[0].polls;
     eprintln!(
-        "urgent queue delay: measured p50 {:?} p99 {:?}; keel p50 {:?} p99 {:?} over {} polls; bulk poll {:?}",
+        "urgent queue delay: measured p50 {:?} p99 {:?}; keel p50 {:?} p99 {:?} over {} polls; bulk poll {:?}, bulk queue delay p50 {:?}",
         Duration::from_nanos(measured[measured.len() / 2]),
         measured_p99,
         reported.p50(),
         reported.p99(),
         reported.count(),
-        POLL
+        POLL,
+        bulk,
+    );
+    // The bulk queue was full: its tasks waited for dozens of polls.
+    assert!(
+        bulk >= POLL * 40,
+        "bulk queue delay p50 {bulk:?}: the bulk queue was not full"
     );
     assert!(
         urgent_polls >= WAKES as u64,
@@ -108,12 +116,12 @@ fn urgent_queue_delay_stays_far_below_the_bulk_queue() {
         reported.count()
     );
     assert!(
-        measured_p99 < BOUND,
-        "measured urgent p99 {measured_p99:?} is not below {BOUND:?}"
+        measured_p99 < bound,
+        "measured urgent p99 {measured_p99:?} is not below {bound:?}"
     );
     assert!(
-        reported.p99() < BOUND,
-        "keel's urgent p99 {:?} is not below {BOUND:?}",
+        reported.p99() < bound,
+        "keel's urgent p99 {:?} is not below {bound:?}",
         reported.p99()
     );
 }
