@@ -209,10 +209,11 @@ fn worker_cpu_time_comes_from_the_kernel() {
 }
 
 /// A worker woken 2,000 times from outside, parking in between, reports
-/// the CPU its thread used going to sleep and waking up: some of it (each
-/// park is at least a system call) but no more than its thread's CPU
-/// clock, which a figure read from the wall clock while parked (some
-/// 100 ms here) would far exceed.
+/// the CPU its thread used going to sleep and waking up (estimated from
+/// one park in eight, some 250 here): some of it (each park is at least a
+/// system call) but no more than its thread's CPU clock, which a figure
+/// read from the wall clock while parked (some 100 ms here) would far
+/// exceed.
 #[cfg(target_os = "linux")]
 #[test]
 fn a_worker_that_parks_reports_the_cpu_of_parking() {

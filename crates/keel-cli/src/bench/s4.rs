@@ -14,7 +14,8 @@
 //! spinning (tasks, IO, timers, and searching for work, which is the
 //! scheduler's own cost), plus the CPU its thread used while parked
 //! (going to sleep and waking up, the rest of that cost, which keel reads
-//! from the thread's CPU clock around each park), and *spin* is the spin
+//! from the thread's CPU clock around one park in eight and scales to
+//! all), and *spin* is the spin
 //! state; busy + spin should
 //! be the process CPU, and the gap, in percentage points of one core, is
 //! the verdict. keel's *utilization* (tasks, IO and timers, without

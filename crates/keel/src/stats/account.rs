@@ -34,11 +34,16 @@
 //! `epoll_wait` system call, the kernel's switches, the publication before
 //! parking). A worker that parks and wakes thousands of times a second
 //! spends a real share of a core there, and no state would show it. So
-//! the worker reads its thread clock on either side of every park and adds
-//! the difference to its *park CPU*. That costs two samples per park,
-//! next to the system calls of the park itself, and one of them on the way
-//! out, before the worker sees the event that woke it: a fraction of a
-//! microsecond against the tens the wake-up itself takes.
+//! the worker reads its thread clock on either side of one park in
+//! [`PARK_SAMPLE_ONE_IN`], chosen at random, and its *park CPU* is what
+//! the sampled parks cost, scaled by all parks over the sampled ones. Two
+//! samples on every park would cost as much as a few percent of a server
+//! whose workers park after each short request (two system calls of some
+//! 0.3 µs, three times a request, measured on S0's short connections);
+//! one park in eight costs an eighth of that, and over the thousands of
+//! parks of a second the estimate is within a few percent. A random
+//! choice, not every eighth park, so that a pattern in the parks (a
+//! worker that alternates a short park with a long one) cannot bias it.
 //!
 //! Queue delays (wake → first poll) are kept in a local list per class and
 //! recorded into the runtime's histograms ([`ClassDelays`], one per class,
@@ -73,6 +78,10 @@ pub(crate) const PUBLISH_NS: u64 = 1_000_000;
 /// machine; at 10 ms the sample trails the states by at most 10 ms of the
 /// worker's time, a tenth of a percent of a 10-second window.
 const CPU_SAMPLE_NS: u64 = 10_000_000;
+
+/// One park in this many, at random, is timed with the thread's CPU clock
+/// (see the module docs).
+const PARK_SAMPLE_ONE_IN: u64 = 8;
 
 /// How often a busy worker merges its queue-delay histograms (10 ms).
 pub(crate) const HISTOGRAM_PUBLISH_NS: u64 = 10_000_000;
@@ -164,8 +173,8 @@ pub(crate) struct Published {
     pub(crate) io_gap_max: u64,
     /// Times the worker took tasks from a sibling stuck in one state.
     pub(crate) rescues: u64,
-    /// CPU time, ns, the worker's thread used while parked: going to
-    /// sleep and waking up.
+    /// CPU time, ns, the worker's thread used while parked (going to
+    /// sleep and waking up), estimated from the sampled parks.
     pub(crate) park_cpu: u64,
 }
 
@@ -319,10 +328,20 @@ pub(crate) struct Account {
     /// See [`Published::rescues`].
     rescues: u64,
     /// The thread's CPU clock when the worker began to park, while it is
-    /// parked.
+    /// parked in a sampled park.
     park_cpu_from: Option<u64>,
-    /// See [`Published::park_cpu`].
-    park_cpu: u64,
+    /// Parks since the start.
+    parks: u64,
+    /// Parks timed with the thread's CPU clock, and what they cost (ns).
+    sampled_parks: u64,
+    sampled_park_cpu: u64,
+    /// State of the generator that picks the sampled parks (xorshift; never
+    /// zero).
+    park_rng: u64,
+    /// What one read of the thread's CPU clock costs, ns: a sampled park's
+    /// window holds about one read that the parks not sampled do not pay,
+    /// so it is taken off each sample.
+    clock_read_ns: u64,
 }
 
 impl Account {
@@ -355,7 +374,11 @@ impl Account {
             io_gap_max: 0,
             rescues: 0,
             park_cpu_from: None,
-            park_cpu: 0,
+            parks: 0,
+            sampled_parks: 0,
+            sampled_park_cpu: 0,
+            park_rng: (now ^ 0x9e37_79b9_7f4a_7c15) | 1,
+            clock_read_ns: if enabled { clock_read_ns() } else { 0 },
         }
     }
 
@@ -400,26 +423,56 @@ impl Account {
         self.stalls[class] += 1;
     }
 
-    /// Enters the parked state at `now` and publishes. Samples the thread's
-    /// CPU clock first, so that [`unparked`](Self::unparked) can charge
-    /// what the thread used while parked: the publication, the system
-    /// calls that put it to sleep and woke it, the kernel's switches.
+    /// Enters the parked state at `now` and publishes. For a sampled park
+    /// (see the module docs), reads the thread's CPU clock first, so that
+    /// [`unparked`](Self::unparked) can charge what the thread used while
+    /// parked: the publication, the system calls that put it to sleep and
+    /// woke it, the kernel's switches.
     pub(crate) fn park(&mut self, now: u64) {
         if !self.enabled {
             return;
         }
         self.switch(State::Parked, now);
-        let cpu = thread_cpu_ns();
-        self.park_cpu_from = Some(cpu);
-        self.publish_sampled(now, true, Some(cpu));
+        self.parks += 1;
+        if self.sample_this_park() {
+            let cpu = thread_cpu_ns();
+            self.park_cpu_from = Some(cpu);
+            self.publish_sampled(now, true, Some(cpu));
+        } else {
+            self.publish_sampled(now, true, None);
+        }
     }
 
     /// Back from parking (still in the parked state): adds the CPU the
-    /// thread used since [`park`](Self::park) to the park CPU.
+    /// thread used since [`park`](Self::park), if that park is sampled.
     pub(crate) fn unparked(&mut self) {
         if let Some(from) = self.park_cpu_from.take() {
-            self.park_cpu += thread_cpu_ns().saturating_sub(from);
+            self.sampled_parks += 1;
+            self.sampled_park_cpu += thread_cpu_ns()
+                .saturating_sub(from)
+                .saturating_sub(self.clock_read_ns);
         }
+    }
+
+    /// Whether to time the park about to begin: one in
+    /// [`PARK_SAMPLE_ONE_IN`], at random.
+    fn sample_this_park(&mut self) -> bool {
+        let mut x = self.park_rng;
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        self.park_rng = x;
+        x.is_multiple_of(PARK_SAMPLE_ONE_IN)
+    }
+
+    /// The CPU of all parks so far, estimated from the sampled ones.
+    fn park_cpu_estimate(&self) -> u64 {
+        if self.sampled_parks == 0 {
+            return 0;
+        }
+        let scaled = u128::from(self.sampled_park_cpu) * u128::from(self.parks)
+            / u128::from(self.sampled_parks);
+        u64::try_from(scaled).unwrap_or(u64::MAX)
     }
 
     /// Publishes if the last publication is older than [`PUBLISH_NS`].
@@ -478,7 +531,7 @@ impl Account {
         published.since = self.since;
         published.io_gap_max = self.io_gap_max;
         published.rescues = self.rescues;
-        published.park_cpu = self.park_cpu;
+        published.park_cpu = self.park_cpu_estimate();
         if let Some(cpu) = cpu {
             published.cpu = cpu;
         }
@@ -503,6 +556,18 @@ impl Account {
     fn publish_delays(&mut self) {
         self.shared.delays.record(&mut self.delays);
     }
+}
+
+/// What a read of the thread's CPU clock costs the calling thread, ns: the
+/// least of a few back-to-back pairs.
+fn clock_read_ns() -> u64 {
+    (0..4)
+        .map(|_| {
+            let first = thread_cpu_ns();
+            thread_cpu_ns().saturating_sub(first)
+        })
+        .min()
+        .unwrap_or(0)
 }
 
 /// CPU time the kernel has charged to the calling thread, ns; zero where

@@ -175,8 +175,9 @@ pub struct WorkerStats {
     /// CPU time the worker's thread used while [`parked`](Self::parked):
     /// going to sleep and waking up (the system calls, the kernel's
     /// switches, a blocking poll of the reactor), read from the thread's
-    /// CPU clock on either side of each park; zero on platforms without a
-    /// per-thread CPU clock. It is the scheduler's own cost, like
+    /// CPU clock on either side of one park in eight, chosen at random,
+    /// and scaled to all parks; zero on platforms without a per-thread CPU
+    /// clock. It is the scheduler's own cost, like
     /// [`search`](Self::search), but none of the states' wall time shows
     /// it: a worker that parks and wakes thousands of times a second can
     /// spend a noticeable share of a core on it.
