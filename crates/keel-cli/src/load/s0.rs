@@ -572,13 +572,16 @@ mod tests {
     }
 
     /// A server that is not there gives errors with a reason, not a hang
-    /// or a panic.
+    /// or a panic. The run lasts long enough for a client on a busy
+    /// machine to try at least once before its deadline.
     #[test]
     fn counts_connection_failures() {
         let (_reserved, port) = bound_not_listening();
         for mode in [S0Mode::Keepalive, S0Mode::Short] {
             let summary = run(&HttpLoadOpts {
                 mode,
+                duration: Duration::from_millis(300),
+                time_limit: Duration::from_millis(300),
                 ..opts(&format!("127.0.0.1:{port}"))
             })
             .unwrap();
