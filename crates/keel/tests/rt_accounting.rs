@@ -102,11 +102,7 @@ fn an_idle_worker_that_only_spins_reports_spin_not_task() {
 
 #[test]
 fn a_worker_inside_a_long_poll_reports_task_time_of_its_class() {
-    let rt = Runtime::builder()
-        .workers(1)
-        .spin(SpinPolicy::None)
-        .build()
-        .unwrap();
+    let rt = one_worker_that_parks();
     let release = Arc::new(AtomicBool::new(false));
     let task = {
         let release = release.clone();
@@ -152,6 +148,15 @@ fn an_idle_worker_without_spin_reports_parked() {
     }
 }
 
+/// A runtime of one worker that parks as soon as it runs dry.
+fn one_worker_that_parks() -> Runtime {
+    Runtime::builder()
+        .workers(1)
+        .spin(SpinPolicy::None)
+        .build()
+        .unwrap()
+}
+
 /// CPU time of the calling thread, as the kernel counts it.
 #[cfg(target_os = "linux")]
 fn thread_cpu() -> Duration {
@@ -181,11 +186,7 @@ fn compute_for(cpu: Duration) {
 #[cfg(target_os = "linux")]
 #[test]
 fn worker_cpu_time_comes_from_the_kernel() {
-    let rt = Runtime::builder()
-        .workers(1)
-        .spin(SpinPolicy::None)
-        .build()
-        .unwrap();
+    let rt = one_worker_that_parks();
     let before = rt.stats();
     rt.block_on(
         rt.handle()
@@ -224,11 +225,7 @@ fn worker_cpu_time_comes_from_the_kernel() {
 #[test]
 fn a_worker_that_parks_reports_the_cpu_of_parking() {
     const PARKS: u32 = 2_000;
-    let rt = Runtime::builder()
-        .workers(1)
-        .spin(SpinPolicy::None)
-        .build()
-        .unwrap();
+    let rt = one_worker_that_parks();
     let before = rt.stats();
     for _ in 0..PARKS {
         rt.block_on(rt.handle().spawn(async {})).unwrap();
@@ -293,11 +290,7 @@ fn accounting_off_records_nothing() {
 /// between the worker's looks at the reactor.
 #[test]
 fn io_poll_gap_shows_a_poll_that_holds_its_worker() {
-    let rt = Runtime::builder()
-        .workers(1)
-        .spin(SpinPolicy::None)
-        .build()
-        .unwrap();
+    let rt = one_worker_that_parks();
     rt.block_on(
         rt.handle()
             .spawn(async { busy_for(Duration::from_millis(30)) }),
@@ -316,11 +309,7 @@ fn io_poll_gap_shows_a_poll_that_holds_its_worker() {
 fn a_yielding_task_waits_from_the_end_of_its_poll() {
     const POLL: Duration = Duration::from_millis(5);
     const ROUNDS: usize = 40;
-    let rt = Runtime::builder()
-        .workers(1)
-        .spin(SpinPolicy::None)
-        .build()
-        .unwrap();
+    let rt = one_worker_that_parks();
     let tasks: Vec<_> = (0..2)
         .map(|_| {
             rt.spawn_in(Class::BULK, async {

@@ -188,6 +188,33 @@ pub fn answer(request: &[u8], job_lines: u64, counters: &S2Counters) -> Vec<u8> 
 pub const TOO_LARGE: &[u8] =
     b"HTTP/1.1 413 Payload Too Large\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
 
+/// What an API connection does next, as [`api_step`] decides it.
+#[derive(Debug, PartialEq, Eq)]
+pub enum ApiStep {
+    /// Send this answer to the request just taken off the front.
+    Answer(Vec<u8>),
+    /// Send [`TOO_LARGE`] and close.
+    Refuse,
+    /// Read more bytes.
+    Read,
+}
+
+/// One step of an API connection, the same on both nodes: takes the
+/// request at the front of `pending` if a whole one is there (within
+/// [`MAX_REQUEST`]), answers and counts it. The caller does the IO.
+pub fn api_step(pending: &mut Vec<u8>, job_lines: u64, counters: &S2Counters) -> ApiStep {
+    match next_request(pending, MAX_REQUEST) {
+        Next::Request(end) => {
+            let response = answer(&pending[..end], job_lines, counters);
+            pending.drain(..end);
+            counters.api_requests.fetch_add(1, Ordering::Relaxed);
+            ApiStep::Answer(response)
+        }
+        Next::TooLarge => ApiStep::Refuse,
+        Next::Partial => ApiStep::Read,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -220,6 +247,24 @@ mod tests {
         two.extend_from_slice(&request(max + 1));
         assert_eq!(next_request(&two, max), Next::Request(30));
         assert_eq!(next_request(&two[30..], max), Next::TooLarge);
+    }
+
+    /// A step answers the first whole request, takes it off and counts
+    /// it; a start waits for more; a request over the limit is refused.
+    #[test]
+    fn api_steps() {
+        let counters = S2Counters::default();
+        let mut pending = b"GET /nope HTTP/1.1\r\n\r\nGET".to_vec();
+        match api_step(&mut pending, 1, &counters) {
+            ApiStep::Answer(response) => assert!(response.starts_with(b"HTTP/1.1 404")),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(pending, b"GET");
+        assert_eq!(counters.api_requests.load(Ordering::Relaxed), 1);
+        assert_eq!(api_step(&mut pending, 1, &counters), ApiStep::Read);
+        let mut huge = vec![b'a'; MAX_REQUEST + 1];
+        assert_eq!(api_step(&mut huge, 1, &counters), ApiStep::Refuse);
+        assert_eq!(counters.api_requests.load(Ordering::Relaxed), 1);
     }
 
     /// `GET /job` runs the job, reports its time and counts its CPU;

@@ -14,7 +14,7 @@ use keel::io::{AsyncReadExt, AsyncWriteExt};
 use keel::net::{TcpListener, TcpStream};
 
 use super::s1_keel::{accept_each, bind, stats_json};
-use super::s2::{answer, next_request, Next, S2Counters, S2Mode, S2Opts, MAX_REQUEST, TOO_LARGE};
+use super::s2::{api_step, ApiStep, S2Counters, S2Mode, S2Opts, TOO_LARGE};
 use super::Running;
 use crate::error::Error;
 
@@ -99,22 +99,17 @@ async fn serve_api(mut stream: TcpStream, job_lines: u64, counters: Arc<S2Counte
     let mut pending = Vec::new();
     let mut buf = [0u8; 2048];
     loop {
-        match next_request(&pending, MAX_REQUEST) {
-            Next::Request(end) => {
-                let response = answer(&pending[..end], job_lines, &counters);
-                pending.drain(..end);
-                counters
-                    .api_requests
-                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        match api_step(&mut pending, job_lines, &counters) {
+            ApiStep::Answer(response) => {
                 if stream.write_all(&response).await.is_err() {
                     return;
                 }
             }
-            Next::TooLarge => {
+            ApiStep::Refuse => {
                 let _ = stream.write_all(TOO_LARGE).await;
                 return;
             }
-            Next::Partial => match stream.read(&mut buf).await {
+            ApiStep::Read => match stream.read(&mut buf).await {
                 Ok(0) | Err(_) => return,
                 Ok(n) => pending.extend_from_slice(&buf[..n]),
             },

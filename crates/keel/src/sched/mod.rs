@@ -491,3 +491,15 @@ impl Shared {
 fn drop_task(runnable: Runnable) {
     let _ = catch_unwind(AssertUnwindSafe(|| drop(runnable)));
 }
+
+/// xorshift64: advances `state`, which must not be zero, and returns its
+/// new value. Cheap, and random enough to spread steal victims and to
+/// pick the parks the accounting times.
+pub(crate) fn xorshift64(state: &mut u64) -> u64 {
+    let mut x = *state;
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    *state = x;
+    x
+}

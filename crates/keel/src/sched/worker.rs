@@ -752,14 +752,9 @@ impl Worker {
         Some(Duration::from_nanos(wait_ns))
     }
 
-    /// xorshift64: cheap, good enough to spread steal victims.
+    /// The next number of this worker's generator (spreads steal victims).
     fn next_random(&mut self) -> u64 {
-        let mut x = self.rng;
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        self.rng = x;
-        x
+        super::xorshift64(&mut self.rng)
     }
 }
 

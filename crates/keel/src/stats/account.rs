@@ -18,9 +18,9 @@
 //! publication interval.
 //!
 //! Beside the states, a worker samples the CPU time the kernel charged to
-//! its thread (`CLOCK_THREAD_CPUTIME_ID`) when it parks, when it publishes
-//! once it has been awake (in any state but parked) for [`CPU_SAMPLE_NS`]
-//! since the previous sample, and when it exits. A sample is a system
+//! its thread (`CLOCK_THREAD_CPUTIME_ID`) on the parks it times (below),
+//! when it publishes once it has been awake (in any state but parked) for
+//! [`CPU_SAMPLE_NS`] since the previous sample, and when it exits. A sample is a system
 //! call (about 0.3 µs on a virtual machine), so a busy worker takes one
 //! per 10 ms of its work, not one per publication.
 //! The states say where the worker's *wall* time went; the sample says how
@@ -66,7 +66,7 @@ use hdrhistogram::Histogram;
 use crate::loom::lock;
 use crate::loom::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use crate::loom::sync::Mutex;
-use crate::sched::MAX_CLASSES;
+use crate::sched::{xorshift64, MAX_CLASSES};
 
 /// How often a busy worker publishes its state counters (1 ms: a snapshot
 /// is at most that stale, at the cost of one uncontended lock per ms).
@@ -335,8 +335,8 @@ pub(crate) struct Account {
     /// Parks timed with the thread's CPU clock, and what they cost (ns).
     sampled_parks: u64,
     sampled_park_cpu: u64,
-    /// State of the generator that picks the sampled parks (xorshift; never
-    /// zero).
+    /// State of the generator that picks the sampled parks
+    /// ([`xorshift64`]; never zero).
     park_rng: u64,
     /// What one read of the thread's CPU clock costs, ns: a sampled park's
     /// window holds about one read that the parks not sampled do not pay,
@@ -457,12 +457,7 @@ impl Account {
     /// Whether to time the park about to begin: one in
     /// [`PARK_SAMPLE_ONE_IN`], at random.
     fn sample_this_park(&mut self) -> bool {
-        let mut x = self.park_rng;
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        self.park_rng = x;
-        x.is_multiple_of(PARK_SAMPLE_ONE_IN)
+        xorshift64(&mut self.park_rng).is_multiple_of(PARK_SAMPLE_ONE_IN)
     }
 
     /// The CPU of all parks so far, estimated from the sampled ones.
