@@ -33,7 +33,8 @@
 //! tasks spawned in a row start in that order, and so do the tasks that
 //! the reactor and the timers wake (many at once, so the slot would only
 //! displace them one by one). A sibling is notified when a push finds the
-//! lanes already holding work.
+//! lanes already holding work; for the tasks of a reactor poll or of fired
+//! timers, once all of them are queued.
 //!
 //! # The worker loop
 //!
@@ -95,6 +96,10 @@ pub(crate) struct Local {
     /// stamped as scheduled at the instant held here (when the reactor
     /// poll began, or the timers fired), which the worker read anyway.
     pub(crate) dispatching: Cell<Option<u64>>,
+    /// Set when a task queued while dispatching found work already queued:
+    /// a sibling is notified once the whole dispatch is queued, not in the
+    /// middle of it (see `Worker`'s `dispatching`).
+    pub(crate) dispatch_surplus: Cell<bool>,
     /// The task being polled, if it woke itself: the worker queues it once
     /// the poll is over, stamped with the poll's end, which the worker
     /// reads anyway (see `Worker::requeue_yielded`).
@@ -286,7 +291,10 @@ impl Shared {
                 // being polled elsewhere: it waited for an event.
                 (_, Some(at)) => {
                     self.stamp(&runnable, at);
-                    Some(lanes.push(runnable, Lane::Events))
+                    if lanes.push(runnable, Lane::Events) {
+                        local.dispatch_surplus.set(true);
+                    }
+                    Some(false)
                 }
                 (Placement::Wake, None) => {
                     self.stamp_now(&runnable);

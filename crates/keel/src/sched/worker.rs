@@ -11,10 +11,10 @@
 //!    deque) or its yields lane (tried first after
 //!    [`EVENT_STREAK`](super::lanes::EVENT_STREAK) picks from elsewhere, see
 //!    [`lanes`](super::lanes)); failing that, and every [`STEAL_INTERVAL`]
-//!    picks, in a sibling's lanes (steal half). Before all that, every
-//!    [`RESCUE_CHECK_NS`], from a sibling that has not changed state for
-//!    [`STUCK_NS`]: it is preempted or blocked, and its queue would wait
-//!    for it (see `Worker::rescue`).
+//!    picks or [`STEAL_CHECK_NS`], in a sibling's lanes (steal half).
+//!    Before all that, every [`RESCUE_CHECK_NS`], from a sibling that has
+//!    not changed state for [`STUCK_NS`]: it is preempted or blocked, and
+//!    its queue would wait for it (see `Worker::rescue`).
 //!    Classes found empty on the way are pulled up to the picked class's
 //!    virtual time if they lag (see [`class`](super::class)).
 //! 3. **Run.** Poll the task once (or drop it if it was aborted), with
@@ -99,6 +99,19 @@ const REACTOR_CHECK_NS: u64 = 5_000_000;
 /// not on every pick; 8 keeps the global split within a few polls.
 const STEAL_INTERVAL: u32 = 8;
 
+/// A worker also looks at its siblings' deques first once this long (100
+/// µs) has passed since it last did, however few picks that was.
+///
+/// Counting picks alone fails when polls are long: behind eight bulk
+/// polls of a coop quota each, an urgent task queued on a sibling that
+/// the kernel has preempted waits 4 ms, although its class is owed the
+/// CPU. In S3 (a proxy beside its clients on two cores), a worker kept
+/// picking its own bulk and normal tasks while admin tasks of the urgent
+/// class, first in its order, sat on its sibling; their queue delay
+/// reached 2–8 ms. Bounded in time, the wait is one poll; the look costs
+/// a fence per sibling and class at most every 100 µs.
+const STEAL_CHECK_NS: u64 = 100_000;
+
 /// How long a sibling may stay in one state other than parked before a
 /// worker takes work from its queues ahead of its own (1 ms; see
 /// `Worker::rescue`). Longer than the coop quota (500 µs by default), so a
@@ -125,6 +138,7 @@ pub(crate) fn run_worker(shared: Arc<Shared>, index: usize, queues: Deques) {
         lifo: Cell::new(None),
         yielded: Cell::new(false),
         dispatching: Cell::new(None),
+        dispatch_surplus: Cell::new(false),
         yielded_task: Cell::new(None),
         budget_ops: Cell::new(u32::MAX),
         budget_deadline: Cell::new(u64::MAX),
@@ -160,6 +174,7 @@ pub(crate) fn run_worker(shared: Arc<Shared>, index: usize, queues: Deques) {
         woken: Vec::new(),
         last_now: now,
         next_rescue: if rescues { now } else { u64::MAX },
+        last_steal_look: now,
         rng: 0x9E37_79B9_7F4A_7C15 ^ (index as u64 + 1),
     };
     worker.run();
@@ -200,6 +215,9 @@ struct Worker {
     /// When this worker next looks for a stuck sibling; never with one
     /// worker or without the accounting.
     next_rescue: u64,
+    /// When this worker last looked at its siblings' deques before its own
+    /// (see [`STEAL_CHECK_NS`]).
+    last_steal_look: u64,
     rng: u64,
 }
 
@@ -245,7 +263,8 @@ impl Worker {
     /// Two passes keep the common case cheap. The first looks only where
     /// looking costs no fence: the LIFO slot, this worker's deques and the
     /// injectors. The second also steals from siblings; it runs when the
-    /// first found nothing, and every [`STEAL_INTERVAL`] picks so that work
+    /// first found nothing, and every [`STEAL_INTERVAL`] picks (or
+    /// [`STEAL_CHECK_NS`], whichever comes first) so that work
     /// of a class that is owed CPU but queued on a busy sibling is taken
     /// here too, which keeps the split global rather than per worker.
     fn pick(&mut self) -> Option<Runnable> {
@@ -277,7 +296,11 @@ impl Worker {
             }
         }
         let yields_first = self.event_streak >= EVENT_STREAK;
-        let steal_first = self.ticks.is_multiple_of(STEAL_INTERVAL);
+        let steal_first = self.ticks.is_multiple_of(STEAL_INTERVAL)
+            || self.last_now.saturating_sub(self.last_steal_look) >= STEAL_CHECK_NS;
+        if steal_first {
+            self.last_steal_look = self.last_now;
+        }
         if self.last_now >= self.next_rescue {
             if let Some(runnable) = self.rescue(&order[..classes]) {
                 self.lifo_streak = 0;
@@ -785,9 +808,22 @@ fn wake_collected(local: &Local, at: u64, woken: &mut Vec<Waker>) {
 
 /// Runs `wake` with `local`'s dispatching flag set, so the tasks it wakes
 /// (events of the reactor or the timers) go to the events lanes, stamped
-/// as scheduled at `at`.
+/// as scheduled at `at`; then notifies a sibling if the lanes hold more
+/// than this worker can start on at once.
+///
+/// The notification waits for the end of the dispatch. Waking a sibling
+/// in the middle of it lets the kernel hand the sibling this worker's core
+/// at once (a woken thread often preempts its waker on a busy machine),
+/// while the rest of the tasks to wake sit in this worker's private list,
+/// where no sibling can take them. In a trace of S3, the sibling a
+/// dispatch woke held the dispatcher's core for 8 ms, and the admin
+/// request being dispatched was answered only after. Once every task is
+/// queued, a sibling that takes the core can steal them.
 fn dispatching(local: &Local, at: u64, wake: impl FnOnce()) {
     local.dispatching.set(Some(at));
     wake();
     local.dispatching.set(None);
+    if local.dispatch_surplus.take() {
+        local.shared.notify_one();
+    }
 }
