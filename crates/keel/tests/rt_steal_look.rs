@@ -20,7 +20,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use keel::{Class, Runtime, SpinPolicy};
-use support::busy_for;
+use support::{busy_for, thread_tag};
 
 /// Trials, and how many of them must show the urgent task taken at once.
 const TRIALS: usize = 10;
@@ -29,12 +29,6 @@ const REQUIRED: usize = 8;
 /// Bulk polls that may begin between the spawn and the urgent task's
 /// first poll: the one under way, and one in a race with the spawn.
 const MAX_BULK_POLLS_BETWEEN: u64 = 2;
-
-/// A tag of the calling thread: the address of a thread-local.
-fn thread_tag() -> usize {
-    thread_local!(static TAG: u8 = const { 0 });
-    TAG.with(|tag| std::ptr::from_ref(tag) as usize)
-}
 
 #[test]
 fn an_urgent_task_on_a_sibling_in_a_long_poll_is_taken_within_one_poll() {

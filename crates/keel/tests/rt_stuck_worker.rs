@@ -8,18 +8,15 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use keel::{Runtime, SpinPolicy};
+use support::thread_tag;
+
+mod support;
 
 /// How long the blocking poll holds its worker.
 const BLOCK: Duration = Duration::from_millis(500);
 
 /// How long the two yielding tasks may take to settle on two workers.
 const SETTLE_LIMIT: Duration = Duration::from_secs(10);
-
-/// A tag of the calling thread: the address of a thread-local.
-fn thread_tag() -> usize {
-    thread_local!(static TAG: u8 = const { 0 });
-    TAG.with(|tag| std::ptr::from_ref(tag) as usize)
-}
 
 #[test]
 fn a_task_queued_behind_a_blocking_poll_is_taken_by_a_busy_sibling() {

@@ -147,6 +147,13 @@ use std::task::{Context, Poll, Wake, Waker};
 use std::thread;
 use std::time::{Duration, Instant};
 
+/// A tag of the calling thread (the address of a thread-local), to tell
+/// which worker ran a task.
+pub fn thread_tag() -> usize {
+    thread_local!(static TAG: u8 = const { 0 });
+    TAG.with(|tag| std::ptr::from_ref(tag) as usize)
+}
+
 /// Busy-loops for `duration` of wall time: a poll that does CPU work.
 pub fn busy_for(duration: Duration) {
     let end = Instant::now() + duration;
