@@ -98,7 +98,7 @@ pub(crate) struct Local {
     pub(crate) dispatching: Cell<Option<u64>>,
     /// Set when a task queued while dispatching found work already queued:
     /// a sibling is notified once the whole dispatch is queued, not in the
-    /// middle of it (see `Worker`'s `dispatching`).
+    /// middle of it (see `dispatching` in the worker module).
     pub(crate) dispatch_surplus: Cell<bool>,
     /// The task being polled, if it woke itself: the worker queues it once
     /// the poll is over, stamped with the poll's end, which the worker

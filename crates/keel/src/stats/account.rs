@@ -20,9 +20,9 @@
 //! Beside the states, a worker samples the CPU time the kernel charged to
 //! its thread (`CLOCK_THREAD_CPUTIME_ID`) on the parks it times (below),
 //! when it publishes once it has been awake (in any state but parked) for
-//! [`CPU_SAMPLE_NS`] since the previous sample, and when it exits. A sample is a system
-//! call (about 0.3 µs on a virtual machine), so a busy worker takes one
-//! per 10 ms of its work, not one per publication.
+//! [`CPU_SAMPLE_NS`] since the previous sample, and when it exits. A
+//! sample is a system call (about 0.3 µs on a virtual machine), so a busy
+//! worker takes one per 10 ms of its work, not one per publication.
 //! The states say where the worker's *wall* time went; the sample says how
 //! much of it the worker actually ran on a core. On a machine with more
 //! runnable threads than cores the two part: a worker that was preempted
