@@ -44,6 +44,11 @@
 //! parks of a second the estimate is within a few percent. A random
 //! choice, not every eighth park, so that a pattern in the parks (a
 //! worker that alternates a short park with a long one) cannot bias it.
+//! The estimate is published capped at the thread's CPU clock, which it
+//! can overshoot when a few sampled parks cost far more than the rest (a
+//! virtual machine whose host takes the core away inside a system call
+//! charges that time to it): the parks cannot have used more CPU than the
+//! thread did.
 //!
 //! Queue delays (wake → first poll) are kept in a local list per class and
 //! recorded into the runtime's histograms ([`ClassDelays`], one per class,
@@ -321,6 +326,9 @@ pub(crate) struct Account {
     /// The worker's awake time (ns in every state but parked) when the
     /// thread's CPU clock was last sampled; `None` before the first.
     last_cpu_sample: Option<u64>,
+    /// The thread's CPU clock as last read (at a sample, or at the end of
+    /// a sampled park), ns; published as `cpu`.
+    last_cpu: u64,
     /// Off only for the overhead benchmark: every method returns at once.
     enabled: bool,
     /// See [`Published::io_gap_max`].
@@ -338,6 +346,9 @@ pub(crate) struct Account {
     /// State of the generator that picks the sampled parks
     /// ([`xorshift64`]; never zero).
     park_rng: u64,
+    /// One park in this many is sampled: [`PARK_SAMPLE_ONE_IN`], or one
+    /// in one in the unit tests, which need to know which parks are timed.
+    park_sample_one_in: u64,
     /// What one read of the thread's CPU clock costs, ns: a sampled park's
     /// window holds about one read that the parks not sampled do not pay,
     /// so it is taken off each sample.
@@ -370,6 +381,7 @@ impl Account {
             last_publish: now,
             last_histogram_publish: now,
             last_cpu_sample: None,
+            last_cpu: 0,
             enabled,
             io_gap_max: 0,
             rescues: 0,
@@ -378,6 +390,7 @@ impl Account {
             sampled_parks: 0,
             sampled_park_cpu: 0,
             park_rng: (now ^ 0x9e37_79b9_7f4a_7c15) | 1,
+            park_sample_one_in: PARK_SAMPLE_ONE_IN,
             clock_read_ns: if enabled { clock_read_ns() } else { 0 },
         }
     }
@@ -447,17 +460,17 @@ impl Account {
     /// thread used since [`park`](Self::park), if that park is sampled.
     pub(crate) fn unparked(&mut self) {
         if let Some(from) = self.park_cpu_from.take() {
+            let cpu = thread_cpu_ns();
             self.sampled_parks += 1;
-            self.sampled_park_cpu += thread_cpu_ns()
-                .saturating_sub(from)
-                .saturating_sub(self.clock_read_ns);
+            self.sampled_park_cpu += cpu.saturating_sub(from).saturating_sub(self.clock_read_ns);
+            self.last_cpu = cpu;
         }
     }
 
     /// Whether to time the park about to begin: one in
     /// [`PARK_SAMPLE_ONE_IN`], at random.
     fn sample_this_park(&mut self) -> bool {
-        xorshift64(&mut self.park_rng).is_multiple_of(PARK_SAMPLE_ONE_IN)
+        xorshift64(&mut self.park_rng).is_multiple_of(self.park_sample_one_in)
     }
 
     /// The CPU of all parks so far, estimated from the sampled ones.
@@ -515,8 +528,9 @@ impl Account {
                 .is_none_or(|at| awake.saturating_sub(at) >= CPU_SAMPLE_NS)
                 .then(thread_cpu_ns),
         };
-        if cpu.is_some() {
+        if let Some(cpu) = cpu {
             self.last_cpu_sample = Some(awake);
+            self.last_cpu = cpu;
         }
         let mut published = lock(&self.shared.published);
         published.times = self.times;
@@ -526,10 +540,10 @@ impl Account {
         published.since = self.since;
         published.io_gap_max = self.io_gap_max;
         published.rescues = self.rescues;
-        published.park_cpu = self.park_cpu_estimate();
-        if let Some(cpu) = cpu {
-            published.cpu = cpu;
-        }
+        published.cpu = self.last_cpu;
+        // Where there is no thread clock, `cpu` stays zero, and so does
+        // the estimate, which only that clock feeds.
+        published.park_cpu = self.park_cpu_estimate().min(self.last_cpu);
         drop(published);
         if histograms {
             self.shared.delays.record(&mut self.delays);
@@ -589,5 +603,109 @@ pub(crate) fn thread_cpu_ns() -> u64 {
     #[cfg(not(all(target_os = "linux", not(loom))))]
     {
         0
+    }
+}
+
+#[cfg(all(test, target_os = "linux", not(loom)))]
+mod tests {
+    use std::time::{Duration, Instant};
+
+    use super::*;
+
+    /// An account for one class that times every park.
+    fn account_timing_every_park() -> (Arc<WorkerMetrics>, Account) {
+        let shared = Arc::new(WorkerMetrics::new(Arc::new(ClassDelays::new(1))));
+        let mut account = Account::start(Arc::clone(&shared), 1, 0, true);
+        account.park_sample_one_in = 1;
+        (shared, account)
+    }
+
+    /// Keeps this thread on a core for `cpu` of its own CPU time.
+    fn compute_for(cpu: Duration) {
+        let until = thread_cpu_ns() + u64::try_from(cpu.as_nanos()).unwrap();
+        while thread_cpu_ns() < until {
+            std::hint::spin_loop();
+        }
+    }
+
+    fn published_park_cpu(shared: &WorkerMetrics) -> Duration {
+        Duration::from_nanos(shared.read().0.park_cpu)
+    }
+
+    /// What the thread computes between a park and its wake-up is park
+    /// CPU: the window is measured with the thread's clock.
+    #[test]
+    fn cpu_used_inside_a_park_is_park_cpu() {
+        let (shared, mut account) = account_timing_every_park();
+        account.park(1);
+        compute_for(Duration::from_millis(20));
+        account.unparked();
+        account.switch(State::Search, 2);
+        account.publish(3, false);
+        let park_cpu = published_park_cpu(&shared);
+        assert!(park_cpu >= Duration::from_millis(19), "{park_cpu:?}");
+    }
+
+    /// What the thread computes between two parks (its tasks) is not.
+    #[test]
+    fn cpu_used_between_parks_is_not_park_cpu() {
+        let (shared, mut account) = account_timing_every_park();
+        for now in [1, 3] {
+            account.park(now);
+            account.unparked();
+            account.switch(State::Search, now + 1);
+            compute_for(Duration::from_millis(20));
+        }
+        account.publish(5, false);
+        let (published, _) = shared.read();
+        let park_cpu = Duration::from_nanos(published.park_cpu);
+        assert!(park_cpu <= Duration::from_millis(5), "{park_cpu:?}");
+        assert!(
+            published.cpu >= 20_000_000,
+            "the thread clock saw the computing: {published:?}"
+        );
+    }
+
+    /// A park's sleep is not CPU: a park CPU read from the wall clock
+    /// would hold the 30 ms asleep.
+    #[test]
+    fn time_asleep_in_a_park_is_not_park_cpu() {
+        let (shared, mut account) = account_timing_every_park();
+        account.park(1);
+        let start = Instant::now();
+        std::thread::sleep(Duration::from_millis(30));
+        assert!(start.elapsed() >= Duration::from_millis(30));
+        account.unparked();
+        account.switch(State::Search, 2);
+        account.publish(3, false);
+        let park_cpu = published_park_cpu(&shared);
+        assert!(park_cpu <= Duration::from_millis(10), "{park_cpu:?}");
+    }
+
+    /// The sampled parks' cost is scaled by all parks over the sampled
+    /// ones.
+    #[test]
+    fn the_estimate_scales_the_sampled_parks_to_all() {
+        let (_, mut account) = account_timing_every_park();
+        account.parks = 8;
+        account.sampled_parks = 2;
+        account.sampled_park_cpu = 300;
+        assert_eq!(account.park_cpu_estimate(), 1_200);
+        account.sampled_parks = 0;
+        assert_eq!(account.park_cpu_estimate(), 0);
+    }
+
+    /// An estimate beyond the thread's CPU clock is published as the
+    /// clock: the parks cannot have used more than the whole thread.
+    #[test]
+    fn the_published_estimate_never_exceeds_the_thread_clock() {
+        let (shared, mut account) = account_timing_every_park();
+        account.parks = 1_000;
+        account.sampled_parks = 1;
+        account.sampled_park_cpu = 3_600_000_000_000;
+        account.publish(1, false);
+        let (published, _) = shared.read();
+        assert!(published.cpu > 0, "{published:?}");
+        assert_eq!(published.park_cpu, published.cpu);
     }
 }

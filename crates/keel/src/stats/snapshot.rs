@@ -152,9 +152,9 @@ pub struct WorkerStats {
     pub io: Duration,
     /// Polls, per class.
     pub polls: Vec<u64>,
-    /// CPU time the kernel charged to the worker's thread, sampled on the
-    /// parks the worker times for [`park_cpu`](Self::park_cpu) (one in
-    /// eight), and while it stays awake after every 10 ms of its time (so
+    /// CPU time the kernel charged to the worker's thread, sampled on
+    /// either side of the parks the worker times for
+    /// [`park_cpu`](Self::park_cpu) (one in eight), and while it stays awake after every 10 ms of its time (so
     /// it may trail the states by up to 10 ms of the worker's time, parked
     /// time not counted); zero on platforms without a per-thread CPU
     /// clock. Compare it with [`on_cpu`](Self::on_cpu): see
@@ -177,8 +177,9 @@ pub struct WorkerStats {
     /// going to sleep and waking up (the system calls, the kernel's
     /// switches, a blocking poll of the reactor), read from the thread's
     /// CPU clock on either side of one park in eight, chosen at random,
-    /// and scaled to all parks; zero on platforms without a per-thread CPU
-    /// clock. It is the scheduler's own cost, like
+    /// and scaled to all parks, but never more than [`cpu`](Self::cpu)
+    /// (a few costly sampled parks can push the scaled figure past it);
+    /// zero on platforms without a per-thread CPU clock. It is the scheduler's own cost, like
     /// [`search`](Self::search), but none of the states' wall time shows
     /// it: a worker that parks and wakes thousands of times a second can
     /// spend a noticeable share of a core on it.
