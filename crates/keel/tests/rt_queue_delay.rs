@@ -6,10 +6,17 @@
 //! has the least virtual time, so whichever worker finishes its bulk poll
 //! first takes the urgent task, and it waits about one poll. Its queue
 //! delay (wake → first poll), as keel reports it and as the test measures
-//! it independently, must stay below a quarter of the bulk tasks' median
+//! it independently, must stay below a quarter of the bulk tasks' mean
 //! wait at p99: 20 polls on a quiet machine, and more on one busy with
 //! other work, which stretches both waits alike (a worker preempted for a
 //! few milliseconds delays the urgent task as much as the bulk queue).
+//!
+//! The mean, not the median: the bulk tasks need not stay evenly spread.
+//! A worker takes half of the queue of a sibling that the kernel has
+//! preempted for a millisecond, so on a busy machine one worker may hold
+//! 20 bulk tasks and the other 140; half the polls then wait 2 ms, and
+//! the median says little. The mean wait is the number of waiting tasks
+//! over the rate of polls whatever the spread: 80 polls here.
 //! The typical figures (p99 about 60 µs) belong to the benchmarks. One
 //! test in this file, so nothing else competes for the cores.
 
@@ -31,11 +38,15 @@ const BULK_TASKS: usize = 160;
 fn urgent_queue_delay_stays_far_below_the_bulk_queue() {
     let rt = Runtime::builder().workers(2).build().unwrap();
     let stop = Arc::new(AtomicBool::new(false));
-    for _ in 0..BULK_TASKS {
-        let stop = stop.clone();
+    // Each bulk task counts its polls: none may starve.
+    let bulk_polls: Arc<Vec<AtomicU64>> =
+        Arc::new((0..BULK_TASKS).map(|_| AtomicU64::new(0)).collect());
+    for task in 0..BULK_TASKS {
+        let (stop, bulk_polls) = (stop.clone(), bulk_polls.clone());
         rt.spawn_in(Class::BULK, async move {
             while !stop.load(Ordering::Relaxed) {
                 busy_for(POLL);
+                bulk_polls[task].fetch_add(1, Ordering::Relaxed);
                 keel::yield_now().await;
             }
         });
@@ -66,6 +77,10 @@ fn urgent_queue_delay_stays_far_below_the_bulk_queue() {
 
     // The waker: a plain thread, so its own wake-ups are not what is measured.
     let before = rt.stats();
+    let polls_before: Vec<u64> = bulk_polls
+        .iter()
+        .map(|p| p.load(Ordering::Relaxed))
+        .collect();
     support::within(Duration::from_secs(60), move || {
         for _ in 0..WAKES {
             std::thread::sleep(Duration::from_millis(1));
@@ -81,18 +96,26 @@ fn urgent_queue_delay_stays_far_below_the_bulk_queue() {
     // Histograms are published every 10 ms by busy workers.
     std::thread::sleep(Duration::from_millis(50));
     let after = rt.stats();
+    let polls_per_bulk_task: Vec<u64> = bulk_polls
+        .iter()
+        .zip(&polls_before)
+        .map(|(p, before)| p.load(Ordering::Relaxed) - before)
+        .collect();
+    let fewest_bulk_polls = polls_per_bulk_task.iter().copied().min().unwrap_or(0);
+    let most_bulk_polls = polls_per_bulk_task.iter().copied().max().unwrap_or(0);
     stop.store(true, Ordering::Relaxed);
 
     let mut measured = delays.lock().unwrap().clone();
     measured.sort_unstable();
     let measured_p99 = Duration::from_nanos(measured[measured.len() * 99 / 100]);
     let reported = &after.classes[Class::URGENT.index()].queue_delay;
-    let bulk = after.classes[Class::BULK.index()].queue_delay.p50();
+    let bulk_delays = &after.classes[Class::BULK.index()].queue_delay;
+    let bulk = bulk_delays.mean();
     // The bound: a quarter of the wait behind the queue.
     let bound = bulk / 4;
     let urgent_polls = after.classes[0].polls - before.classes[0].polls;
     eprintln!(
-        "urgent queue delay: measured p50 {:?} p99 {:?}; keel p50 {:?} p99 {:?} over {} polls; bulk poll {:?}, bulk queue delay p50 {:?}",
+        "urgent queue delay: measured p50 {:?} p99 {:?}; keel p50 {:?} p99 {:?} over {} polls; bulk poll {:?}, bulk queue delay mean {:?} p50 {:?} p99 {:?}, polls per bulk task {}–{}",
         Duration::from_nanos(measured[measured.len() / 2]),
         measured_p99,
         reported.p50(),
@@ -100,14 +123,22 @@ fn urgent_queue_delay_stays_far_below_the_bulk_queue() {
         reported.count(),
         POLL,
         bulk,
+        bulk_delays.p50(),
+        bulk_delays.p99(),
+        fewest_bulk_polls,
+        most_bulk_polls,
     );
-    // The bulk queue was full: its tasks waited for dozens of polls (80
-    // on a quiet machine; fewer when the waker thread and the rest of the
-    // machine take turns on the workers' cores, which the bound below
-    // then tightens with it).
+    // Every bulk task ran all along: some 150 polls each in the second of
+    // wakes if they share the workers evenly; a task stranded in some
+    // queue would show 0.
     assert!(
-        bulk >= POLL * 20,
-        "bulk queue delay p50 {bulk:?}: the bulk queue was not full"
+        fewest_bulk_polls >= 10,
+        "a bulk task was polled {fewest_bulk_polls} times in the window"
+    );
+    // The bulk queue was full: its tasks waited for dozens of polls.
+    assert!(
+        bulk >= POLL * 40,
+        "bulk queue delay mean {bulk:?}: the bulk queue was not full"
     );
     assert!(
         urgent_polls >= WAKES as u64,
