@@ -180,9 +180,11 @@ fn compute_for(cpu: Duration) {
 }
 
 /// A worker that computes for 60 ms of its thread's CPU time reports at
-/// least that much `cpu`, and no more than it spent in on-CPU states (plus
-/// the millisecond its sample may trail by); a parked worker's `cpu` does
-/// not grow.
+/// least that much `cpu`, and no more than it spent in on-CPU states plus
+/// what its parks cost: microseconds as a rule, but a virtual machine
+/// whose host takes the core away inside a system call charges that time
+/// to the thread, 10 ms once on a busy host, hence the 20 ms allowed. A
+/// parked worker's `cpu` does not grow.
 #[cfg(target_os = "linux")]
 #[test]
 fn worker_cpu_time_comes_from_the_kernel() {
@@ -200,7 +202,7 @@ fn worker_cpu_time_comes_from_the_kernel() {
     eprintln!("{worker:?}, on cpu {:?}", worker.on_cpu());
     assert!(worker.cpu >= Duration::from_millis(59), "{worker:?}");
     assert!(
-        worker.cpu <= worker.on_cpu() + Duration::from_millis(2),
+        worker.cpu <= worker.on_cpu() + Duration::from_millis(20),
         "cpu {:?} beyond on-CPU states {:?}",
         worker.cpu,
         worker.on_cpu()

@@ -647,6 +647,11 @@ mod tests {
     }
 
     /// What the thread computes between two parks (its tasks) is not.
+    ///
+    /// The bounds in these tests are loose on purpose: a virtual machine
+    /// whose host takes the core away inside a system call charges that
+    /// time to the thread, and a window of a few microseconds has been
+    /// seen to cost 10 ms that way on a busy host.
     #[test]
     fn cpu_used_between_parks_is_not_park_cpu() {
         let (shared, mut account) = account_timing_every_park();
@@ -654,32 +659,32 @@ mod tests {
             account.park(now);
             account.unparked();
             account.switch(State::Search, now + 1);
-            compute_for(Duration::from_millis(20));
+            compute_for(Duration::from_millis(100));
         }
         account.publish(5, false);
         let (published, _) = shared.read();
         let park_cpu = Duration::from_nanos(published.park_cpu);
-        assert!(park_cpu <= Duration::from_millis(5), "{park_cpu:?}");
+        assert!(park_cpu < Duration::from_millis(50), "{park_cpu:?}");
         assert!(
-            published.cpu >= 20_000_000,
+            published.cpu >= 100_000_000,
             "the thread clock saw the computing: {published:?}"
         );
     }
 
     /// A park's sleep is not CPU: a park CPU read from the wall clock
-    /// would hold the 30 ms asleep.
+    /// would hold the 300 ms asleep.
     #[test]
     fn time_asleep_in_a_park_is_not_park_cpu() {
         let (shared, mut account) = account_timing_every_park();
         account.park(1);
         let start = Instant::now();
-        std::thread::sleep(Duration::from_millis(30));
-        assert!(start.elapsed() >= Duration::from_millis(30));
+        std::thread::sleep(Duration::from_millis(300));
+        assert!(start.elapsed() >= Duration::from_millis(300));
         account.unparked();
         account.switch(State::Search, 2);
         account.publish(3, false);
         let park_cpu = published_park_cpu(&shared);
-        assert!(park_cpu <= Duration::from_millis(10), "{park_cpu:?}");
+        assert!(park_cpu < Duration::from_millis(100), "{park_cpu:?}");
     }
 
     /// The sampled parks' cost is scaled by all parks over the sampled
