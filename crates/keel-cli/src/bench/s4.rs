@@ -16,8 +16,9 @@
 //! (going to sleep and waking up, the rest of that cost, which keel reads
 //! from the thread's CPU clock around one park in eight and scales to
 //! all), and *spin* is the spin state; busy + spin should be the process
-//! CPU, and the gap, in percentage points of one core, is the verdict. keel's *utilization* (tasks, IO and timers, without
-//! searching) is reported beside it. tokio's report is its per-worker
+//! CPU, and the gap, in percentage points of one core, is the verdict.
+//! keel's *utilization* (tasks, IO and timers, without searching) is
+//! reported beside it. tokio's report is its per-worker
 //! busy time (stable `RuntimeMetrics::worker_total_busy_duration`); it
 //! has no spin figure. keel also samples the CPU clock of each worker
 //! thread, reported as `workers_thread_cpu_pct`: the part of the process

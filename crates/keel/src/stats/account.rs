@@ -628,7 +628,12 @@ mod tests {
         }
     }
 
-    fn published_park_cpu(shared: &WorkerMetrics) -> Duration {
+    /// Ends the sampled park under way, leaves the parked state and
+    /// publishes; returns the park CPU published.
+    fn wake_and_publish(shared: &WorkerMetrics, account: &mut Account) -> Duration {
+        account.unparked();
+        account.switch(State::Search, 2);
+        account.publish(3, false);
         Duration::from_nanos(shared.read().0.park_cpu)
     }
 
@@ -639,10 +644,7 @@ mod tests {
         let (shared, mut account) = account_timing_every_park();
         account.park(1);
         compute_for(Duration::from_millis(20));
-        account.unparked();
-        account.switch(State::Search, 2);
-        account.publish(3, false);
-        let park_cpu = published_park_cpu(&shared);
+        let park_cpu = wake_and_publish(&shared, &mut account);
         assert!(park_cpu >= Duration::from_millis(19), "{park_cpu:?}");
     }
 
@@ -680,10 +682,7 @@ mod tests {
         let start = Instant::now();
         std::thread::sleep(Duration::from_millis(300));
         assert!(start.elapsed() >= Duration::from_millis(300));
-        account.unparked();
-        account.switch(State::Search, 2);
-        account.publish(3, false);
-        let park_cpu = published_park_cpu(&shared);
+        let park_cpu = wake_and_publish(&shared, &mut account);
         assert!(park_cpu < Duration::from_millis(100), "{park_cpu:?}");
     }
 

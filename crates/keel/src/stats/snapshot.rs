@@ -154,11 +154,11 @@ pub struct WorkerStats {
     pub polls: Vec<u64>,
     /// CPU time the kernel charged to the worker's thread, sampled on
     /// either side of the parks the worker times for
-    /// [`park_cpu`](Self::park_cpu) (one in eight), and while it stays awake after every 10 ms of its time (so
-    /// it may trail the states by up to 10 ms of the worker's time, parked
-    /// time not counted); zero on platforms without a per-thread CPU
-    /// clock. Compare it with [`on_cpu`](Self::on_cpu): see
-    /// [`preempted`](Self::preempted).
+    /// [`park_cpu`](Self::park_cpu) (one in eight), and while it stays
+    /// awake after every 10 ms of its time (so it may trail the states by
+    /// up to 10 ms of the worker's time, parked time not counted); zero on
+    /// platforms without a per-thread CPU clock. Compare it with
+    /// [`on_cpu`](Self::on_cpu): see [`preempted`](Self::preempted).
     pub cpu: Duration,
     /// The longest the worker went, since it started, between two looks
     /// at the reactor while it had work (time parked does not count: a
