@@ -42,6 +42,27 @@ fn quick_bench_writes_a_report_for_both_runtimes() {
     let report: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
     assert!(report["started"].as_str().unwrap().ends_with('Z'));
+    // Isolated unless the machine has a single CPU, which says so.
+    let placement = &report["placement"];
+    match placement["kind"].as_str().unwrap() {
+        "isolated" => assert!(!placement["server"].as_array().unwrap().is_empty()),
+        kind => {
+            assert_eq!(kind, "shared");
+            assert!(placement["fallback"].is_string(), "{placement}");
+        }
+    }
+    // A quick run judges nothing: every verdict with a goal says so.
+    for scenario in report["scenarios"].as_array().unwrap() {
+        for verdict in scenario["verdicts"].as_array().unwrap() {
+            let expected = if verdict["goal"].is_null() {
+                "reported"
+            } else {
+                "not judged"
+            };
+            assert_eq!(verdict["outcome"], expected, "{verdict}");
+        }
+        assert!(scenario["noise"].is_array(), "{}", scenario["id"]);
+    }
     assert!(report["machine"]["cores"].as_u64().unwrap() >= 1);
     assert!(report["machine"]["kernel"].is_string());
     let ids: Vec<&str> = report["scenarios"]
@@ -105,6 +126,7 @@ fn quick_bench_writes_a_report_for_both_runtimes() {
             "job_cpu_s",
             "deliveries_per_s",
             "bytes_per_delivery",
+            "api_p99_ms",
             "api_storm_p99_ms",
             "api_alone_p99_ms",
         ] {
@@ -133,6 +155,10 @@ fn quick_bench_writes_a_report_for_both_runtimes() {
         ("tokio", "per-record"),
         ("tokio", "group"),
         ("tokio", "inline"),
+        ("keel", "group-64"),
+        ("tokio", "per-record-64"),
+        ("tokio", "group-64"),
+        ("tokio", "inline-64"),
         ("disk", "raw"),
     ];
     assert_eq!(
@@ -140,19 +166,34 @@ fn quick_bench_writes_a_report_for_both_runtimes() {
         expected.map(|(r, m)| (r.to_string(), m.to_string())),
         "{s5}"
     );
-    for run in &s5["runs"].as_array().unwrap()[..4] {
+    for run in &s5["runs"].as_array().unwrap()[..8] {
         let metrics = &run["metrics"];
         for name in [
             "records_per_s",
             "records_per_sync",
+            "ceiling_records_per_s",
+            "raw_fdatasync_us",
+            "ping_idle_p99_us",
+            "ping_loaded_p99_us",
+            "server_ping_idle_p99_us",
+            "server_ping_loaded_p99_us",
             "idle_p99_us",
             "loaded_p99_us",
         ] {
             let value = metrics[name].as_f64().unwrap_or(0.0);
             assert!(value > 0.0, "{name} = {value} in {run}");
         }
+        assert_eq!(
+            metrics["idle_p99_us"], metrics["ping_idle_p99_us"],
+            "an alias"
+        );
     }
-    assert!(s5["runs"][4]["metrics"]["sync_p50_us"].as_f64().unwrap() > 0.0);
+    assert!(
+        s5["runs"][8]["metrics"]["raw_fdatasync_us"]
+            .as_f64()
+            .unwrap()
+            > 0.0
+    );
     for verdict in s5["verdicts"].as_array().unwrap() {
         assert!(verdict["value"].as_f64().unwrap().is_finite(), "{verdict}");
     }
@@ -199,6 +240,8 @@ fn check_s3(s3: &serde_json::Value) {
             "admin_p50_us",
             "admin_p99_us",
             "admin_max_us",
+            "admin_server_idle_p99_us",
+            "admin_server_p99_us",
             "bulk_mb_per_s",
             "conns_per_s",
             "cpu_s",
@@ -208,7 +251,7 @@ fn check_s3(s3: &serde_json::Value) {
         }
     }
     let verdicts = s3["verdicts"].as_array().unwrap();
-    assert_eq!(verdicts.len(), 7, "{s3}");
+    assert_eq!(verdicts.len(), 11, "{s3}");
     for verdict in verdicts {
         assert!(verdict["value"].as_f64().unwrap().is_finite(), "{verdict}");
     }
@@ -263,6 +306,8 @@ fn check_s1_metrics(metrics: &serde_json::Value) {
         "cpu_s",
         "idle_p99_us",
         "loaded_p99_us",
+        "server_idle_p99_us",
+        "server_loaded_p99_us",
     ] {
         let value = metrics[counted].as_f64().unwrap_or(0.0);
         assert!(value > 0.0, "{counted} = {value} in {metrics}");

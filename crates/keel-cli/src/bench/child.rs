@@ -43,14 +43,23 @@ pub struct Child {
 impl Child {
     /// Starts `exe args...` with piped stdin, stdout and stderr.
     pub fn spawn(name: impl Into<String>, exe: &Path, args: &[String]) -> Result<Self, Error> {
+        let mut command = Command::new(exe);
+        command.args(args);
+        Self::start(name, command)
+    }
+
+    /// Starts `command` with piped stdin, stdout and stderr.
+    pub fn start(name: impl Into<String>, mut command: Command) -> Result<Self, Error> {
         let name = name.into();
-        let mut process = Command::new(exe)
-            .args(args)
+        let mut process = command
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
-            .map_err(|e| Error::new(format!("cannot start {name} ({}): {e}", exe.display())))?;
+            .map_err(|e| {
+                let program = command.get_program().to_string_lossy().into_owned();
+                Error::new(format!("cannot start {name} ({program}): {e}"))
+            })?;
         let stdin = process.stdin.take();
         let stdout = process.stdout.take();
         let stderr_pipe = process.stderr.take();

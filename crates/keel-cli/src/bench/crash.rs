@@ -25,7 +25,7 @@ use serde_json::{json, Value};
 use super::child::Child;
 use super::outcome::{Goal, Outcome, Pairs, RunFigures, Verdict};
 use super::progress::PhaseBar;
-use super::s5::start_node;
+use super::s5::node_args;
 use crate::error::Error;
 use crate::load::s5::{parse_record, ClientResult, LogLoadSummary};
 use crate::serve::control::AddrLine;
@@ -190,6 +190,7 @@ pub fn run(config: &CrashConfig) -> Result<Outcome, Error> {
         ),
     ];
     Ok(Outcome {
+        noise: Vec::new(),
         id: "s5",
         title: TITLE,
         sizes: Pairs(vec![
@@ -244,12 +245,10 @@ fn kill_body(
     bar: &PhaseBar,
 ) -> Result<Kill, Error> {
     bar.step("starting the node");
-    let mut node = start_node(
+    let mut node = Child::spawn(
+        "keel serve s5 (keel group)",
         &config.exe,
-        RuntimeKind::Keel,
-        LogMode::Group,
-        config.workers,
-        dir,
+        &node_args(RuntimeKind::Keel, LogMode::Group, config.workers, dir),
     )?;
     let addrs: AddrLine = node.recv_json(Duration::from_secs(30), "its address", || bar.tick())?;
     let log_addr = addrs

@@ -8,6 +8,17 @@
 //! prints one table per scenario, writes `report.json` and `report.md`,
 //! and prints the path of `report.json` last.
 //!
+//! What makes a verdict worth reading on a small machine:
+//! - [`placement`]: the server under test alone on its CPUs, everything
+//!   else on the rest, latency probes at real-time priority;
+//! - the server's share of each probed latency (S1, S3, S5), from stamps
+//!   the servers write into their answers ([`crate::serve::stamp`]), on
+//!   which scheduling verdicts are judged;
+//! - [`noise`]: steal time and the server's run-queue wait, per round;
+//! - [`judge`]: each verdict is a ratio per round, its median and a
+//!   confidence interval over 5 interleaved rounds, and `unclear` when the
+//!   interval straddles the goal.
+//!
 //! Exit status: 0 when every figure was produced (failed goals are part of
 //! the report, not an error), 1 when a figure is missing or a child failed,
 //! 2 for a usage error such as an unknown scenario.
@@ -17,8 +28,11 @@ pub mod charts;
 pub mod child;
 pub mod crash;
 pub mod disk;
+pub mod judge;
+pub mod noise;
 pub mod outcome;
 pub mod phase;
+pub mod placement;
 pub mod proc;
 pub mod progress;
 pub mod report;
@@ -38,7 +52,9 @@ use clap::Args;
 
 use crate::error::{Context, Error};
 use crate::load::parse_seconds;
-use crate::serve::{default_workers, RuntimeKind};
+use crate::serve::RuntimeKind;
+use child::Child;
+use placement::{CpuSet, Placement, PlacementKind, Role};
 use report::{Machine, Report};
 
 /// What every scenario run shares: where the servers come from, which
@@ -57,18 +73,44 @@ pub struct RunSpec {
     pub duration_s: f64,
     /// Warm-up milliseconds per phase (not measured).
     pub warmup_ms: u64,
+    /// Where the processes run.
+    pub placement: Placement,
+    /// Whether verdicts are judged (false for a shared placement or a
+    /// quick run).
+    pub judged: bool,
 }
 
 impl RunSpec {
     /// The sizes every scenario reports after its own: the phase length,
     /// the warm-up, the workers and the rounds.
-    pub fn sizes(&self) -> [(&'static str, serde_json::Value); 4] {
+    pub fn sizes(&self) -> [(&'static str, serde_json::Value); 5] {
         [
             ("duration_s", serde_json::json!(self.duration_s)),
             ("warmup_ms", serde_json::json!(self.warmup_ms)),
             ("workers", serde_json::json!(self.workers)),
             ("runs", serde_json::json!(self.runs)),
+            ("placement", serde_json::json!(self.placement.kind)),
         ]
+    }
+
+    /// Starts `keel <args>` as a child in `role`, placed on its CPUs.
+    pub fn spawn(
+        &self,
+        role: Role,
+        name: impl Into<String>,
+        args: &[String],
+    ) -> Result<Child, Error> {
+        let mut command = std::process::Command::new(&self.exe);
+        command.args(args);
+        self.placement.apply(&mut command, role);
+        Child::start(name, command)
+    }
+
+    /// `args` with the flag that raises a probe's priority, when the
+    /// placement asks for it.
+    pub fn probe_args(&self, mut args: Vec<String>) -> Vec<String> {
+        args.extend(self.placement.probe_flags());
+        args
     }
 
     /// Runs `phase(round, item)` for every item in every round (rounds
@@ -106,12 +148,22 @@ pub struct BenchArgs {
     /// are produced, not their values.
     #[arg(long)]
     pub quick: bool,
-    /// Rounds per scenario; figures are medians across rounds.
-    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=100))]
+    /// Rounds per scenario; figures are medians across rounds, and each
+    /// verdict is judged on its per-round values (5 rounds give a 94%
+    /// confidence interval of the median).
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=100))]
     pub runs: u32,
-    /// Worker threads of every server, keel and tokio alike.
-    #[arg(long, default_value_t = default_workers(), value_parser = clap::value_parser!(u64).range(1..=1024))]
-    pub workers: u64,
+    /// Where the processes run: `isolated` puts the server under test on
+    /// CPUs of its own and the probes at real-time priority, and judges
+    /// the verdicts; `shared` lets the kernel place everything and only
+    /// reports them.
+    #[arg(long, value_enum, default_value_t = PlacementKind::Isolated)]
+    pub placement: PlacementKind,
+    /// Worker threads of every server, keel and tokio alike (default: one
+    /// per CPU of the server: 1 on two CPUs when isolated, every CPU when
+    /// shared).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=1024))]
+    pub workers: Option<u64>,
     /// Directory under which each run writes `<timestamp>/report.json`.
     #[arg(long, default_value = "target/keel-bench")]
     pub out: PathBuf,
@@ -172,6 +224,10 @@ pub struct BenchArgs {
     /// S5: closed-loop log clients.
     #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=1024))]
     pub clients: u32,
+    /// S5: closed-loop log clients of the second loaded phase, where
+    /// batching rather than the network round limits the rate.
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    pub many_clients: u32,
     /// S5: bytes per record.
     #[arg(long, default_value_t = 512, value_parser = clap::value_parser!(u64).range(12..=1_048_576))]
     pub record: u64,
@@ -239,14 +295,20 @@ pub fn run(args: &BenchArgs) -> Result<(), Error> {
     } else {
         (args.runs, args.duration_s, 500)
     };
+    let placement = Placement::plan(args.placement, &CpuSet::allowed()?);
+    placement.place_harness()?;
+    eprintln!("placement: {}", placement.describe());
+    let workers = args.workers.unwrap_or_else(|| placement.default_workers());
 
     let spec = RunSpec {
         exe: exe.clone(),
         runtimes: runtimes.clone(),
         runs,
-        workers: args.workers,
+        workers,
         duration_s,
         warmup_ms,
+        judged: placement.judges() && !args.quick,
+        placement: placement.clone(),
     };
     let mut outcomes = Vec::new();
     for id in scenarios {
@@ -296,7 +358,7 @@ pub fn run(args: &BenchArgs) -> Result<(), Error> {
                     Some(kills) => crash::run(&crash::CrashConfig {
                         exe: exe.clone(),
                         kills,
-                        workers: args.workers,
+                        workers,
                         clients: args.clients,
                         record: args.record,
                         data_dir,
@@ -305,6 +367,7 @@ pub fn run(args: &BenchArgs) -> Result<(), Error> {
                     None => s5::run(&s5::S5Config {
                         run: spec.clone(),
                         clients: args.clients,
+                        many_clients: args.many_clients,
                         record: args.record,
                         interval_us: args.interval_us,
                         data_dir,
@@ -321,6 +384,7 @@ pub fn run(args: &BenchArgs) -> Result<(), Error> {
         started,
         machine: Machine::this(),
         quick: args.quick,
+        placement,
         scenarios: outcomes,
     };
     for outcome in &report.scenarios {

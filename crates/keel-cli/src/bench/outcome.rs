@@ -13,6 +13,9 @@ use serde::ser::{SerializeMap, Serializer};
 use serde::Serialize;
 
 use super::charts::{Chart, ChartFile};
+use super::judge::Judgement;
+use super::noise::Noise;
+use crate::load::realtime::ProbeScheduling;
 use crate::serve::RuntimeKind;
 
 /// One scenario's results.
@@ -30,6 +33,8 @@ pub struct Outcome {
     pub verdicts: Vec<Verdict>,
     /// Raw figures per round and phase, to recompute anything from.
     pub rounds: serde_json::Value,
+    /// The host's noise in each round (the worst of the round's phases).
+    pub noise: Vec<RoundNoise>,
     /// Figures that should exist and do not: these fail the run.
     pub problems: Vec<String>,
     /// Things worth knowing that do not invalidate the figures.
@@ -69,6 +74,138 @@ impl RunFigures {
             format!("{} {}", self.runtime, self.mode)
         }
     }
+}
+
+/// The host's noise in one round.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct RoundNoise {
+    /// Round number, from 1.
+    pub round: u32,
+    /// Steal and the server's run-queue wait, the worst of the round's
+    /// phases.
+    #[serde(flatten)]
+    pub noise: Noise,
+}
+
+/// The figures of one round: each run's metrics from that round alone,
+/// and the host's noise while they were measured.
+#[derive(Debug, Clone)]
+pub struct RoundFigures {
+    /// Round number, from 1.
+    pub round: u32,
+    /// Each run's metrics in this round (runs without a complete round
+    /// are left out).
+    pub runs: Vec<RunFigures>,
+    /// The worst noise of the round's phases.
+    pub noise: Noise,
+}
+
+/// The rounds of a scenario's phase `records`: for each round from 1 to
+/// the last, the runs `runs_in(round)` builds from that round's phases,
+/// and the worst noise of those phases.
+pub fn rounds_of<R>(
+    records: &[R],
+    round_of: impl Fn(&R) -> u32,
+    noise_of: impl Fn(&R) -> Noise,
+    runs_in: impl Fn(u32) -> Vec<RunFigures>,
+) -> Vec<RoundFigures> {
+    let last = records.iter().map(&round_of).max().unwrap_or(0);
+    (1..=last)
+        .map(|round| RoundFigures {
+            round,
+            runs: runs_in(round),
+            noise: Noise::worst_of(
+                records
+                    .iter()
+                    .filter(|r| round_of(r) == round)
+                    .map(&noise_of),
+            ),
+        })
+        .collect()
+}
+
+/// Per run, in order of first appearance, each metric's median across
+/// `rounds`.
+pub fn medians_of(rounds: &[RoundFigures]) -> Vec<RunFigures> {
+    let mut keys: Vec<(String, String)> = Vec::new();
+    for round in rounds {
+        for run in &round.runs {
+            let key = (run.runtime.clone(), run.mode.clone());
+            if !keys.contains(&key) {
+                keys.push(key);
+            }
+        }
+    }
+    keys.into_iter()
+        .map(|(runtime, mode)| {
+            let per_round: Vec<Vec<(&'static str, f64)>> = rounds
+                .iter()
+                .filter_map(|round| {
+                    round
+                        .runs
+                        .iter()
+                        .find(|r| r.runtime == runtime && r.mode == mode)
+                        .map(|r| r.metrics.0.clone())
+                })
+                .collect();
+            RunFigures {
+                runtime,
+                mode,
+                metrics: Pairs::medians(&per_round),
+            }
+        })
+        .collect()
+}
+
+/// A scenario's verdicts: `verdicts` computed from each round's figures
+/// alone, combined into a median, an interval and an outcome (see
+/// [`super::judge`]); `judged` is false when they are reported only.
+pub fn judge_rounds(
+    rounds: &[RoundFigures],
+    judged: bool,
+    verdicts: impl Fn(&[RunFigures]) -> Vec<Verdict>,
+) -> Vec<Verdict> {
+    let per_round: Vec<Vec<Verdict>> = rounds.iter().map(|r| verdicts(&r.runs)).collect();
+    let noise: Vec<Noise> = rounds.iter().map(|r| r.noise).collect();
+    super::judge::combine(&per_round, &noise, judged)
+}
+
+/// The noise of each round, for the report.
+pub fn round_noise(rounds: &[RoundFigures]) -> Vec<RoundNoise> {
+    rounds
+        .iter()
+        .map(|r| RoundNoise {
+            round: r.round,
+            noise: r.noise,
+        })
+        .collect()
+}
+
+/// A note saying how the latency probes' threads were scheduled, each
+/// distinct way once with how many phases it held for; `None` when no
+/// probe said.
+pub fn probe_note<'a>(
+    schedulings: impl Iterator<Item = Option<&'a ProbeScheduling>>,
+) -> Option<String> {
+    let mut seen: Vec<(String, usize)> = Vec::new();
+    for scheduling in schedulings.flatten() {
+        let mut what = scheduling.label();
+        if let Some(why) = &scheduling.refused {
+            what.push_str(&format!(" ({why})"));
+        }
+        match seen.iter_mut().find(|(w, _)| *w == what) {
+            Some((_, n)) => *n += 1,
+            None => seen.push((what, 1)),
+        }
+    }
+    if seen.is_empty() {
+        return None;
+    }
+    let parts: Vec<String> = seen
+        .iter()
+        .map(|(what, n)| format!("{what} in {n} phase{}", if *n == 1 { "" } else { "s" }))
+        .collect();
+    Some(format!("latency probes ran at {}", parts.join(", ")))
 }
 
 /// The value of metric `name` of the run of `runtime` in `mode`, if any.
@@ -196,18 +333,52 @@ impl Serialize for Goal {
 }
 
 /// A ratio between figures, with its goal if it has one.
+///
+/// A verdict made by [`Verdict::new`] judges one value; the scenarios'
+/// verdicts are made per round and combined by [`super::judge::combine`],
+/// which fills in the interval, the rounds, the noise and the outcome.
 #[derive(Debug, Clone, Serialize)]
 pub struct Verdict {
     /// What is divided by what (`loaded_p99/idle_p99`).
     pub name: &'static str,
     /// The runtime it judges (`keel` for keel-vs-tokio ratios).
     pub runtime: &'static str,
-    /// The ratio; `None` when a figure it needs is missing.
+    /// The ratio (the median of the rounds' ratios); `None` when a figure
+    /// it needs is missing.
     pub value: Option<f64>,
     /// The goal; `None` for a figure reported for comparison only.
     pub goal: Option<Goal>,
-    /// Whether the goal is met; `None` without a goal or a value.
+    /// Whether the goal is met: `Some(true)` for a pass, `Some(false)` for
+    /// a fail, `None` otherwise (unclear, not judged, no goal, no value).
     pub pass: Option<bool>,
+    /// The outcome: `pass`, `fail`, `unclear`, `not judged`, `reported`
+    /// or `n/a`.
+    #[serde(rename = "outcome")]
+    pub judgement: Judgement,
+    /// The confidence interval of the median, `[low, high]`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub interval: Option<[f64; 2]>,
+    /// The interval's confidence (0 to 1).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub confidence: Option<f64>,
+    /// The value of each round, in round order (`null` where a figure was
+    /// missing).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub rounds: Vec<Option<f64>>,
+    /// For a verdict that is not judged: the outcome it would have.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub would_be: Option<Judgement>,
+    /// The host's noise over the rounds (steal, the server's run-queue
+    /// wait), as ranges.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub noise: Option<String>,
+    /// Noise figures whose rank order across rounds follows the values'.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub moved_with: Option<String>,
+    /// For an unclear verdict: what the rounds say and what would settle
+    /// it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub settle: Option<String>,
     /// Why there is no value, when there is none.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub missing: Option<String>,
@@ -225,12 +396,26 @@ impl Verdict {
             (Some(value), Some(goal)) => Some(goal.met_by(value)),
             _ => None,
         };
+        let judgement = match (value, pass) {
+            (None, _) => Judgement::Missing,
+            (Some(_), None) => Judgement::Reported,
+            (Some(_), Some(true)) => Judgement::Pass,
+            (Some(_), Some(false)) => Judgement::Fail,
+        };
         Self {
             name,
             runtime,
             value,
             goal,
             pass,
+            judgement,
+            interval: None,
+            confidence: None,
+            rounds: Vec::new(),
+            would_be: None,
+            noise: None,
+            moved_with: None,
+            settle: None,
             missing: None,
         }
     }

@@ -7,14 +7,16 @@
 //! reading. Everything derived (slices per second, CPU seconds) is a
 //! difference between the two marks, so start-up and shutdown never count.
 
-use std::path::Path;
 use std::time::Duration;
 
 use serde::Serialize;
 
 use super::child::Child;
+use super::noise::{HostSample, Noise};
+use super::placement::{CpuSet, Role};
 use super::proc;
 use super::progress::PhaseBar;
+use super::RunSpec;
 use crate::error::Error;
 use crate::load::summary::ProbeSummary;
 use crate::serve::control::{AddrLine, Mark};
@@ -75,14 +77,16 @@ pub struct PhaseFigures {
     pub runtime_start: serde_json::Value,
     /// The runtime's own accounting at the second mark.
     pub runtime_end: serde_json::Value,
+    /// The host's noise between the marks.
+    pub noise: Noise,
 }
 
 /// Runs one phase, showing its progress.
-pub fn run(exe: &Path, spec: &PhaseSpec) -> Result<PhaseFigures, Error> {
+pub fn run(run: &RunSpec, spec: &PhaseSpec) -> Result<PhaseFigures, Error> {
     let expected =
         SPIN_UP + Duration::from_millis(spec.warmup_ms) + Duration::from_secs_f64(spec.duration_s);
     let bar = PhaseBar::new(&spec.label, expected);
-    match measure(exe, spec, &bar) {
+    match measure(run, spec, &bar) {
         Ok(figures) => {
             bar.finish(&format!(
                 "{:<28} p50 {:>8.1} us  p99 {:>8.1} us  max {:>8.1} us  n {:>6}  slices/s {:>8.0}  cpu {:.2} s",
@@ -104,11 +108,11 @@ pub fn run(exe: &Path, spec: &PhaseSpec) -> Result<PhaseFigures, Error> {
 }
 
 /// The body of [`run`]; the children are killed on any early return.
-fn measure(exe: &Path, spec: &PhaseSpec, bar: &PhaseBar) -> Result<PhaseFigures, Error> {
+fn measure(run: &RunSpec, spec: &PhaseSpec, bar: &PhaseBar) -> Result<PhaseFigures, Error> {
     bar.step("starting the server");
-    let mut server = Child::spawn(
+    let mut server = run.spawn(
+        Role::Server,
         format!("keel serve s1 ({})", spec.runtime),
-        exe,
         &[
             "serve".into(),
             "s1".into(),
@@ -132,13 +136,13 @@ fn measure(exe: &Path, spec: &PhaseSpec, bar: &PhaseBar) -> Result<PhaseFigures,
 
     bar.step("spinning up");
     std::thread::sleep(SPIN_UP);
-    let (mark0, cpu0) = mark(&mut server, bar)?;
+    let start = mark(&mut server, bar)?;
 
     bar.step("probing");
-    let mut probe = Child::spawn(
+    let mut probe = run.spawn(
+        Role::Load,
         "keel load s1",
-        exe,
-        &[
+        &run.probe_args(vec![
             "load".into(),
             "s1".into(),
             "--addr".into(),
@@ -151,7 +155,7 @@ fn measure(exe: &Path, spec: &PhaseSpec, bar: &PhaseBar) -> Result<PhaseFigures,
             spec.payload.to_string(),
             "--warmup-ms".into(),
             spec.warmup_ms.to_string(),
-        ],
+        ]),
     )?;
     let probe_budget = Duration::from_millis(spec.warmup_ms)
         + Duration::from_secs_f64(spec.duration_s)
@@ -163,7 +167,7 @@ fn measure(exe: &Path, spec: &PhaseSpec, bar: &PhaseBar) -> Result<PhaseFigures,
         bar.step("probe had errors");
     }
 
-    let (mark1, cpu1) = mark(&mut server, bar)?;
+    let end = mark(&mut server, bar)?;
 
     bar.step("stopping");
     server.send_line("stop")?;
@@ -183,10 +187,10 @@ fn measure(exe: &Path, spec: &PhaseSpec, bar: &PhaseBar) -> Result<PhaseFigures,
         );
     }
 
-    let window_s = mark1.t_ns.saturating_sub(mark0.t_ns) as f64 / 1e9;
-    let slices = mark1.slices.saturating_sub(mark0.slices);
-    let slices_per_s = if window_s > 0.0 {
-        slices as f64 / window_s
+    let measured = start.to(&end, &run.placement.server);
+    let slices = end.mark.slices.saturating_sub(start.mark.slices);
+    let slices_per_s = if measured.window_s > 0.0 {
+        slices as f64 / measured.window_s
     } else {
         f64::NAN
     };
@@ -194,19 +198,56 @@ fn measure(exe: &Path, spec: &PhaseSpec, bar: &PhaseBar) -> Result<PhaseFigures,
         runtime: spec.runtime,
         cpu_tasks: spec.cpu_tasks,
         probe: summary,
-        window_s,
+        window_s: measured.window_s,
         slices,
         slices_per_s,
-        cpu_s: (cpu1 - cpu0).max(0.0),
-        runtime_start: mark0.runtime,
-        runtime_end: mark1.runtime,
+        cpu_s: measured.cpu_s,
+        runtime_start: start.mark.runtime,
+        runtime_end: end.mark.runtime,
+        noise: measured.noise,
     })
 }
 
-/// Asks the server for a mark and reads its CPU time right after.
-pub fn mark(server: &mut Child, bar: &PhaseBar) -> Result<(Mark, f64), Error> {
+/// What the harness reads at each end of a measured window.
+#[derive(Debug, Clone)]
+pub struct Reading {
+    /// The server's own mark.
+    pub mark: Mark,
+    /// The server process's CPU seconds, read right after the mark.
+    pub cpu_s: f64,
+    /// The host's counters, read right after that.
+    pub host: HostSample,
+}
+
+/// What two readings say about the window between them.
+#[derive(Debug, Clone, Copy)]
+pub struct Measured {
+    /// Server process CPU seconds in the window.
+    pub cpu_s: f64,
+    /// Seconds between the marks, by the server's clock.
+    pub window_s: f64,
+    /// The host's noise in the window.
+    pub noise: Noise,
+}
+
+impl Reading {
+    /// The window from this reading to `later`, the server on `server`.
+    pub fn to(&self, later: &Reading, server: &CpuSet) -> Measured {
+        let window_s = later.mark.t_ns.saturating_sub(self.mark.t_ns) as f64 / 1e9;
+        Measured {
+            cpu_s: (later.cpu_s - self.cpu_s).max(0.0),
+            window_s,
+            noise: Noise::between(&self.host, &later.host, server, window_s),
+        }
+    }
+}
+
+/// Asks the server for a mark, and reads its CPU time and the host's
+/// counters right after.
+pub fn mark(server: &mut Child, bar: &PhaseBar) -> Result<Reading, Error> {
     server.send_line("mark")?;
     let mark: Mark = server.recv_json(SERVER_SILENCE, "the answer to mark", || bar.tick())?;
-    let cpu = proc::cpu_seconds(server.pid())?;
-    Ok((mark, cpu))
+    let cpu_s = proc::cpu_seconds(server.pid())?;
+    let host = HostSample::take(server.pid());
+    Ok(Reading { mark, cpu_s, host })
 }

@@ -2,10 +2,15 @@
 //! scenarios' SVG charts (see [`super::charts`]).
 //!
 //! `report.json` carries every figure a verdict is computed from, so
-//! anyone can recompute or re-judge a run later (its shape is in
-//! SCENARIOS.md); `report.md` is the printed table for a person. Both go
-//! to `<out>/<started>/`, named by the UTC start time, formatted here by
-//! hand (RFC 3339) so no date crate is needed for one line.
+//! anyone can recompute or re-judge a run later (its shape, and every
+//! metric's name, are in `docs/report-schema.md`); `report.md` is the
+//! printed table for a person. Both go to `<out>/<started>/`, named by the
+//! UTC start time, formatted here by hand (RFC 3339) so no date crate is
+//! needed for one line.
+//!
+//! Metric names are stable: a metric that is renamed keeps its old name
+//! in `report.json` as an alias with the same value ([`ALIASES`]), so a
+//! script written against an older report keeps working for a release.
 
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -14,6 +19,7 @@ use serde::Serialize;
 
 use super::charts::{self, ChartFile};
 use super::outcome::Outcome;
+use super::placement::Placement;
 use super::proc;
 use super::table;
 use crate::error::{Context, Error};
@@ -27,6 +33,8 @@ pub struct Report {
     pub machine: Machine,
     /// Whether this was a `--quick` run (sizes too small for verdicts).
     pub quick: bool,
+    /// Where the processes ran.
+    pub placement: Placement,
     /// One entry per scenario, in the order run.
     pub scenarios: Vec<Outcome>,
 }
@@ -80,9 +88,49 @@ fn civil_from_days(days: u64) -> (u64, u64, u64) {
     (year, month, day)
 }
 
-/// The report as pretty JSON.
+/// Renamed metrics: `(scenario, name, old name)`. `report.json` carries
+/// the old name too, with the same value.
+pub const ALIASES: &[(&str, &str, &str)] = &[
+    ("s2", "api_p50_ms", "api_storm_p50_ms"),
+    ("s2", "api_p99_ms", "api_storm_p99_ms"),
+    ("s5", "ping_idle_p50_us", "idle_p50_us"),
+    ("s5", "ping_idle_p99_us", "idle_p99_us"),
+    ("s5", "ping_loaded_p50_us", "loaded_p50_us"),
+    ("s5", "ping_loaded_p99_us", "loaded_p99_us"),
+    ("s5", "ping_loaded_max_us", "loaded_max_us"),
+    ("s5", "fsyncs_per_s", "syncs_per_s"),
+    ("s5", "raw_fdatasync_p99_us", "sync_p99_us"),
+];
+
+/// Adds each renamed metric's old name beside the new one, in every run
+/// of the scenario it belongs to.
+fn add_aliases(value: &mut serde_json::Value) {
+    let Some(scenarios) = value["scenarios"].as_array_mut() else {
+        return;
+    };
+    for scenario in scenarios {
+        let id = scenario["id"].as_str().unwrap_or_default().to_string();
+        let Some(runs) = scenario["runs"].as_array_mut() else {
+            continue;
+        };
+        for run in runs {
+            let Some(metrics) = run["metrics"].as_object_mut() else {
+                continue;
+            };
+            for (_, name, old) in ALIASES.iter().filter(|(s, _, _)| *s == id) {
+                if let Some(v) = metrics.get(*name).cloned() {
+                    metrics.entry(old.to_string()).or_insert(v);
+                }
+            }
+        }
+    }
+}
+
+/// The report as pretty JSON, with the old names of renamed metrics.
 pub fn to_json(report: &Report) -> Result<String, Error> {
-    let mut text = serde_json::to_string_pretty(report)?;
+    let mut value = serde_json::to_value(report)?;
+    add_aliases(&mut value);
+    let mut text = serde_json::to_string_pretty(&value)?;
     text.push('\n');
     Ok(text)
 }
@@ -90,15 +138,16 @@ pub fn to_json(report: &Report) -> Result<String, Error> {
 /// The report as Markdown: a heading, the machine, and each table.
 pub fn to_markdown(report: &Report) -> String {
     let mut md = format!(
-        "# keel bench, {}\n\nMachine: {} cores, kernel {}.{}\n",
+        "# keel bench, {}\n\nMachine: {} cores, kernel {}.{}\n\nPlacement: {}.\n",
         report.started,
         report.machine.cores,
         report.machine.kernel,
         if report.quick {
-            " Quick run: sizes too small for the verdicts to mean anything."
+            " Quick run: sizes too small for the verdicts to mean anything; they are not judged."
         } else {
             ""
-        }
+        },
+        report.placement.describe(),
     );
     for outcome in &report.scenarios {
         md.push_str(&format!(
@@ -195,6 +244,10 @@ mod tests {
                 kernel: "6.1.0".into(),
             },
             quick: false,
+            placement: Placement::plan(
+                crate::bench::placement::PlacementKind::Isolated,
+                &crate::bench::placement::CpuSet::new(vec![0, 1]),
+            ),
             scenarios: vec![Outcome {
                 id: "s1",
                 title: "IO starvation under CPU load",
@@ -211,6 +264,7 @@ mod tests {
                     Some(Goal::AtMost(3.0)),
                 )],
                 rounds: serde_json::json!([]),
+                noise: Vec::new(),
                 problems: vec![],
                 notes: vec![],
                 charts: Vec::new(),
@@ -238,7 +292,35 @@ mod tests {
         assert_eq!(verdict["value"], 2.3);
         assert_eq!(verdict["goal"], "<= 3");
         assert_eq!(verdict["pass"], true);
+        assert_eq!(verdict["outcome"], "pass");
         assert!(verdict.get("missing").is_none());
+        assert_eq!(value["placement"]["kind"], "isolated");
+        assert_eq!(value["placement"]["server"], serde_json::json!([1]));
+    }
+
+    /// A renamed metric appears under its old name too, with the same
+    /// value, only in its own scenario.
+    #[test]
+    fn renamed_metrics_keep_their_old_names() {
+        let mut report = sample();
+        report.scenarios[0].runs[0]
+            .metrics
+            .0
+            .push(("ping_idle_p99_us", 7.0));
+        let mut s5 = report.scenarios[0].clone();
+        s5.id = "s5";
+        s5.runs[0].metrics = Pairs(vec![("ping_idle_p99_us", 7.0)]);
+        report.scenarios.push(s5);
+        let value: serde_json::Value = serde_json::from_str(&to_json(&report).unwrap()).unwrap();
+        assert_eq!(
+            value["scenarios"][1]["runs"][0]["metrics"]["idle_p99_us"],
+            7.0
+        );
+        assert_eq!(
+            value["scenarios"][1]["runs"][0]["metrics"]["ping_idle_p99_us"],
+            7.0
+        );
+        assert!(value["scenarios"][0]["runs"][0]["metrics"]["idle_p99_us"] == 41.0);
     }
 
     /// Writing twice in the same second gives two directories, and the

@@ -23,11 +23,13 @@ use std::time::Duration;
 use serde::Serialize;
 use serde_json::json;
 
-use super::child::Child;
+use super::noise::Noise;
 use super::outcome::{
-    check_runs, find_metric, why_missing, Goal, Outcome, Pairs, RunFigures, Verdict,
+    check_runs, find_metric, judge_rounds, medians_of, round_noise, rounds_of, why_missing, Goal,
+    Outcome, Pairs, RoundFigures, RunFigures, Verdict,
 };
 use super::phase::{mark, SERVER_SILENCE};
+use super::placement::Role;
 use super::progress::PhaseBar;
 use super::stats::ratio;
 use super::RunSpec;
@@ -75,6 +77,8 @@ struct PhaseRecord {
     cpu_s: f64,
     /// Seconds between the marks.
     window_s: f64,
+    /// The host's noise between the marks.
+    noise: Noise,
 }
 
 /// Runs S0 and judges it.
@@ -91,17 +95,10 @@ pub fn run(config: &S0Config) -> Result<Outcome, Error> {
             }
         }
     }
-    let runs: Vec<RunFigures> = config
-        .run
-        .runtimes
-        .iter()
-        .map(|&runtime| RunFigures {
-            runtime: runtime.to_string(),
-            mode: "default".into(),
-            metrics: medians(&records, runtime),
-        })
-        .collect();
-    let verdicts = verdicts(&runs, &config.run.runtimes);
+    let rounds = round_figures(&records, &config.run.runtimes);
+    let runs = medians_of(&rounds);
+    let runtimes = config.run.runtimes.clone();
+    let verdicts = judge_rounds(&rounds, config.run.judged, |runs| verdicts(runs, &runtimes));
     let problems = check(&records, &runs);
     let mut notes = Vec::new();
     if !config.quick {
@@ -133,6 +130,7 @@ pub fn run(config: &S0Config) -> Result<Outcome, Error> {
         runs,
         verdicts,
         rounds: serde_json::to_value(&records)?,
+        noise: round_noise(&rounds),
         problems,
         notes,
         charts: Vec::new(),
@@ -180,11 +178,10 @@ fn measure(
     mode: S0Mode,
     bar: &PhaseBar,
 ) -> Result<PhaseRecord, Error> {
-    let exe = &config.run.exe;
     bar.step("starting the server");
-    let mut server = Child::spawn(
+    let mut server = config.run.spawn(
+        Role::Server,
         format!("keel serve s0 ({runtime})"),
-        exe,
         &[
             "serve".into(),
             "s0".into(),
@@ -204,9 +201,9 @@ fn measure(
     } else {
         config.short_limit_s
     };
-    let mut load = Child::spawn(
+    let mut load = config.run.spawn(
+        Role::Load,
         format!("keel load s0 ({mode})"),
-        exe,
         &[
             "load".into(),
             "s0".into(),
@@ -227,11 +224,12 @@ fn measure(
         ],
     )?;
     std::thread::sleep(Duration::from_millis(config.run.warmup_ms));
-    let (mark0, cpu0) = mark(&mut server, bar)?;
+    let start = mark(&mut server, bar)?;
     let budget =
         Duration::from_secs_f64(config.run.duration_s.max(limit_s)) + Duration::from_secs(20);
     let summary: HttpLoadSummary = load.recv_json(budget, "its results", tick)?;
-    let (mark1, cpu1) = mark(&mut server, bar)?;
+    let end = mark(&mut server, bar)?;
+    let measured = start.to(&end, &config.run.placement.server);
 
     bar.step("stopping");
     server.send_line("stop")?;
@@ -254,8 +252,9 @@ fn measure(
         runtime,
         mode,
         load: summary,
-        cpu_s: (cpu1 - cpu0).max(0.0),
-        window_s: mark1.t_ns.saturating_sub(mark0.t_ns) as f64 / 1e9,
+        cpu_s: measured.cpu_s,
+        window_s: measured.window_s,
+        noise: measured.noise,
     })
 }
 
@@ -280,26 +279,37 @@ fn round_metrics(keepalive: &PhaseRecord, short: &PhaseRecord) -> Vec<(&'static 
     ]
 }
 
-/// Per metric, the median across rounds of one runtime.
-fn medians(records: &[PhaseRecord], runtime: RuntimeKind) -> Pairs<f64> {
-    let find = |round: u32, mode: S0Mode| {
-        records
-            .iter()
-            .find(|r| r.round == round && r.runtime == runtime && r.mode == mode)
-    };
-    let last_round = records.iter().map(|r| r.round).max().unwrap_or(0);
-    let rounds: Vec<_> = (1..=last_round)
-        .filter_map(|round| {
-            Some(round_metrics(
-                find(round, S0Mode::Keepalive)?,
-                find(round, S0Mode::Short)?,
-            ))
-        })
-        .collect();
-    Pairs::medians(&rounds)
+/// Each round's figures: per runtime with both phases in the round, its
+/// metrics; the worst noise of the round.
+fn round_figures(records: &[PhaseRecord], runtimes: &[RuntimeKind]) -> Vec<RoundFigures> {
+    rounds_of(
+        records,
+        |r| r.round,
+        |r| r.noise,
+        |round| {
+            let find = |runtime: RuntimeKind, mode: S0Mode| {
+                records
+                    .iter()
+                    .find(|r| r.round == round && r.runtime == runtime && r.mode == mode)
+            };
+            runtimes
+                .iter()
+                .filter_map(|&runtime| {
+                    Some(RunFigures {
+                        runtime: runtime.to_string(),
+                        mode: "default".into(),
+                        metrics: Pairs(round_metrics(
+                            find(runtime, S0Mode::Keepalive)?,
+                            find(runtime, S0Mode::Short)?,
+                        )),
+                    })
+                })
+                .collect()
+        },
+    )
 }
 
-/// The S0 verdicts, from the medians.
+/// The S0 verdicts, from one round's figures (see [`judge_rounds`]).
 fn verdicts(runs: &[RunFigures], runtimes: &[RuntimeKind]) -> Vec<Verdict> {
     let keel_over_tokio = |name: &str| {
         ratio(
@@ -386,13 +396,14 @@ mod tests {
             },
             cpu_s: 0.5,
             window_s: 1.0,
+            noise: Noise::unmeasured(),
         }
     }
 
-    /// Medians across rounds feed the keel/tokio verdicts; the documented
-    /// metric names are there.
+    /// Medians across rounds are the figures, per-round ratios the
+    /// verdicts; the documented metric names are there.
     #[test]
-    fn verdicts_from_medians() {
+    fn verdicts_from_rounds() {
         let (keel, tokio) = (RuntimeKind::Keel, RuntimeKind::Tokio);
         let mut records = Vec::new();
         for (round, k, t) in [(1, 900.0, 1000.0), (2, 1100.0, 1000.0), (3, 1000.0, 1000.0)] {
@@ -401,14 +412,9 @@ mod tests {
                 records.push(record(round, tokio, mode, t));
             }
         }
-        let runs: Vec<RunFigures> = [keel, tokio]
-            .iter()
-            .map(|&runtime| RunFigures {
-                runtime: runtime.to_string(),
-                mode: "default".into(),
-                metrics: medians(&records, runtime),
-            })
-            .collect();
+        let rounds = round_figures(&records, &[keel, tokio]);
+        assert_eq!(rounds.len(), 3);
+        let runs = medians_of(&rounds);
         for name in [
             "keepalive_rps",
             "keepalive_p50_us",
@@ -419,10 +425,15 @@ mod tests {
             assert!(runs[0].metric(name).is_some(), "{name}");
         }
         assert_eq!(runs[0].metric("keepalive_cpu_per_request_us"), Some(500.0));
-        let verdicts = verdicts(&runs, &[keel, tokio]);
+        let verdicts = judge_rounds(&rounds, true, |runs| verdicts(runs, &[keel, tokio]));
         assert_eq!(verdicts[0].name, "keepalive_rps keel/tokio");
         assert_eq!(verdicts[0].value, Some(1.0));
-        assert_eq!(verdicts[0].pass, Some(true));
+        assert_eq!(verdicts[0].rounds, [Some(0.9), Some(1.1), Some(1.0)]);
+        assert_eq!(verdicts[0].interval, Some([0.9, 1.1]));
+        assert_eq!(
+            verdicts[0].judgement,
+            crate::bench::judge::Judgement::Unclear
+        );
         assert_eq!(verdicts[1].name, "short_rps keel/tokio");
         assert!(check(&records, &runs).is_empty());
     }
@@ -439,11 +450,7 @@ mod tests {
         records[1].load.errors = 2;
         records[1].load.first_error = Some("reset".into());
         records[0].load.requests = 0;
-        let runs = vec![RunFigures {
-            runtime: "keel".into(),
-            mode: "default".into(),
-            metrics: medians(&records, keel),
-        }];
+        let runs = medians_of(&round_figures(&records, &[keel]));
         let verdicts = verdicts(&runs, &[keel]);
         assert_eq!(verdicts[0].value, None);
         assert_eq!(verdicts[0].missing.as_deref(), Some("tokio not run"));

@@ -5,9 +5,16 @@
 //! interval, first with no CPU tasks (idle) and then with them (loaded).
 //! Rounds interleave the runtimes and alternate which goes first, so slow
 //! drift on a shared machine (another build, thermal state) lands on both
-//! alike. Per runtime the figures are medians across rounds; the verdicts
-//! are ratios of those medians, computed within one run, never absolute
-//! times.
+//! alike. Per runtime the figures are medians across rounds; each verdict
+//! is a ratio computed within each round and judged on its median and
+//! interval (see [`super::judge`]), never on absolute times.
+//!
+//! The echo servers stamp their answers (see [`crate::serve::stamp`]), so
+//! beside each round trip the probe records the server's share of it: from
+//! the ping's readiness to the echo's write. That is what the runtime
+//! controls, and the IO-starvation verdicts are judged on it
+//! (`server_*_us`); the end-to-end round trips stay in the table, with
+//! their ratios reported.
 //!
 //! keel also runs a third variant, `unaccounted`: the same server with the
 //! runtime's accounting switched off (a hidden switch that exists for this
@@ -22,11 +29,15 @@ use serde_json::json;
 
 use super::calibrate::calibrate;
 use super::charts::{self, Chart};
-use super::outcome::{check_runs, why_missing, Goal, Outcome, Pairs, RunFigures, Verdict};
+use super::outcome::{
+    check_runs, judge_rounds, medians_of, probe_note, round_noise, rounds_of, why_missing, Goal,
+    Outcome, Pairs, RoundFigures, RunFigures, Verdict,
+};
 use super::phase::{self, PhaseFigures, PhaseSpec};
 use super::stats::ratio;
 use super::RunSpec;
 use crate::error::Error;
+use crate::load::summary::Quantiles;
 use crate::serve::RuntimeKind;
 
 /// What the scenario measures, for the table.
@@ -102,7 +113,7 @@ pub fn run(config: &S1Config) -> Result<Outcome, Error> {
                     payload: config.payload,
                     accounting: mode == DEFAULT,
                 };
-                let figures = phase::run(&config.run.exe, &spec)?;
+                let figures = phase::run(&config.run, &spec)?;
                 records.push(PhaseRecord {
                     round: round + 1,
                     phase: phase_name,
@@ -113,9 +124,15 @@ pub fn run(config: &S1Config) -> Result<Outcome, Error> {
         }
     }
 
-    let runs = run_figures(&records, &config.run.runtimes);
-    let verdicts = verdicts(&runs, &config.run.runtimes);
-    let (problems, notes) = check(&records, &runs, config.cpu_tasks);
+    let slice_us = calibration.measured.as_secs_f64() * 1e6;
+    let rounds = round_figures(&records, &config.run.runtimes, slice_us);
+    let runs = medians_of(&rounds);
+    let runtimes = config.run.runtimes.clone();
+    let verdicts = judge_rounds(&rounds, config.run.judged, |runs| verdicts(runs, &runtimes));
+    let (problems, mut notes) = check(&records, &runs, config.cpu_tasks);
+    notes.extend(probe_note(
+        records.iter().map(|r| r.figures.probe.scheduling.as_ref()),
+    ));
     let mut sizes = Pairs(vec![
         ("cpu_tasks", json!(config.cpu_tasks)),
         ("slice_us", json!(config.slice_us)),
@@ -135,6 +152,7 @@ pub fn run(config: &S1Config) -> Result<Outcome, Error> {
         runs,
         verdicts,
         rounds: serde_json::to_value(&records)?,
+        noise: round_noise(&rounds),
         problems,
         notes,
         charts: charts(&records),
@@ -155,16 +173,41 @@ fn variants(runtimes: &[RuntimeKind]) -> Vec<(RuntimeKind, &'static str)> {
     out
 }
 
-/// Each variant's medians across rounds, in [`variants`] order.
-fn run_figures(records: &[PhaseRecord], runtimes: &[RuntimeKind]) -> Vec<RunFigures> {
-    variants(runtimes)
-        .into_iter()
-        .map(|(runtime, mode)| RunFigures {
-            runtime: runtime.to_string(),
-            mode: mode.into(),
-            metrics: medians(records, runtime, mode),
-        })
-        .collect()
+/// Each round's figures: per variant (in [`variants`] order) with both
+/// phases in the round, its metrics; the worst noise of the round.
+/// `slice_us` is how long one CPU slice takes.
+fn round_figures(
+    records: &[PhaseRecord],
+    runtimes: &[RuntimeKind],
+    slice_us: f64,
+) -> Vec<RoundFigures> {
+    rounds_of(
+        records,
+        |r| r.round,
+        |r| r.figures.noise,
+        |round| {
+            let find = |phase: &str, runtime: RuntimeKind, mode: &str| {
+                records.iter().find(|r| {
+                    r.round == round
+                        && r.phase == phase
+                        && r.figures.runtime == runtime
+                        && r.mode == mode
+                })
+            };
+            variants(runtimes)
+                .into_iter()
+                .filter_map(|(runtime, mode)| {
+                    let idle = find("idle", runtime, mode)?;
+                    let loaded = find("loaded", runtime, mode)?;
+                    Some(RunFigures {
+                        runtime: runtime.to_string(),
+                        mode: mode.into(),
+                        metrics: Pairs(round_metrics(&idle.figures, &loaded.figures, slice_us)),
+                    })
+                })
+                .collect()
+        },
+    )
 }
 
 /// The first round's latency over time, per runtime and phase, and where
@@ -204,8 +247,30 @@ fn charts(records: &[PhaseRecord]) -> Vec<Chart> {
 
 /// The metrics of one round of one runtime, from its idle and loaded
 /// phases.
-fn round_metrics(idle: &PhaseFigures, loaded: &PhaseFigures) -> Vec<(&'static str, f64)> {
+///
+/// `server_slice_bound_us` is what a cooperative scheduler can promise a
+/// ping that arrives while a CPU task runs: the rest of that task's slice
+/// (a slice of `slice_us` cannot be interrupted), then the wake-up an idle
+/// server pays too. A server that polls its sockets between every two
+/// slices stays within it.
+fn round_metrics(
+    idle: &PhaseFigures,
+    loaded: &PhaseFigures,
+    slice_us: f64,
+) -> Vec<(&'static str, f64)> {
+    let server =
+        |f: &PhaseFigures, q: fn(&Quantiles) -> f64| f.probe.server.as_ref().map_or(f64::NAN, q);
     vec![
+        (
+            "server_slice_bound_us",
+            slice_us + server(idle, |q| q.p99_us),
+        ),
+        ("server_idle_p50_us", server(idle, |q| q.p50_us)),
+        ("server_idle_p99_us", server(idle, |q| q.p99_us)),
+        ("server_loaded_p50_us", server(loaded, |q| q.p50_us)),
+        ("server_loaded_p99_us", server(loaded, |q| q.p99_us)),
+        ("server_loaded_p999_us", server(loaded, |q| q.p999_us)),
+        ("server_loaded_max_us", server(loaded, |q| q.max_us)),
         ("idle_p50_us", idle.probe.p50_us),
         ("idle_p99_us", idle.probe.p99_us),
         ("loaded_p50_us", loaded.probe.p50_us),
@@ -224,24 +289,10 @@ fn round_metrics(idle: &PhaseFigures, loaded: &PhaseFigures) -> Vec<(&'static st
     ]
 }
 
-/// Per metric, the median across rounds of one runtime in one mode.
-fn medians(records: &[PhaseRecord], runtime: RuntimeKind, mode: &str) -> Pairs<f64> {
-    let find = |round: u32, phase: &str| {
-        records.iter().find(|r| {
-            r.round == round && r.phase == phase && r.figures.runtime == runtime && r.mode == mode
-        })
-    };
-    let mut rounds = Vec::new();
-    let last_round = records.iter().map(|r| r.round).max().unwrap_or(0);
-    for round in 1..=last_round {
-        if let (Some(idle), Some(loaded)) = (find(round, "idle"), find(round, "loaded")) {
-            rounds.push(round_metrics(&idle.figures, &loaded.figures));
-        }
-    }
-    Pairs::medians(&rounds)
-}
-
-/// The S1 verdicts, from the medians.
+/// The S1 verdicts, from one round's figures (see [`judge_rounds`]).
+///
+/// The IO-starvation verdicts are judged on the server's share of the
+/// round trips; the end-to-end ratios are reported beside them.
 fn verdicts(runs: &[RunFigures], runtimes: &[RuntimeKind]) -> Vec<Verdict> {
     let metric_of = |runtime: RuntimeKind, mode: &str, name: &str| {
         runs.iter()
@@ -251,27 +302,28 @@ fn verdicts(runs: &[RunFigures], runtimes: &[RuntimeKind]) -> Vec<Verdict> {
     let metric = |runtime: RuntimeKind, name: &str| metric_of(runtime, DEFAULT, name);
     let why = |needed: &[RuntimeKind]| why_missing(needed, runtimes);
     let (keel, tokio) = (RuntimeKind::Keel, RuntimeKind::Tokio);
+    let stretch = |runtime, loaded, idle| ratio(metric(runtime, loaded), metric(runtime, idle));
     let mut out = vec![
         Verdict::new(
-            "loaded_p99/idle_p99",
+            "server loaded_p99/idle_p99",
             "keel",
-            ratio(metric(keel, "loaded_p99_us"), metric(keel, "idle_p99_us")),
+            stretch(keel, "server_loaded_p99_us", "server_idle_p99_us"),
             Some(Goal::AtMost(3.0)),
         )
         .missing_because(why(&[keel])),
         Verdict::new(
-            "loaded_p99/idle_p99",
+            "server loaded_p99/idle_p99",
             "tokio",
-            ratio(metric(tokio, "loaded_p99_us"), metric(tokio, "idle_p99_us")),
+            stretch(tokio, "server_loaded_p99_us", "server_idle_p99_us"),
             None,
         )
         .missing_because(why(&[tokio])),
         Verdict::new(
-            "loaded_p99 keel/tokio",
+            "server loaded_p99 keel/tokio",
             "keel",
             ratio(
-                metric(keel, "loaded_p99_us"),
-                metric(tokio, "loaded_p99_us"),
+                metric(keel, "server_loaded_p99_us"),
+                metric(tokio, "server_loaded_p99_us"),
             ),
             Some(Goal::AtMost(0.333)),
         )
@@ -283,11 +335,52 @@ fn verdicts(runs: &[RunFigures], runtimes: &[RuntimeKind]) -> Vec<Verdict> {
             Some(Goal::AtLeast(0.97)),
         )
         .missing_because(why(&[keel, tokio])),
+        Verdict::new(
+            "end-to-end loaded_p99/idle_p99",
+            "keel",
+            stretch(keel, "loaded_p99_us", "idle_p99_us"),
+            None,
+        )
+        .missing_because(why(&[keel])),
+        Verdict::new(
+            "end-to-end loaded_p99/idle_p99",
+            "tokio",
+            stretch(tokio, "loaded_p99_us", "idle_p99_us"),
+            None,
+        )
+        .missing_because(why(&[tokio])),
+        Verdict::new(
+            "end-to-end loaded_p99 keel/tokio",
+            "keel",
+            ratio(
+                metric(keel, "loaded_p99_us"),
+                metric(tokio, "loaded_p99_us"),
+            ),
+            None,
+        )
+        .missing_because(why(&[keel, tokio])),
     ];
+    for runtime in [keel, tokio] {
+        out.push(
+            Verdict::new(
+                "server loaded_p99/(slice + idle_p99)",
+                runtime.name(),
+                ratio(
+                    metric(runtime, "server_loaded_p99_us"),
+                    metric(runtime, "server_slice_bound_us"),
+                ),
+                None,
+            )
+            .missing_because(why(&[runtime])),
+        );
+    }
     // What the accounting costs: keel against itself with it off.
     for (name, metric_name) in [
         ("slices_per_s keel/keel unaccounted", "slices_per_s"),
-        ("loaded_p99 keel/keel unaccounted", "loaded_p99_us"),
+        (
+            "server loaded_p99 keel/keel unaccounted",
+            "server_loaded_p99_us",
+        ),
     ] {
         out.push(
             Verdict::new(
@@ -355,9 +448,11 @@ fn check(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::bench::noise::Noise;
     use crate::load::summary::ProbeSummary;
 
-    /// Figures of a phase with p99 `p99` and `slices_per_s` slices per second.
+    /// Figures of a phase with end-to-end p99 `p99` (the server's share
+    /// half of it) and `slices_per_s` slices per second.
     fn figures(runtime: RuntimeKind, p99: f64, slices_per_s: f64) -> PhaseFigures {
         PhaseFigures {
             runtime,
@@ -370,6 +465,14 @@ mod tests {
                 max_us: p99 * 2.0,
                 errors: 0,
                 series: Vec::new(),
+                server: Some(Quantiles {
+                    count: 100,
+                    p50_us: p99 / 4.0,
+                    p99_us: p99 / 2.0,
+                    p999_us: p99,
+                    max_us: p99,
+                }),
+                scheduling: None,
             },
             window_s: 1.0,
             slices: slices_per_s as u64,
@@ -377,6 +480,7 @@ mod tests {
             cpu_s: 1.9,
             runtime_start: serde_json::Value::Null,
             runtime_end: serde_json::Value::Null,
+            noise: Noise::unmeasured(),
         }
     }
 
@@ -411,19 +515,35 @@ mod tests {
         out
     }
 
-    /// Metrics are medians across rounds, per runtime.
+    /// The run of `runtime` in `mode` among `runs`.
+    fn run_of<'a>(
+        runs: &'a [RunFigures],
+        runtime: RuntimeKind,
+        mode: &str,
+    ) -> Option<&'a RunFigures> {
+        runs.iter()
+            .find(|r| r.runtime == runtime.name() && r.mode == mode)
+    }
+
+    /// Metrics are medians across rounds, per runtime, the server's share
+    /// beside the end-to-end figure.
     #[test]
     fn medians_across_rounds() {
         let mut all = records(RuntimeKind::Tokio, &[300.0, 100.0, 200.0]);
         all.extend(records(RuntimeKind::Keel, &[50.0, 70.0, 60.0]));
-        let tokio = medians(&all, RuntimeKind::Tokio, DEFAULT);
+        let rounds = round_figures(&all, &[RuntimeKind::Keel, RuntimeKind::Tokio], 200.0);
+        assert_eq!(rounds.len(), 3);
+        let runs = medians_of(&rounds);
+        let tokio = &run_of(&runs, RuntimeKind::Tokio, DEFAULT).unwrap().metrics;
         assert_eq!(tokio.get("loaded_p99_us"), Some(200.0));
+        assert_eq!(tokio.get("server_loaded_p99_us"), Some(100.0));
         assert_eq!(tokio.get("idle_p99_us"), Some(40.0));
+        assert_eq!(tokio.get("server_idle_p99_us"), Some(20.0));
         assert_eq!(tokio.get("loaded_samples"), Some(100.0));
-        let keel = medians(&all, RuntimeKind::Keel, DEFAULT);
+        let keel = &run_of(&runs, RuntimeKind::Keel, DEFAULT).unwrap().metrics;
         assert_eq!(keel.get("loaded_p99_us"), Some(60.0));
         assert_eq!(keel.get("slices_per_s"), Some(9000.0));
-        assert!(medians(&all, RuntimeKind::Keel, UNACCOUNTED).0.is_empty());
+        assert!(run_of(&runs, RuntimeKind::Keel, UNACCOUNTED).is_none());
     }
 
     /// keel unaccounted runs right after keel, and its figures are told
@@ -451,33 +571,45 @@ mod tests {
             10_000.0,
         ));
         all.extend(records(RuntimeKind::Tokio, &[400.0]));
-        let runs = run_figures(&all, &both);
+        let runs = medians_of(&round_figures(&all, &both, 200.0));
         let v = verdicts(&runs, &both);
         assert_eq!(v[2].value, Some(0.25), "keel/tokio uses keel's default");
-        assert_eq!(v[4].name, "slices_per_s keel/keel unaccounted");
-        assert_eq!(v[4].value, Some(0.9));
-        assert_eq!(v[4].pass, None);
-        assert_eq!(v[5].value, Some(1.25));
+        // keel: server loaded p99 50 us over a 200 us slice + 20 us.
+        assert_eq!(v[7].name, "server loaded_p99/(slice + idle_p99)");
+        assert_eq!(v[7].value, Some(50.0 / 220.0));
+        assert_eq!(v[9].name, "slices_per_s keel/keel unaccounted");
+        assert_eq!(v[9].value, Some(0.9));
+        assert_eq!(v[9].pass, None);
+        assert_eq!(v[10].value, Some(1.25));
     }
 
-    /// Verdicts are ratios of medians; without keel, keel's are n/a.
+    /// The scheduling verdicts are judged on the server's share, per
+    /// round; the end-to-end ratios are reported; without keel, keel's
+    /// are n/a.
     #[test]
-    fn verdicts_from_medians() {
-        let mut all = records(RuntimeKind::Tokio, &[400.0]);
-        all.extend(records(RuntimeKind::Keel, &[100.0]));
+    fn verdicts_per_round() {
+        let mut all = records(RuntimeKind::Tokio, &[400.0, 800.0, 400.0]);
+        all.extend(records(RuntimeKind::Keel, &[100.0, 100.0, 200.0]));
         let both = [RuntimeKind::Keel, RuntimeKind::Tokio];
-        let runs = run_figures(&all, &both);
-        let v = verdicts(&runs, &both);
+        let rounds = round_figures(&all, &both, 200.0);
+        let v = judge_rounds(&rounds, true, |runs| verdicts(runs, &both));
+        assert_eq!(v[0].name, "server loaded_p99/idle_p99");
+        assert_eq!(v[0].rounds, [Some(2.5), Some(2.5), Some(5.0)]);
         assert_eq!(v[0].value, Some(2.5));
-        assert_eq!(v[0].pass, Some(true));
+        assert_eq!(v[0].judgement, crate::bench::judge::Judgement::Unclear);
         assert_eq!(v[1].value, Some(10.0));
         assert_eq!(v[1].pass, None);
+        // Per round: 0.25, 0.125, 0.5: the median of the ratios, not the
+        // ratio of the medians (100 / 400).
+        assert_eq!(v[2].rounds, [Some(0.25), Some(0.125), Some(0.5)]);
         assert_eq!(v[2].value, Some(0.25));
-        assert_eq!(v[2].pass, Some(true));
         assert_eq!(v[3].value, Some(1.0));
+        assert_eq!(v[4].name, "end-to-end loaded_p99/idle_p99");
+        assert_eq!(v[4].goal, None);
+        assert_eq!(v[4].value, Some(2.5));
 
         let tokio = [RuntimeKind::Tokio];
-        let tokio_only = verdicts(&run_figures(&all, &tokio), &tokio);
+        let tokio_only = verdicts(&medians_of(&round_figures(&all, &tokio, 200.0)), &tokio);
         assert_eq!(tokio_only[0].value, None);
         assert_eq!(tokio_only[0].missing.as_deref(), Some("keel not run"));
         assert_eq!(tokio_only[1].value, Some(10.0));

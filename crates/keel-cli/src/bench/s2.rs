@@ -18,7 +18,9 @@
 //! (about a tenth of a core), and a job slowed by a busy host would
 //! otherwise move the ratios more than the read mode does. The node's
 //! whole CPU per gigabyte is shown beside them. Rounds interleave runtimes
-//! and modes and alternate their order; figures are medians across rounds.
+//! and modes and alternate their order; figures are medians across rounds,
+//! and each verdict is judged on its per-round ratios (see
+//! [`super::judge`]).
 
 use std::time::Duration;
 
@@ -26,11 +28,13 @@ use serde::Serialize;
 use serde_json::json;
 
 use super::calibrate::calibrate_with;
-use super::child::Child;
+use super::noise::Noise;
 use super::outcome::{
-    check_runs, find_metric, why_missing, Goal, Outcome, Pairs, RunFigures, Verdict,
+    check_runs, find_metric, judge_rounds, medians_of, probe_note, round_noise, rounds_of,
+    why_missing, Goal, Outcome, Pairs, RoundFigures, RunFigures, Verdict,
 };
 use super::phase::{mark, SERVER_SILENCE};
+use super::placement::Role;
 use super::progress::PhaseBar;
 use super::stats::ratio;
 use super::RunSpec;
@@ -98,6 +102,8 @@ struct PhaseRecord {
     cpu_s: f64,
     /// Of those, the API jobs' CPU seconds (their threads' CPU clocks).
     job_cpu_s: f64,
+    /// The host's noise between the marks.
+    noise: Noise,
 }
 
 /// Runs S2 and judges it.
@@ -134,18 +140,14 @@ pub fn run(config: &S2Config) -> Result<Outcome, Error> {
             }
         }
     }
-    let mut runs = Vec::new();
-    for &runtime in &config.run.runtimes {
-        for &mode in modes(runtime) {
-            runs.push(RunFigures {
-                runtime: runtime.to_string(),
-                mode: mode.to_string(),
-                metrics: medians(&records, runtime, mode),
-            });
-        }
-    }
-    let verdicts = verdicts(&runs, &config.run.runtimes);
-    let (problems, notes) = check(&records, &runs);
+    let rounds = round_figures(&records, &config.run.runtimes);
+    let runs = medians_of(&rounds);
+    let runtimes = config.run.runtimes.clone();
+    let verdicts = judge_rounds(&rounds, config.run.judged, |runs| verdicts(runs, &runtimes));
+    let (problems, mut notes) = check(&records, &runs);
+    notes.extend(probe_note(
+        records.iter().map(|r| r.api.latency.scheduling.as_ref()),
+    ));
     let mut sizes = Pairs(vec![
         ("streams", json!(config.streams)),
         ("chunk_bytes", json!(config.chunk)),
@@ -164,6 +166,7 @@ pub fn run(config: &S2Config) -> Result<Outcome, Error> {
         runs,
         verdicts,
         rounds: serde_json::to_value(&records)?,
+        noise: round_noise(&rounds),
         problems,
         notes,
         charts: Vec::new(),
@@ -218,9 +221,9 @@ fn measure(
 ) -> Result<PhaseRecord, Error> {
     bar.step("starting the node");
     let node_mode = mode.unwrap_or(modes(runtime)[0]);
-    let mut node = Child::spawn(
+    let mut node = config.run.spawn(
+        Role::Server,
         format!("keel serve s2 ({runtime} {node_mode})"),
-        &config.run.exe,
         &[
             "serve".into(),
             "s2".into(),
@@ -247,9 +250,9 @@ fn measure(
 
     let storm_s = config.run.duration_s + config.run.warmup_ms as f64 / 1e3 + 1.0;
     let mut storm = match mode {
-        Some(_) => Some(Child::spawn(
+        Some(_) => Some(config.run.spawn(
+            Role::Load,
             "keel load s2",
-            &config.run.exe,
             &[
                 "load".into(),
                 "s2".into(),
@@ -272,10 +275,10 @@ fn measure(
         let _: StormReady = storm.recv_json(SERVER_SILENCE * 3, "its connections", tick)?;
     }
     bar.step("probing the API");
-    let mut api = Child::spawn(
+    let mut api = config.run.spawn(
+        Role::Load,
         "keel load api",
-        &config.run.exe,
-        &[
+        &config.run.probe_args(vec![
             "load".into(),
             "api".into(),
             "--addr".into(),
@@ -286,13 +289,15 @@ fn measure(
             config.run.duration_s.to_string(),
             "--warmup-ms".into(),
             config.run.warmup_ms.to_string(),
-        ],
+        ]),
     )?;
     std::thread::sleep(Duration::from_millis(config.run.warmup_ms));
-    let (mark0, cpu0) = mark(&mut node, bar)?;
+    let start = mark(&mut node, bar)?;
     let budget = Duration::from_secs_f64(storm_s) + Duration::from_secs(30);
     let api_summary: ApiSummary = api.recv_json(budget, "its results", tick)?;
-    let (mark1, cpu1) = mark(&mut node, bar)?;
+    let end = mark(&mut node, bar)?;
+    let measured = start.to(&end, &config.run.placement.server);
+    let (mark0, mark1) = (&start.mark, &end.mark);
     let storm_summary = match storm.as_mut() {
         Some(storm) => Some(storm.recv_json::<StormSummary>(budget, "its results", tick)?),
         None => None,
@@ -310,13 +315,14 @@ fn measure(
         mode,
         api: api_summary,
         storm: storm_summary,
-        deliveries: counter(&mark1, "deliveries").saturating_sub(counter(&mark0, "deliveries")),
-        bytes: counter(&mark1, "bytes").saturating_sub(counter(&mark0, "bytes")),
-        window_s: mark1.t_ns.saturating_sub(mark0.t_ns) as f64 / 1e9,
-        cpu_s: (cpu1 - cpu0).max(0.0),
+        deliveries: counter(mark1, "deliveries").saturating_sub(counter(mark0, "deliveries")),
+        bytes: counter(mark1, "bytes").saturating_sub(counter(mark0, "bytes")),
+        window_s: measured.window_s,
+        cpu_s: measured.cpu_s,
         job_cpu_s: (mark1.runtime["s2"]["job_cpu_s"].as_f64().unwrap_or(0.0)
             - mark0.runtime["s2"]["job_cpu_s"].as_f64().unwrap_or(0.0))
         .max(0.0),
+        noise: measured.noise,
     })
 }
 
@@ -329,8 +335,8 @@ fn round_metrics(alone: &PhaseRecord, storm: &PhaseRecord) -> Vec<(&'static str,
         ("api_alone_p50_ms", ms(alone.api.latency.p50_us)),
         ("api_alone_p99_ms", ms(alone.api.latency.p99_us)),
         ("job_alone_ms", ms(alone.api.job_p50_us)),
-        ("api_storm_p50_ms", ms(storm.api.latency.p50_us)),
-        ("api_storm_p99_ms", ms(storm.api.latency.p99_us)),
+        ("api_p50_ms", ms(storm.api.latency.p50_us)),
+        ("api_p99_ms", ms(storm.api.latency.p99_us)),
         ("job_storm_ms", ms(storm.api.job_p50_us)),
         (
             "api_p99_ratio",
@@ -362,21 +368,40 @@ fn round_metrics(alone: &PhaseRecord, storm: &PhaseRecord) -> Vec<(&'static str,
     ]
 }
 
-/// Per metric, the median across rounds of one runtime in one mode.
-fn medians(records: &[PhaseRecord], runtime: RuntimeKind, mode: S2Mode) -> Pairs<f64> {
-    let find = |round: u32, mode: Option<S2Mode>| {
-        records
-            .iter()
-            .find(|r| r.round == round && r.runtime == runtime && r.mode == mode)
-    };
-    let last_round = records.iter().map(|r| r.round).max().unwrap_or(0);
-    let rounds: Vec<_> = (1..=last_round)
-        .filter_map(|round| Some(round_metrics(find(round, None)?, find(round, Some(mode))?)))
-        .collect();
-    Pairs::medians(&rounds)
+/// Each round's figures: per runtime and read mode with both its phases
+/// (alone and under the storm) in the round, its metrics; the worst noise
+/// of the round.
+fn round_figures(records: &[PhaseRecord], runtimes: &[RuntimeKind]) -> Vec<RoundFigures> {
+    rounds_of(
+        records,
+        |r| r.round,
+        |r| r.noise,
+        |round| {
+            let find = |runtime: RuntimeKind, mode: Option<S2Mode>| {
+                records
+                    .iter()
+                    .find(|r| r.round == round && r.runtime == runtime && r.mode == mode)
+            };
+            let mut runs = Vec::new();
+            for &runtime in runtimes {
+                for &mode in modes(runtime) {
+                    if let (Some(alone), Some(storm)) =
+                        (find(runtime, None), find(runtime, Some(mode)))
+                    {
+                        runs.push(RunFigures {
+                            runtime: runtime.to_string(),
+                            mode: mode.to_string(),
+                            metrics: Pairs(round_metrics(alone, storm)),
+                        });
+                    }
+                }
+            }
+            runs
+        },
+    )
 }
 
-/// The S2 verdicts, from the medians.
+/// The S2 verdicts, from one round's figures (see [`judge_rounds`]).
 fn verdicts(runs: &[RunFigures], runtimes: &[RuntimeKind]) -> Vec<Verdict> {
     let metric = |runtime: &str, mode: &str, name: &str| find_metric(runs, runtime, mode, name);
     let missing = |needed: &[RuntimeKind]| why_missing(needed, runtimes);

@@ -11,7 +11,16 @@
 //! with everything in one class, and tokio.
 //!
 //! Rounds interleave the three and alternate their order; figures are
-//! medians across rounds.
+//! medians across rounds, and each verdict is judged on its per-round
+//! ratios (see [`super::judge`]).
+//!
+//! Every admin answer carries the proxy's clock as it was produced (see
+//! [`crate::serve::stamp`]), so beside the end-to-end latency the probe
+//! records the proxy's share: from the probe's connection being
+//! established (the accept is ready) to the answer. The control-plane
+//! verdicts are judged on that share (`admin_server_*_us`), which is what
+//! the runtime schedules; the end-to-end figures and their ratios are
+//! reported beside them.
 
 use std::time::Duration;
 
@@ -19,16 +28,19 @@ use serde::Serialize;
 use serde_json::json;
 
 use super::charts::{self, Chart};
-use super::child::Child;
+use super::noise::Noise;
 use super::outcome::{
-    check_runs, find_metric, why_missing, Goal, Outcome, Pairs, RunFigures, Verdict,
+    check_runs, find_metric, judge_rounds, medians_of, probe_note, round_noise, rounds_of,
+    why_missing, Goal, Outcome, Pairs, RoundFigures, RunFigures, Verdict,
 };
 use super::phase::{mark, SERVER_SILENCE};
+use super::placement::Role;
 use super::progress::PhaseBar;
 use super::stats::ratio;
 use super::RunSpec;
 use crate::error::Error;
 use crate::load::s3::S3LoadSummary;
+use crate::load::summary::Quantiles;
 use crate::serve::control::AddrLine;
 use crate::serve::RuntimeKind;
 
@@ -120,6 +132,8 @@ struct PhaseRecord {
     window_s: f64,
     /// keel: per worker, the share of the loaded window each state took.
     worker_states: Option<Vec<[f64; 6]>>,
+    /// The host's noise over the loaded window.
+    noise: Noise,
 }
 
 /// Runs S3 and judges it.
@@ -128,16 +142,14 @@ pub fn run(config: &S3Config) -> Result<Outcome, Error> {
     let records = config
         .run
         .interleaved(&variants, |round, variant| phase(config, round, variant))?;
-    let runs: Vec<RunFigures> = variants
-        .iter()
-        .map(|&variant| RunFigures {
-            runtime: variant.runtime().to_string(),
-            mode: variant.mode().to_string(),
-            metrics: medians(&records, variant),
-        })
-        .collect();
-    let verdicts = verdicts(&runs, &config.run.runtimes);
-    let (problems, notes) = check(&records, &runs);
+    let rounds = round_figures(&records, &variants);
+    let runs = medians_of(&rounds);
+    let runtimes = config.run.runtimes.clone();
+    let verdicts = judge_rounds(&rounds, config.run.judged, |runs| verdicts(runs, &runtimes));
+    let (problems, mut notes) = check(&records, &runs);
+    notes.extend(probe_note(records.iter().flat_map(|r| {
+        [r.idle.scheduling.as_ref(), r.loaded.scheduling.as_ref()]
+    })));
     let mut sizes = Pairs(vec![
         ("bulk_connections", json!(config.bulk)),
         ("object_bytes", json!(1u64 << 20)),
@@ -152,6 +164,7 @@ pub fn run(config: &S3Config) -> Result<Outcome, Error> {
         runs,
         verdicts,
         rounds: serde_json::to_value(&records)?,
+        noise: round_noise(&rounds),
         problems,
         notes,
         charts: charts(&records),
@@ -208,9 +221,9 @@ fn phase(config: &S3Config, round: u32, variant: Variant) -> Result<PhaseRecord,
 fn measure(config: &S3Config, variant: Variant, bar: &PhaseBar) -> Result<PhaseRecord, Error> {
     let tick = || bar.tick();
     bar.step("starting the backend");
-    let mut backend = Child::spawn(
+    let mut backend = config.run.spawn(
+        Role::Load,
         "keel serve s3-backend",
-        &config.run.exe,
         &["serve".into(), "s3-backend".into()],
     )?;
     let backend_addr: AddrLine = backend.recv_json(SERVER_SILENCE, "its address", tick)?;
@@ -231,13 +244,13 @@ fn measure(config: &S3Config, variant: Variant, bar: &PhaseBar) -> Result<PhaseR
     if variant == Variant::SingleClass {
         args.push("--single-class".into());
     }
-    let mut proxy = Child::spawn(
+    let mut proxy = config.run.spawn(
+        Role::Server,
         format!(
             "keel serve proxy ({} {})",
             variant.runtime(),
             variant.mode()
         ),
-        &config.run.exe,
         &args,
     )?;
     let addrs: AddrLine = proxy.recv_json(SERVER_SILENCE, "its address", tick)?;
@@ -255,7 +268,7 @@ fn measure(config: &S3Config, variant: Variant, bar: &PhaseBar) -> Result<PhaseR
         bar,
     )?;
     bar.step("probing under load");
-    let (mark0, cpu0) = mark(&mut proxy, bar)?;
+    let start = mark(&mut proxy, bar)?;
     let loaded = load(
         config,
         &addrs.addr.to_string(),
@@ -263,7 +276,8 @@ fn measure(config: &S3Config, variant: Variant, bar: &PhaseBar) -> Result<PhaseR
         false,
         bar,
     )?;
-    let (mark1, cpu1) = mark(&mut proxy, bar)?;
+    let end = mark(&mut proxy, bar)?;
+    let measured = start.to(&end, &config.run.placement.server);
 
     bar.step("stopping");
     for child in [&mut proxy, &mut backend] {
@@ -275,9 +289,10 @@ fn measure(config: &S3Config, variant: Variant, bar: &PhaseBar) -> Result<PhaseR
         variant,
         idle,
         loaded,
-        cpu_s: (cpu1 - cpu0).max(0.0),
-        window_s: mark1.t_ns.saturating_sub(mark0.t_ns) as f64 / 1e9,
-        worker_states: charts::keel_worker_states(&mark0.runtime, &mark1.runtime),
+        cpu_s: measured.cpu_s,
+        window_s: measured.window_s,
+        worker_states: charts::keel_worker_states(&start.mark.runtime, &end.mark.runtime),
+        noise: measured.noise,
     })
 }
 
@@ -313,7 +328,9 @@ fn load(
             config.clients.to_string(),
         ]);
     }
-    let mut child = Child::spawn("keel load s3", &config.run.exe, &args)?;
+    let mut child = config
+        .run
+        .spawn(Role::Load, "keel load s3", &config.run.probe_args(args))?;
     let budget = Duration::from_millis(config.run.warmup_ms)
         + Duration::from_secs_f64(config.run.duration_s)
         + Duration::from_secs(30);
@@ -324,7 +341,21 @@ fn load(
 
 /// The metrics of one phase.
 fn round_metrics(record: &PhaseRecord) -> Vec<(&'static str, f64)> {
+    let server = |summary: &S3LoadSummary, q: fn(&Quantiles) -> f64| {
+        summary.admin_server.as_ref().map_or(f64::NAN, q)
+    };
     vec![
+        (
+            "admin_server_idle_p50_us",
+            server(&record.idle, |q| q.p50_us),
+        ),
+        (
+            "admin_server_idle_p99_us",
+            server(&record.idle, |q| q.p99_us),
+        ),
+        ("admin_server_p50_us", server(&record.loaded, |q| q.p50_us)),
+        ("admin_server_p99_us", server(&record.loaded, |q| q.p99_us)),
+        ("admin_server_max_us", server(&record.loaded, |q| q.max_us)),
         ("admin_idle_p50_us", record.idle.admin_p50_us),
         ("admin_idle_p99_us", record.idle.admin_p99_us),
         ("admin_p50_us", record.loaded.admin_p50_us),
@@ -345,46 +376,72 @@ fn round_metrics(record: &PhaseRecord) -> Vec<(&'static str, f64)> {
     ]
 }
 
-/// Per metric, the median across rounds of one variant.
-fn medians(records: &[PhaseRecord], variant: Variant) -> Pairs<f64> {
-    let rounds: Vec<_> = records
-        .iter()
-        .filter(|r| r.variant == variant)
-        .map(round_metrics)
-        .collect();
-    Pairs::medians(&rounds)
+/// Each round's figures: per variant measured in the round, its metrics;
+/// the worst noise of the round.
+fn round_figures(records: &[PhaseRecord], variants: &[Variant]) -> Vec<RoundFigures> {
+    rounds_of(
+        records,
+        |r| r.round,
+        |r| r.noise,
+        |round| {
+            variants
+                .iter()
+                .filter_map(|&variant| {
+                    let record = records
+                        .iter()
+                        .find(|r| r.round == round && r.variant == variant)?;
+                    Some(RunFigures {
+                        runtime: variant.runtime().to_string(),
+                        mode: variant.mode().to_string(),
+                        metrics: Pairs(round_metrics(record)),
+                    })
+                })
+                .collect()
+        },
+    )
 }
 
-/// The S3 verdicts, from the medians.
+/// The S3 verdicts, from one round's figures (see [`judge_rounds`]).
+///
+/// The control-plane verdicts are judged on the proxy's share of each
+/// admin request; the end-to-end ratios are reported beside them.
 fn verdicts(runs: &[RunFigures], runtimes: &[RuntimeKind]) -> Vec<Verdict> {
     let metric = |runtime: &str, mode: &str, name: &str| find_metric(runs, runtime, mode, name);
     let missing = |needed: &[RuntimeKind]| why_missing(needed, runtimes);
     let (keel, tokio) = (RuntimeKind::Keel, RuntimeKind::Tokio);
     let classes = |name| metric("keel", "classes", name);
+    let stretch = |runtime: &str, mode: &str, loaded: &str, alone: &str| {
+        ratio(metric(runtime, mode, loaded), metric(runtime, mode, alone))
+    };
     let mut out = vec![
         Verdict::new(
-            "admin_p99 loaded/alone, keel classes",
+            "admin server p99 loaded/alone, keel classes",
             "keel",
-            classes("admin_p99_ratio"),
+            stretch(
+                "keel",
+                "classes",
+                "admin_server_p99_us",
+                "admin_server_idle_p99_us",
+            ),
             Some(Goal::AtMost(LOADED_OVER_IDLE)),
         )
         .missing_because(missing(&[keel])),
         Verdict::new(
-            "admin_p99 keel classes/keel single-class",
+            "admin server p99 keel classes/keel single-class",
             "keel",
             ratio(
-                classes("admin_p99_us"),
-                metric("keel", "single-class", "admin_p99_us"),
+                classes("admin_server_p99_us"),
+                metric("keel", "single-class", "admin_server_p99_us"),
             ),
             Some(Goal::AtMost(WELL_BELOW)),
         )
         .missing_because(missing(&[keel])),
         Verdict::new(
-            "admin_p99 keel classes/tokio",
+            "admin server p99 keel classes/tokio",
             "keel",
             ratio(
-                classes("admin_p99_us"),
-                metric("tokio", "default", "admin_p99_us"),
+                classes("admin_server_p99_us"),
+                metric("tokio", "default", "admin_server_p99_us"),
             ),
             Some(Goal::AtMost(WELL_BELOW)),
         )
@@ -408,21 +465,67 @@ fn verdicts(runs: &[RunFigures], runtimes: &[RuntimeKind]) -> Vec<Verdict> {
         (
             "keel",
             "single-class",
-            "admin_p99 loaded/alone, keel single-class",
+            "admin server p99 loaded/alone, keel single-class",
         ),
-        ("tokio", "default", "admin_p99 loaded/alone, tokio"),
+        ("tokio", "default", "admin server p99 loaded/alone, tokio"),
     ] {
         let kind = if runtime == "keel" { keel } else { tokio };
         out.push(
             Verdict::new(
                 name,
-                if runtime == "keel" { "keel" } else { "tokio" },
-                metric(runtime, mode, "admin_p99_ratio"),
+                kind.name(),
+                stretch(
+                    runtime,
+                    mode,
+                    "admin_server_p99_us",
+                    "admin_server_idle_p99_us",
+                ),
                 None,
             )
             .missing_because(missing(&[kind])),
         );
     }
+    // End to end, as the probe saw it: reported beside the judged figures.
+    for (runtime, mode, name) in [
+        (
+            "keel",
+            "classes",
+            "end-to-end admin p99 loaded/alone, keel classes",
+        ),
+        (
+            "keel",
+            "single-class",
+            "end-to-end admin p99 loaded/alone, keel single-class",
+        ),
+        (
+            "tokio",
+            "default",
+            "end-to-end admin p99 loaded/alone, tokio",
+        ),
+    ] {
+        let kind = if runtime == "keel" { keel } else { tokio };
+        out.push(
+            Verdict::new(
+                name,
+                kind.name(),
+                stretch(runtime, mode, "admin_p99_us", "admin_idle_p99_us"),
+                None,
+            )
+            .missing_because(missing(&[kind])),
+        );
+    }
+    out.push(
+        Verdict::new(
+            "end-to-end admin p99 keel classes/tokio",
+            "keel",
+            ratio(
+                classes("admin_p99_us"),
+                metric("tokio", "default", "admin_p99_us"),
+            ),
+            None,
+        )
+        .missing_because(missing(&[keel, tokio])),
+    );
     out
 }
 

@@ -38,11 +38,13 @@ use serde::Serialize;
 use serde_json::{json, Value};
 
 use super::charts::{self, Chart};
-use super::child::Child;
+use super::noise::Noise;
 use super::outcome::{
-    check_runs, find_metric, why_missing, Goal, Outcome, Pairs, RunFigures, Verdict,
+    check_runs, find_metric, judge_rounds, medians_of, round_noise, rounds_of, why_missing, Goal,
+    Outcome, Pairs, RoundFigures, RunFigures, Verdict,
 };
 use super::phase::{mark, SERVER_SILENCE};
+use super::placement::Role;
 use super::progress::PhaseBar;
 use super::stats::ratio;
 use super::RunSpec;
@@ -174,6 +176,8 @@ struct PhaseRecord {
     /// keel: per worker, the share of the window each state took (in the
     /// order of [`charts::KEEL_STATES`]).
     worker_states: Option<Vec<[f64; 6]>>,
+    /// The host's noise between the marks.
+    noise: Noise,
 }
 
 /// Runs S4 and judges it.
@@ -182,15 +186,10 @@ pub fn run(config: &S4Config) -> Result<Outcome, Error> {
     let records = config
         .run
         .interleaved(&settings, |round, setting| phase(config, round, setting))?;
-    let runs: Vec<RunFigures> = settings
-        .iter()
-        .map(|&setting| RunFigures {
-            runtime: setting.runtime().to_string(),
-            mode: setting.mode().to_string(),
-            metrics: medians(&records, setting),
-        })
-        .collect();
-    let verdicts = verdicts(&runs, &config.run.runtimes);
+    let rounds = round_figures(&records, &settings);
+    let runs = medians_of(&rounds);
+    let runtimes = config.run.runtimes.clone();
+    let verdicts = judge_rounds(&rounds, config.run.judged, |runs| verdicts(runs, &runtimes));
     let (problems, notes) = check(&records, &runs);
     let mut sizes = Pairs(vec![
         ("senders", json!(config.senders)),
@@ -205,6 +204,7 @@ pub fn run(config: &S4Config) -> Result<Outcome, Error> {
         runs,
         verdicts,
         rounds: serde_json::to_value(&records)?,
+        noise: round_noise(&rounds),
         problems,
         notes,
         charts: vec![worker_chart(&records)],
@@ -275,9 +275,9 @@ fn measure(config: &S4Config, setting: Setting, bar: &PhaseBar) -> Result<PhaseR
     if let Setting::Keel(spin) = setting {
         args.extend(["--spin".into(), spin.to_string()]);
     }
-    let mut node = Child::spawn(
+    let mut node = config.run.spawn(
+        Role::Server,
         format!("keel serve s4 ({} {})", setting.runtime(), setting.mode()),
-        &config.run.exe,
         &args,
     )?;
     let tick = || bar.tick();
@@ -285,9 +285,9 @@ fn measure(config: &S4Config, setting: Setting, bar: &PhaseBar) -> Result<PhaseR
     std::thread::sleep(SETTLE);
 
     let load_s = config.run.duration_s + config.run.warmup_ms as f64 / 1e3 + 1.0;
-    let mut load = Child::spawn(
+    let mut load = config.run.spawn(
+        Role::Load,
         "keel load s2",
-        &config.run.exe,
         &[
             "load".into(),
             "s2".into(),
@@ -307,10 +307,12 @@ fn measure(config: &S4Config, setting: Setting, bar: &PhaseBar) -> Result<PhaseR
     let _: StormReady = load.recv_json(SERVER_SILENCE * 3, "its connections", tick)?;
     bar.step("warming up");
     std::thread::sleep(Duration::from_millis(config.run.warmup_ms));
-    let (mark0, cpu0) = mark(&mut node, bar)?;
+    let start = mark(&mut node, bar)?;
     bar.step("measuring");
     sleep_ticking(Duration::from_secs_f64(config.run.duration_s), bar);
-    let (mark1, cpu1) = mark(&mut node, bar)?;
+    let end = mark(&mut node, bar)?;
+    let measured = start.to(&end, &config.run.placement.server);
+    let (mark0, mark1) = (&start.mark, &end.mark);
     let budget = Duration::from_secs_f64(load_s) + Duration::from_secs(30);
     let storm: StormSummary = load.recv_json(budget, "its results", tick)?;
     bar.step("stopping");
@@ -321,12 +323,13 @@ fn measure(config: &S4Config, setting: Setting, bar: &PhaseBar) -> Result<PhaseR
     Ok(PhaseRecord {
         round: 0,
         setting,
-        window_s: mark1.t_ns.saturating_sub(mark0.t_ns) as f64 / 1e9,
-        cpu_s: (cpu1 - cpu0).max(0.0),
+        window_s: measured.window_s,
+        cpu_s: measured.cpu_s,
         reported: reported(setting.runtime(), &mark0.runtime, &mark1.runtime),
-        bytes: bytes(&mark1).saturating_sub(bytes(&mark0)),
+        bytes: bytes(mark1).saturating_sub(bytes(mark0)),
         storm,
         worker_states: charts::keel_worker_states(&mark0.runtime, &mark1.runtime),
+        noise: measured.noise,
     })
 }
 
@@ -434,17 +437,32 @@ fn round_metrics(record: &PhaseRecord) -> Vec<(&'static str, f64)> {
     metrics
 }
 
-/// Per metric, the median across rounds of one setting.
-fn medians(records: &[PhaseRecord], setting: Setting) -> Pairs<f64> {
-    let rounds: Vec<_> = records
-        .iter()
-        .filter(|r| r.setting == setting)
-        .map(round_metrics)
-        .collect();
-    Pairs::medians(&rounds)
+/// Each round's figures: per setting measured in the round, its metrics;
+/// the worst noise of the round.
+fn round_figures(records: &[PhaseRecord], settings: &[Setting]) -> Vec<RoundFigures> {
+    rounds_of(
+        records,
+        |r| r.round,
+        |r| r.noise,
+        |round| {
+            settings
+                .iter()
+                .filter_map(|&setting| {
+                    let record = records
+                        .iter()
+                        .find(|r| r.round == round && r.setting == setting)?;
+                    Some(RunFigures {
+                        runtime: setting.runtime().to_string(),
+                        mode: setting.mode().to_string(),
+                        metrics: Pairs(round_metrics(record)),
+                    })
+                })
+                .collect()
+        },
+    )
 }
 
-/// The S4 verdicts, from the medians.
+/// The S4 verdicts, from one round's figures (see [`judge_rounds`]).
 fn verdicts(runs: &[RunFigures], runtimes: &[RuntimeKind]) -> Vec<Verdict> {
     let missing = |needed: &[RuntimeKind]| why_missing(needed, runtimes);
     let keel = [RuntimeKind::Keel];
@@ -608,6 +626,7 @@ mod tests {
             },
             bytes: 250_000_000,
             worker_states: None,
+            noise: Noise::unmeasured(),
             storm: StormSummary {
                 streams: 200,
                 writes: 20_000,

@@ -8,6 +8,7 @@
 
 use std::fmt::Write;
 
+use super::judge::Judgement;
 use super::outcome::Outcome;
 
 /// Renders one scenario's table (ending with a newline).
@@ -54,36 +55,23 @@ pub fn render(outcome: &Outcome) -> String {
 
     if !outcome.verdicts.is_empty() {
         out.push('\n');
-        let labels: Vec<String> = outcome
-            .verdicts
+        render_verdicts(&mut out, outcome);
+    }
+    if !outcome.noise.is_empty() {
+        let rounds: Vec<String> = outcome
+            .noise
             .iter()
-            .map(|v| {
-                if v.name.contains(v.runtime) {
-                    v.name.to_string()
-                } else {
-                    format!("{} ({})", v.name, v.runtime)
-                }
+            .map(|r| {
+                format!(
+                    "r{} steal {} (server CPU {}), server wait {}",
+                    r.round,
+                    percent(r.noise.steal_pct),
+                    percent(r.noise.server_steal_pct),
+                    percent(r.noise.server_wait_pct)
+                )
             })
             .collect();
-        let vwidth = labels.iter().map(String::len).max().unwrap_or(7).max(7) + 2;
-        let _ = writeln!(
-            out,
-            "{:<vwidth$}{:>10}  {:<10}result",
-            "verdict", "value", "goal"
-        );
-        for (verdict, label) in outcome.verdicts.iter().zip(&labels) {
-            let value = verdict.value.map_or_else(|| "n/a".to_string(), number);
-            let goal = verdict
-                .goal
-                .map_or_else(|| "-".to_string(), |g| g.to_string());
-            let result = match (verdict.pass, &verdict.missing) {
-                (Some(true), _) => "pass".to_string(),
-                (Some(false), _) => "FAIL".to_string(),
-                (None, Some(why)) => format!("n/a ({why})"),
-                (None, None) => "-".to_string(),
-            };
-            let _ = writeln!(out, "{label:<vwidth$}{value:>10}  {goal:<10}{result}");
-        }
+        let _ = writeln!(out, "\nnoise by round: {}", rounds.join("; "));
     }
 
     out.push('\n');
@@ -101,6 +89,88 @@ pub fn render(outcome: &Outcome) -> String {
         let _ = writeln!(out, "MISSING: {problem}");
     }
     out
+}
+
+/// The verdict rows: label, value (the median of the rounds), interval,
+/// goal and outcome; under each, the rounds' values and the host's noise,
+/// and for an unclear verdict what would settle it.
+fn render_verdicts(out: &mut String, outcome: &Outcome) {
+    let labels: Vec<String> = outcome
+        .verdicts
+        .iter()
+        .map(|v| {
+            if v.name.contains(v.runtime) {
+                v.name.to_string()
+            } else {
+                format!("{} ({})", v.name, v.runtime)
+            }
+        })
+        .collect();
+    let vwidth = labels.iter().map(String::len).max().unwrap_or(7).max(7) + 2;
+    let _ = writeln!(
+        out,
+        "{:<vwidth$}{:>10}  {:<19}{:<10}result",
+        "verdict", "value", "interval", "goal"
+    );
+    for (verdict, label) in outcome.verdicts.iter().zip(&labels) {
+        let value = verdict.value.map_or_else(|| "n/a".to_string(), number);
+        let interval = verdict.interval.map_or_else(
+            || "-".to_string(),
+            |[low, high]| format!("[{} – {}]", number(low), number(high)),
+        );
+        let goal = verdict
+            .goal
+            .map_or_else(|| "-".to_string(), |g| g.to_string());
+        let mut result = verdict.judgement.word().to_string();
+        if let Some(would_be) = verdict
+            .would_be
+            .filter(|_| verdict.judgement == Judgement::NotJudged)
+        {
+            result.push_str(&format!(" (would be {})", would_be.word()));
+        }
+        if let Some(why) = &verdict.missing {
+            result.push_str(&format!(" ({why})"));
+        }
+        let _ = writeln!(
+            out,
+            "{label:<vwidth$}{value:>10}  {interval:<19}{goal:<10}{result}"
+        );
+        let mut detail = Vec::new();
+        if verdict.rounds.len() > 1 {
+            let rounds: Vec<String> = verdict
+                .rounds
+                .iter()
+                .map(|v| v.map_or_else(|| "-".to_string(), number))
+                .collect();
+            let confidence = verdict
+                .confidence
+                .map_or_else(String::new, |c| format!(" ({:.0}% interval)", c * 100.0));
+            detail.push(format!("rounds {}{confidence}", rounds.join(" ")));
+        }
+        if verdict.goal.is_some() {
+            if let Some(noise) = &verdict.noise {
+                detail.push(noise.clone());
+            }
+        }
+        if let Some(moved) = &verdict.moved_with {
+            detail.push(format!("moved with {moved}"));
+        }
+        if !detail.is_empty() {
+            let _ = writeln!(out, "    {}", detail.join("; "));
+        }
+        if let Some(settle) = &verdict.settle {
+            let _ = writeln!(out, "    unclear: {settle}");
+        }
+    }
+}
+
+/// A percentage with one decimal, or `-` when not measured.
+fn percent(value: f64) -> String {
+    if value.is_finite() {
+        format!("{value:.1}%")
+    } else {
+        "-".to_string()
+    }
 }
 
 /// A number with fewer decimals the larger it is (none for whole numbers,
@@ -170,6 +240,7 @@ mod tests {
                 .missing_because("keel was not run"),
             ],
             rounds: serde_json::Value::Null,
+            noise: Vec::new(),
             problems: vec![],
             notes: vec!["a note".into()],
             charts: Vec::new(),
@@ -211,6 +282,7 @@ mod tests {
             runs: vec![run("tokio", "per-record"), run("tokio", "group")],
             verdicts: vec![],
             rounds: serde_json::Value::Null,
+            noise: Vec::new(),
             problems: vec![],
             notes: vec![],
             charts: Vec::new(),

@@ -9,6 +9,7 @@
 //! Each prints one JSON line of results ([`summary::ProbeSummary`]) for the
 //! harness to read. They only ever target loopback addresses.
 
+pub mod realtime;
 pub mod s0;
 pub mod s0_wire;
 pub mod s1;
@@ -117,6 +118,10 @@ pub struct LoadApiArgs {
     /// Milliseconds of calls before measuring (not recorded).
     #[arg(long, default_value_t = 500, value_parser = clap::value_parser!(u64).range(0..=600_000))]
     pub warmup_ms: u64,
+    /// Run the probe at real-time priority (`SCHED_FIFO`), or the best
+    /// nice level allowed; the result says which it got.
+    #[arg(long)]
+    pub realtime: bool,
 }
 
 /// Parses a rate in MB/s: finite, positive, at most 10 GB/s.
@@ -181,6 +186,10 @@ pub struct LoadS1Args {
     /// as an error.
     #[arg(long, default_value_t = 2000, value_parser = clap::value_parser!(u64).range(1..=60_000))]
     pub timeout_ms: u64,
+    /// Run the probe at real-time priority (`SCHED_FIFO`), or the best
+    /// nice level allowed; the result says which it got.
+    #[arg(long)]
+    pub realtime: bool,
 }
 
 /// Parses a duration in seconds: finite, positive, at most an hour.
@@ -224,6 +233,7 @@ pub fn run(command: &LoadCommand) -> Result<(), Error> {
                 warmup: Duration::from_millis(args.warmup_ms),
                 payload: usize::try_from(args.payload).unwrap_or(64),
                 io_timeout: Duration::from_millis(args.timeout_ms),
+                realtime: args.realtime,
             };
             let summary = s1::probe(&opts).map_err(|e| e.context("load s1"))?;
             println!("{}", serde_json::to_string(&summary)?);
@@ -254,6 +264,7 @@ pub fn run(command: &LoadCommand) -> Result<(), Error> {
                 duration: Duration::from_secs_f64(args.duration_s),
                 warmup: Duration::from_millis(args.warmup_ms),
                 io_timeout: Duration::from_secs(10),
+                realtime: args.realtime,
             };
             let summary = s2::api(&opts).map_err(|e| e.context("load api"))?;
             println!("{}", serde_json::to_string(&summary)?);

@@ -7,13 +7,21 @@
 //! see), not as a queue of back-to-back sends that hides it. The loop is
 //! bounded three ways: by time, by a tick count, and by an error count,
 //! and every socket operation has a timeout, so it cannot hang.
+//!
+//! Each payload leaves room for the server's stamp (see
+//! [`crate::serve::stamp`]); when the answer carries one, the probe also
+//! records the server's share of the round trip: from its send to the
+//! server's write of the answer. With `realtime`, the probe's thread asks
+//! for real-time priority first (see [`super::realtime`]).
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
+use super::realtime;
 use super::summary::{new_histogram, ProbeSummary, Timeline};
 use crate::error::Error;
+use crate::serve::stamp::{self, ECHO_STAMP};
 
 /// After this many failed exchanges the probe gives up early.
 const MAX_ERRORS: u64 = 10;
@@ -33,6 +41,8 @@ pub struct ProbeOpts {
     pub payload: usize,
     /// Timeout of a connect, a write or a read.
     pub io_timeout: Duration,
+    /// Ask for real-time priority for the probe's thread.
+    pub realtime: bool,
 }
 
 /// Runs the probe and summarises the RTTs it measured.
@@ -48,8 +58,10 @@ pub fn probe(opts: &ProbeOpts) -> Result<ProbeSummary, Error> {
             "the interval and the payload must be positive",
         ));
     }
+    let scheduling = realtime::raise(opts.realtime);
     let mut stream = connect(opts)?;
     let mut hist = new_histogram();
+    let mut server = new_histogram();
     let mut send = vec![0u8; opts.payload];
     let mut recv = vec![0u8; opts.payload];
     let interval_ns = opts.interval.as_nanos().max(1);
@@ -82,13 +94,17 @@ pub fn probe(opts: &ProbeOpts) -> Result<ProbeSummary, Error> {
         }
         fill(&mut send, tick);
         let sent_at = Instant::now();
-        match exchange(&mut stream, &send, &mut recv) {
-            Ok(()) => {
+        let sent_ns = stamp::monotonic_ns();
+        match exchange(&mut stream, &send, &mut recv, sent_ns) {
+            Ok(server_ns) => {
                 let rtt = sent_at.elapsed();
                 if sent_at >= measure_from {
                     let ns = u64::try_from(rtt.as_nanos()).unwrap_or(u64::MAX);
                     hist.saturating_record(ns);
                     timeline.record(sent_at, ns);
+                    if let Some(server_ns) = server_ns {
+                        server.saturating_record(server_ns.max(1));
+                    }
                 }
             }
             Err(error) => {
@@ -109,7 +125,10 @@ pub fn probe(opts: &ProbeOpts) -> Result<ProbeSummary, Error> {
         }
         tick += 1;
     }
-    Ok(ProbeSummary::from_histogram(&hist, errors).with_timeline(timeline))
+    Ok(ProbeSummary::from_histogram(&hist, errors)
+        .with_timeline(timeline)
+        .with_server(&server)
+        .with_scheduling(scheduling))
 }
 
 /// The instant of grid tick `tick`.
@@ -130,28 +149,44 @@ fn connect(opts: &ProbeOpts) -> Result<TcpStream, Error> {
     Ok(stream)
 }
 
-/// Marks a payload with its tick so that a stale echo is recognised.
+/// Marks a payload with its tick so that a stale echo is recognised, and
+/// leaves the server's stamp slot zero.
 fn fill(buf: &mut [u8], tick: u64) {
     for (i, byte) in buf.iter_mut().enumerate() {
         *byte = (i as u64).wrapping_add(tick) as u8;
     }
-    let stamp = tick.to_le_bytes();
-    let n = stamp.len().min(buf.len());
-    buf[..n].copy_from_slice(&stamp[..n]);
+    let mark = tick.to_le_bytes();
+    let n = mark.len().min(buf.len());
+    buf[..n].copy_from_slice(&mark[..n]);
+    if let Some(slot) = buf.get_mut(ECHO_STAMP) {
+        slot.fill(0);
+    }
 }
 
-/// Sends `send` and reads back exactly as many bytes, which must match.
-fn exchange(stream: &mut TcpStream, send: &[u8], recv: &mut [u8]) -> Result<(), Error> {
+/// Sends `send` (at `sent_ns` on the shared clock) and reads back exactly
+/// as many bytes, which must match but for the server's stamp; returns the
+/// server's share of the exchange if it stamped the answer.
+fn exchange(
+    stream: &mut TcpStream,
+    send: &[u8],
+    recv: &mut [u8],
+    sent_ns: u64,
+) -> Result<Option<u64>, Error> {
     stream
         .write_all(send)
         .map_err(|e| Error::new(format!("send: {e}")))?;
     stream
         .read_exact(recv)
         .map_err(|e| Error::new(format!("receive: {e}")))?;
-    if recv != send {
-        return Err(Error::new("the echo does not match what was sent"));
+    let received_ns = stamp::monotonic_ns();
+    match stamp::read_echo_stamp(send, recv) {
+        Err(_) => Err(Error::new("the echo does not match what was sent")),
+        Ok(None) => Ok(None),
+        Ok(Some(at)) if (sent_ns..=received_ns).contains(&at) => Ok(Some(at - sent_ns)),
+        Ok(Some(at)) => Err(Error::new(format!(
+            "the server stamped its answer at {at} ns, outside the exchange ({sent_ns}..{received_ns} ns)"
+        ))),
     }
-    Ok(())
 }
 
 #[cfg(test)]
@@ -161,6 +196,12 @@ mod tests {
 
     /// A one-connection std echo server on loopback, for at most `limit`.
     fn echo_server(limit: Duration) -> SocketAddr {
+        echo_server_with(limit, |_| {})
+    }
+
+    /// [`echo_server`], with `answer` applied to each chunk before it is
+    /// echoed.
+    fn echo_server_with(limit: Duration, answer: fn(&mut [u8])) -> SocketAddr {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap();
         std::thread::spawn(move || {
@@ -168,6 +209,7 @@ mod tests {
             stream.set_read_timeout(Some(limit)).unwrap();
             let mut buf = [0u8; 4096];
             while let Ok(n) = stream.read(&mut buf) {
+                answer(&mut buf[..n]);
                 if n == 0 || stream.write_all(&buf[..n]).is_err() {
                     break;
                 }
@@ -185,6 +227,7 @@ mod tests {
             warmup: Duration::from_millis(50),
             payload: 64,
             io_timeout: Duration::from_secs(2),
+            realtime: false,
         }
     }
 
@@ -197,6 +240,36 @@ mod tests {
         assert_eq!(summary.errors, 0);
         assert!(summary.count > 20 && summary.count <= 201, "{summary:?}");
         assert!(summary.p50_us > 0.0 && summary.p50_us <= summary.max_us);
+        assert_eq!(summary.server, None, "a plain echo does not stamp");
+        assert_eq!(summary.scheduling.as_ref().unwrap().policy, "normal");
+    }
+
+    /// Against an echo that stamps its answers, every recorded round trip
+    /// has a server share, and that share is never longer than the round
+    /// trip.
+    #[test]
+    fn records_the_server_share_of_stamped_echoes() {
+        let addr = echo_server_with(Duration::from_secs(5), stamp::stamp_echo);
+        let summary = probe(&opts(addr)).unwrap();
+        assert_eq!(summary.errors, 0);
+        let server = summary.server.expect("the server stamped its answers");
+        assert_eq!(server.count, summary.count);
+        assert!(server.max_us <= summary.max_us, "{summary:?}");
+        assert!(server.p50_us <= summary.p50_us, "{summary:?}");
+    }
+
+    /// A stamp from outside the exchange (a server on another clock) is an
+    /// error, not a figure.
+    #[test]
+    fn a_stamp_outside_the_exchange_is_an_error() {
+        let addr = echo_server_with(Duration::from_secs(5), |chunk| {
+            if let Some(slot) = chunk.get_mut(ECHO_STAMP) {
+                slot.copy_from_slice(&1u64.to_le_bytes());
+            }
+        });
+        let summary = probe(&opts(addr)).unwrap();
+        assert!(summary.errors > 0, "{summary:?}");
+        assert_eq!(summary.server, None);
     }
 
     /// A probe that cannot connect says so.
@@ -226,6 +299,7 @@ mod tests {
         fill(&mut a, 1);
         fill(&mut b, 2);
         assert_ne!(a, b);
+        assert!(a[ECHO_STAMP].iter().all(|&b| b == 0), "{a:?}");
         let mut tiny = vec![0u8; 3];
         fill(&mut tiny, 5);
         assert_eq!(tiny, vec![5, 0, 0]);

@@ -195,6 +195,8 @@ pub struct ApiOpts {
     pub warmup: Duration,
     /// Timeout of a connect, a write or a read.
     pub io_timeout: Duration,
+    /// Ask for real-time priority for the probe's thread.
+    pub realtime: bool,
 }
 
 /// The JSON line `keel load api` prints.
@@ -221,6 +223,7 @@ pub fn api(opts: &ApiOpts) -> Result<ApiSummary, Error> {
         s.set_write_timeout(Some(opts.io_timeout))?;
         Ok(s)
     };
+    let scheduling = super::realtime::raise(opts.realtime);
     let mut stream =
         connect().map_err(|e| Error::new(format!("connecting to {}: {e}", opts.addr)))?;
     let mut hist = new_histogram();
@@ -266,7 +269,7 @@ pub fn api(opts: &ApiOpts) -> Result<ApiSummary, Error> {
     jobs.sort_by(f64::total_cmp);
     let job_p50_us = jobs.get(jobs.len() / 2).copied().unwrap_or(0.0);
     Ok(ApiSummary {
-        latency: ProbeSummary::from_histogram(&hist, errors),
+        latency: ProbeSummary::from_histogram(&hist, errors).with_scheduling(scheduling),
         job_p50_us,
     })
 }

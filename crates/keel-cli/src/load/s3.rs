@@ -22,7 +22,13 @@
 //!   pile up on this side's ephemeral ports.
 //! - **admin probe**: on a fixed grid (100 ms by default), it opens a new
 //!   connection to the admin endpoint, sends `GET /status` and reads the
-//!   whole answer, timed from before the connect to the last byte.
+//!   whole answer, timed from before the connect to the last byte. The
+//!   answer carries the proxy's clock as it was produced (see
+//!   [`crate::serve::stamp`]), so the probe also records the proxy's share:
+//!   from the moment the connection was established (the proxy's accept is
+//!   ready) to the answer. With `realtime` the probe's thread asks for
+//!   real-time priority (see [`super::realtime`]); the load's thread does
+//!   not.
 //!
 //! Counts and latencies are taken inside the measured window (after the
 //! warm-up); errors count whenever they happen, and a failing client
@@ -39,10 +45,12 @@ use clap::Args;
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use super::summary::{new_histogram, ProbeSummary};
+use super::realtime::{self, ProbeScheduling};
+use super::summary::{new_histogram, ProbeSummary, Quantiles};
 use super::{parse_seconds, within};
 use crate::error::Error;
 use crate::serve::s3_backend::{body_byte, BIG_LEN};
+use crate::serve::stamp;
 
 /// Requests one load client makes at most, whatever the duration.
 const MAX_REQUESTS_PER_CLIENT: u64 = 100_000_000;
@@ -87,6 +95,10 @@ pub struct LoadS3Args {
     /// Run the admin probe alone, for the unloaded latency.
     #[arg(long)]
     pub no_load: bool,
+    /// Run the admin probe at real-time priority (`SCHED_FIFO`), or the
+    /// best nice level allowed; the result says which it got.
+    #[arg(long)]
+    pub realtime: bool,
 }
 
 /// Runs `keel load s3` and prints its JSON line.
@@ -101,6 +113,7 @@ pub fn command(args: &LoadS3Args) -> Result<(), Error> {
         duration: Duration::from_secs_f64(args.duration_s),
         io_timeout: Duration::from_millis(args.timeout_ms),
         no_load: args.no_load,
+        realtime: args.realtime,
     };
     let summary = run(&opts).map_err(|e| e.context("load s3"))?;
     println!("{}", serde_json::to_string(&summary)?);
@@ -128,6 +141,8 @@ pub struct S3LoadOpts {
     pub io_timeout: Duration,
     /// Run the admin probe alone (the unloaded latency).
     pub no_load: bool,
+    /// Ask for real-time priority for the probe's thread.
+    pub realtime: bool,
 }
 
 /// The JSON line `keel load s3` prints.
@@ -148,6 +163,14 @@ pub struct S3LoadSummary {
     pub admin_max_us: f64,
     /// Admin requests that failed.
     pub admin_errors: u64,
+    /// The proxy's share of each timed admin request: from the connection's
+    /// establishment to the answer's production; absent if the answers
+    /// carried no clock.
+    #[serde(default)]
+    pub admin_server: Option<Quantiles>,
+    /// How the admin probe's thread was scheduled.
+    #[serde(default)]
+    pub scheduling: Option<ProbeScheduling>,
     /// Body bytes downloaded by the bulk connections inside the window.
     pub bulk_bytes: u64,
     /// `bulk_bytes` in MB (10^6 bytes) per second of the window.
@@ -233,8 +256,10 @@ pub fn run(opts: &S3LoadOpts) -> Result<S3LoadSummary, Error> {
         }
         None => None,
     };
-    // The probe runs on this thread, on its grid from the start.
-    let (hist, admin_failures) = probe(opts, start, window);
+    // The probe runs on this thread, on its grid from the start; the load
+    // thread started above keeps its normal priority.
+    let scheduling = realtime::raise(opts.realtime);
+    let (hist, server_hist, admin_failures) = probe(opts, start, window);
     let (bulk_tally, conn_tally) = match load {
         Some(thread) => thread
             .join()
@@ -260,6 +285,8 @@ pub fn run(opts: &S3LoadOpts) -> Result<S3LoadSummary, Error> {
         admin_p99_us: admin.p99_us,
         admin_max_us: admin.max_us,
         admin_errors,
+        admin_server: Quantiles::of(&server_hist),
+        scheduling: Some(scheduling),
         bulk_bytes: bulk_tally.bytes,
         bulk_mb_per_s: bulk_tally.bytes as f64 / 1e6 / seconds,
         bulk_downloads: bulk_tally.requests,
@@ -527,13 +554,19 @@ async fn short_request(proxy: SocketAddr, timeout: Duration, buf: &mut [u8]) -> 
 
 /// The admin probe: one timed `GET /status` per interval on an absolute
 /// grid from `start` to the end of the window. Returns the latencies
-/// inside the window (ns) and the failures.
+/// inside the window (ns), the proxy's shares of them (ns), and the
+/// failures.
 fn probe(
     opts: &S3LoadOpts,
     start: Instant,
     window: Window,
-) -> (hdrhistogram::Histogram<u64>, Failures) {
+) -> (
+    hdrhistogram::Histogram<u64>,
+    hdrhistogram::Histogram<u64>,
+    Failures,
+) {
     let mut hist = new_histogram();
+    let mut server = new_histogram();
     let mut failures = Failures::default();
     let mut buf = [0u8; 4096];
     let total = window.end.duration_since(start);
@@ -551,23 +584,66 @@ fn probe(
         }
         let sent = Instant::now();
         match status_request(opts.admin, opts.io_timeout, &mut buf) {
-            Ok(()) => {
+            Ok(answer) => {
                 let done = Instant::now();
                 if sent >= window.from && done < window.end {
                     let ns = done.duration_since(sent).as_nanos();
                     hist.saturating_record(u64::try_from(ns).unwrap_or(u64::MAX));
+                    match answer.server_ns() {
+                        Ok(Some(ns)) => server.saturating_record(ns.max(1)),
+                        Ok(None) => {}
+                        Err(error) => failures.record(|| format!("admin: {error}")),
+                    }
                 }
             }
             Err(error) => failures.record(|| format!("admin: GET /status: {error}")),
         }
     }
-    (hist, failures)
+    (hist, server, failures)
 }
+
+/// When an admin exchange's connection was established and read, on the
+/// clock the proxy shares, and the proxy's clock in the answer.
+#[derive(Debug, Clone, Copy)]
+struct StatusAnswer {
+    /// `CLOCK_MONOTONIC` when the connect returned, ns.
+    connected_ns: u64,
+    /// `CLOCK_MONOTONIC` when the whole answer had been read, ns.
+    read_ns: u64,
+    /// The proxy's clock from the answer's `clock_ns` line, if any.
+    clock_ns: Option<u64>,
+}
+
+impl StatusAnswer {
+    /// The proxy's share, from the connection to the answer; `None` for an
+    /// answer without a clock; an error for a clock outside the exchange.
+    fn server_ns(self) -> io::Result<Option<u64>> {
+        match self.clock_ns {
+            None => Ok(None),
+            Some(at) if (self.connected_ns..=self.read_ns).contains(&at) => {
+                Ok(Some(at - self.connected_ns))
+            }
+            Some(at) => Err(io::Error::other(format!(
+                "the proxy's clock in the answer ({at} ns) lies outside the exchange ({}..{} ns)",
+                self.connected_ns, self.read_ns
+            ))),
+        }
+    }
+}
+
+/// The most body bytes of a status answer the probe keeps to read the
+/// clock from (the answer is a few hundred bytes).
+const MAX_STATUS_BODY: u64 = 64 * 1024;
 
 /// Connects to the admin endpoint, asks for `/status` and reads the whole
 /// answer.
-fn status_request(admin: SocketAddr, timeout: Duration, buf: &mut [u8]) -> io::Result<()> {
+fn status_request(
+    admin: SocketAddr,
+    timeout: Duration,
+    buf: &mut [u8],
+) -> io::Result<StatusAnswer> {
     let mut stream = connect(admin, timeout)?;
+    let connected_ns = stamp::monotonic_ns();
     stream.write_all(b"GET /status HTTP/1.1\r\nHost: keel\r\nConnection: close\r\n\r\n")?;
     let (head, body) = read_head(&mut stream, buf)?;
     expect(head.status == 200 && head.length > 0, || {
@@ -576,14 +652,25 @@ fn status_request(admin: SocketAddr, timeout: Duration, buf: &mut [u8]) -> io::R
             head.status, head.length
         )
     })?;
-    let mut got = body.len() as u64;
-    while got < head.length {
+    expect(head.length <= MAX_STATUS_BODY, || {
+        format!("a status of {} bytes is too long", head.length)
+    })?;
+    let mut text = buf[body].to_vec();
+    while (text.len() as u64) < head.length {
         let n = stream.read(buf)?;
-        expect(n > 0, || format!("the answer ended after {got} body bytes"))?;
-        got += n as u64;
+        expect(n > 0, || {
+            format!("the answer ended after {} body bytes", text.len())
+        })?;
+        text.extend_from_slice(&buf[..n]);
     }
-    expect(got == head.length, || {
+    let read_ns = stamp::monotonic_ns();
+    expect(text.len() as u64 == head.length, || {
         String::from("more bytes than the Content-Length arrived")
+    })?;
+    Ok(StatusAnswer {
+        connected_ns,
+        read_ns,
+        clock_ns: stamp::read_status_clock(&text),
     })
 }
 
@@ -745,6 +832,7 @@ mod tests {
             duration: Duration::from_millis(10),
             io_timeout: Duration::from_millis(100),
             no_load: false,
+            realtime: false,
         };
         assert_eq!(run(&opts).unwrap_err().code(), 2);
         opts.admin = "127.0.0.1:9".parse().unwrap();

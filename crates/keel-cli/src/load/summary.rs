@@ -15,6 +15,8 @@ use std::time::{Duration, Instant};
 use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 
+use super::realtime::ProbeScheduling;
+
 /// The width of one slice of a probe's [`Timeline`] (250 ms: at the S1
 /// probe's 1 ms interval, 250 samples, enough for a p99 per slice).
 pub const BUCKET: Duration = Duration::from_millis(250);
@@ -38,6 +40,48 @@ pub struct ProbeSummary {
     /// when the probe keeps no timeline).
     #[serde(default)]
     pub series: Vec<SeriesPoint>,
+    /// The server's share of each recorded round trip, from the request's
+    /// send to the answer's write (see [`crate::serve::stamp`]); absent
+    /// when the server did not stamp its answers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server: Option<Quantiles>,
+    /// How the probe's thread was scheduled; absent from probes that do
+    /// not say.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scheduling: Option<ProbeScheduling>,
+}
+
+/// A few quantiles of a latency histogram, µs.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Quantiles {
+    /// Values recorded.
+    pub count: u64,
+    /// Median, µs.
+    pub p50_us: f64,
+    /// 99th percentile, µs.
+    pub p99_us: f64,
+    /// 99.9th percentile, µs.
+    pub p999_us: f64,
+    /// Largest, µs.
+    pub max_us: f64,
+}
+
+impl Quantiles {
+    /// The quantiles of a histogram of nanoseconds; `None` when it is
+    /// empty.
+    pub fn of(hist: &Histogram<u64>) -> Option<Self> {
+        if hist.is_empty() {
+            return None;
+        }
+        let us = |ns: u64| ns as f64 / 1000.0;
+        Some(Self {
+            count: hist.len(),
+            p50_us: us(hist.value_at_quantile(0.50)),
+            p99_us: us(hist.value_at_quantile(0.99)),
+            p999_us: us(hist.value_at_quantile(0.999)),
+            max_us: us(hist.max()),
+        })
+    }
 }
 
 /// The RTTs of one slice of measured time.
@@ -130,27 +174,37 @@ pub fn new_histogram() -> Histogram<u64> {
 impl ProbeSummary {
     /// Summarises a histogram of RTTs in nanoseconds (all zeros if empty).
     pub fn from_histogram(hist: &Histogram<u64>, errors: u64) -> Self {
-        let us = |ns: u64| ns as f64 / 1000.0;
-        if hist.is_empty() {
-            return Self {
-                count: 0,
-                p50_us: 0.0,
-                p99_us: 0.0,
-                p999_us: 0.0,
-                max_us: 0.0,
-                errors,
-                series: Vec::new(),
-            };
-        }
+        let q = Quantiles::of(hist).unwrap_or(Quantiles {
+            count: 0,
+            p50_us: 0.0,
+            p99_us: 0.0,
+            p999_us: 0.0,
+            max_us: 0.0,
+        });
         Self {
-            count: hist.len(),
-            p50_us: us(hist.value_at_quantile(0.50)),
-            p99_us: us(hist.value_at_quantile(0.99)),
-            p999_us: us(hist.value_at_quantile(0.999)),
-            max_us: us(hist.max()),
+            count: q.count,
+            p50_us: q.p50_us,
+            p99_us: q.p99_us,
+            p999_us: q.p999_us,
+            max_us: q.max_us,
             errors,
             series: Vec::new(),
+            server: None,
+            scheduling: None,
         }
+    }
+
+    /// This summary with the server's shares of its round trips, from a
+    /// histogram of nanoseconds (absent if it is empty).
+    pub fn with_server(mut self, hist: &Histogram<u64>) -> Self {
+        self.server = Quantiles::of(hist);
+        self
+    }
+
+    /// This summary with how its probe thread was scheduled.
+    pub fn with_scheduling(mut self, scheduling: ProbeScheduling) -> Self {
+        self.scheduling = Some(scheduling);
+        self
     }
 
     /// This summary with `timeline`'s points.

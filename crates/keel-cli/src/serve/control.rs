@@ -15,6 +15,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde::{Deserialize, Serialize};
 
+use super::stamp::monotonic_ns;
 use super::Running;
 use crate::error::{Context, Error};
 
@@ -98,35 +99,9 @@ fn send(out: &mut impl Write, value: &impl Serialize) -> Result<(), Error> {
         .context(|| "writing to the control stdout")
 }
 
-/// `CLOCK_MONOTONIC` in nanoseconds.
-pub fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid, writable timespec for the duration of the
-    // call, and CLOCK_MONOTONIC is always available on Linux.
-    let rc = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    if rc != 0 {
-        return 0;
-    }
-    let secs = u64::try_from(ts.tv_sec).unwrap_or(0);
-    let nanos = u64::try_from(ts.tv_nsec).unwrap_or(0);
-    secs.saturating_mul(1_000_000_000).saturating_add(nanos)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// The clock moves forward.
-    #[test]
-    fn monotonic_clock_advances() {
-        let a = monotonic_ns();
-        std::thread::sleep(std::time::Duration::from_millis(2));
-        let b = monotonic_ns();
-        assert!(a > 0 && b >= a + 1_000_000, "{a} {b}");
-    }
 
     /// A mark line round-trips through JSON with its field names.
     #[test]

@@ -26,6 +26,7 @@ pub mod s3_tokio;
 pub mod s5;
 pub mod s5_keel;
 pub mod s5_tokio;
+pub mod stamp;
 
 use std::any::Any;
 use std::fmt;

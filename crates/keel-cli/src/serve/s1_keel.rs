@@ -18,6 +18,7 @@ use keel::io::{AsyncReadExt, AsyncWriteExt};
 use keel::net::{TcpListener, TcpStream};
 use serde_json::{json, Value};
 
+use super::stamp::stamp_echo;
 use super::{cpu, Running, S1Opts};
 use crate::error::Error;
 
@@ -101,7 +102,8 @@ where
     }
 }
 
-/// Echoes everything a connection sends until it closes.
+/// Echoes everything a connection sends until it closes, stamping a
+/// probe's requests with the server's clock (see [`super::stamp`]).
 async fn echo(mut stream: TcpStream, peer: SocketAddr) {
     if let Err(error) = stream.set_nodelay(true) {
         eprintln!("keel serve: {peer}: cannot set TCP_NODELAY: {error}");
@@ -112,6 +114,7 @@ async fn echo(mut stream: TcpStream, peer: SocketAddr) {
             Ok(0) | Err(_) => return,
             Ok(n) => n,
         };
+        stamp_echo(&mut buf[..n]);
         if stream.write_all(&buf[..n]).await.is_err() {
             return;
         }

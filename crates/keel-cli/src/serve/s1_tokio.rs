@@ -17,6 +17,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::runtime::Runtime;
 
+use super::stamp::stamp_echo;
 use super::{cpu, Running, S1Opts};
 use crate::error::Error;
 
@@ -121,7 +122,8 @@ where
     }
 }
 
-/// Echoes everything a connection sends until it closes.
+/// Echoes everything a connection sends until it closes, stamping a
+/// probe's requests with the server's clock (see [`super::stamp`]).
 async fn echo(mut stream: TcpStream, peer: SocketAddr) {
     if let Err(error) = stream.set_nodelay(true) {
         eprintln!("keel serve: {peer}: cannot set TCP_NODELAY: {error}");
@@ -132,6 +134,7 @@ async fn echo(mut stream: TcpStream, peer: SocketAddr) {
             Ok(0) | Err(_) => return,
             Ok(n) => n,
         };
+        stamp_echo(&mut buf[..n]);
         if stream.write_all(&buf[..n]).await.is_err() {
             return;
         }

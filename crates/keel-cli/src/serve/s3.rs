@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 use clap::Args;
 use serde_json::{json, Value};
 
-use super::{control, default_workers, s3_keel, s3_tokio, RuntimeKind};
+use super::{control, default_workers, s3_keel, s3_tokio, stamp, RuntimeKind};
 use crate::error::Error;
 
 /// Bytes of each direction's forwarding buffer: large, so a bulk transfer
@@ -180,7 +180,9 @@ impl Drop for OpenConnection {
 
 /// The status text the admin endpoint answers `GET /status` with, the
 /// same for every variant: a few hundred bytes, like a real control plane
-/// answer, and cheap to produce (a handful of atomic loads).
+/// answer, and cheap to produce (a handful of atomic loads). Its last line
+/// is the server's clock as the answer is produced (see [`stamp`]), from
+/// which the probe takes the server's share of its latency.
 pub fn status_text(runtime: &str, workers: usize, counters: &ProxyCounters) -> String {
     let load = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
     format!(
@@ -194,7 +196,8 @@ pub fn status_text(runtime: &str, workers: usize, counters: &ProxyCounters) -> S
          bytes forwarded client to backend: {}\n\
          bytes forwarded backend to client: {}\n\
          admin requests: {}\n\
-         uptime: {:.3} s\n",
+         uptime: {:.3} s\n\
+         {}",
         load(&counters.open),
         load(&counters.accepted),
         load(&counters.backend_errors),
@@ -203,6 +206,7 @@ pub fn status_text(runtime: &str, workers: usize, counters: &ProxyCounters) -> S
         load(&counters.bytes_down),
         load(&counters.admin_requests),
         counters.started.elapsed().as_secs_f64(),
+        stamp::status_clock_line(),
     )
 }
 
@@ -222,6 +226,10 @@ mod tests {
         assert!(text.contains("workers: 2\n"), "{text}");
         assert!(text.contains("connections open: 1\n"), "{text}");
         assert!(text.contains("backend to client: 12345\n"), "{text}");
+        assert!(
+            stamp::read_status_clock(text.as_bytes()).is_some(),
+            "{text}"
+        );
         assert!((200..1000).contains(&text.len()), "{}", text.len());
         drop(open);
         assert_eq!(counters.to_json()["open"], 0);
