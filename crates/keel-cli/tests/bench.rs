@@ -197,7 +197,27 @@ fn quick_bench_writes_a_report_for_both_runtimes() {
     for verdict in s5["verdicts"].as_array().unwrap() {
         assert!(verdict["value"].as_f64().unwrap().is_finite(), "{verdict}");
     }
+    check_schema_lists_every_metric(&report);
     std::fs::remove_dir_all(&out).unwrap();
+}
+
+/// Every metric of every run is named in `docs/report-schema.md`, so the
+/// documented schema cannot fall behind the report.
+fn check_schema_lists_every_metric(report: &serde_json::Value) {
+    let schema_path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/report-schema.md");
+    let schema = std::fs::read_to_string(&schema_path).unwrap();
+    for scenario in report["scenarios"].as_array().unwrap() {
+        for run in scenario["runs"].as_array().unwrap() {
+            for name in run["metrics"].as_object().unwrap().keys() {
+                assert!(
+                    schema.contains(&format!("`{name}`")),
+                    "{} metric {name} is not in {}",
+                    scenario["id"],
+                    schema_path.display()
+                );
+            }
+        }
+    }
 }
 
 /// Every scenario in `with_charts` lists chart files, and each is an SVG

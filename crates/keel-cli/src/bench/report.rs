@@ -99,6 +99,7 @@ pub const ALIASES: &[(&str, &str, &str)] = &[
     ("s5", "ping_loaded_p99_us", "loaded_p99_us"),
     ("s5", "ping_loaded_max_us", "loaded_max_us"),
     ("s5", "fsyncs_per_s", "syncs_per_s"),
+    ("s5", "raw_fdatasync_us", "sync_p50_us"),
     ("s5", "raw_fdatasync_p99_us", "sync_p99_us"),
 ];
 

@@ -266,6 +266,81 @@ mod tests {
         assert!(text.contains("note: a note"), "{text}");
     }
 
+    /// Judged verdicts show their interval and rounds, an unclear one says
+    /// what would settle it, an unjudged one what it would be, and the
+    /// rounds' noise closes the table.
+    #[test]
+    fn renders_intervals_outcomes_and_noise() {
+        use crate::bench::judge::combine;
+        use crate::bench::noise::Noise;
+        use crate::bench::outcome::RoundNoise;
+        let noise: Vec<Noise> = (0..5)
+            .map(|i| Noise {
+                steal_pct: f64::from(i),
+                server_steal_pct: 0.0,
+                server_wait_pct: 0.5,
+            })
+            .collect();
+        let per_round = |values: [f64; 5], goal| -> Vec<Vec<Verdict>> {
+            values
+                .iter()
+                .map(|&v| vec![Verdict::new("ratio", "keel", Some(v), Some(goal))])
+                .collect()
+        };
+        let unclear = combine(
+            &per_round([1.0, 2.0, 2.5, 2.8, 3.5], Goal::AtMost(3.0)),
+            &noise,
+            true,
+        );
+        let unjudged = combine(
+            &per_round([1.0, 1.1, 1.2, 1.3, 1.4], Goal::AtLeast(1.0)),
+            &noise,
+            false,
+        );
+        let outcome = Outcome {
+            id: "s1",
+            title: "t",
+            sizes: Pairs(vec![]),
+            runs: vec![],
+            verdicts: vec![unclear[0].clone(), unjudged[0].clone()],
+            rounds: serde_json::Value::Null,
+            noise: noise
+                .iter()
+                .enumerate()
+                .map(|(i, &noise)| RoundNoise {
+                    round: i as u32 + 1,
+                    noise,
+                })
+                .collect(),
+            problems: vec![],
+            notes: vec![],
+            charts: Vec::new(),
+            chart_files: Vec::new(),
+        };
+        let text = render(&outcome);
+        assert!(
+            text.contains("[1 – 3.500]") && text.contains("unclear"),
+            "{text}"
+        );
+        assert!(
+            text.contains("rounds 1 2 2.500 2.800 3.500 (94% interval)"),
+            "{text}"
+        );
+        assert!(
+            text.contains("    unclear: the rounds run from 1.000 to 3.500"),
+            "{text}"
+        );
+        assert!(text.contains("not judged (would be pass)"), "{text}");
+        assert!(
+            text.contains("steal 0.0–4.0%, server wait 0.5–0.5%"),
+            "{text}"
+        );
+        assert!(
+            text.contains("noise by round: r1 steal 0.0% (server CPU 0.0%), server wait 0.5%; r2"),
+            "{text}"
+        );
+    }
+
     /// A header longer than the default column widens its column, so
     /// headers never run together.
     #[test]
