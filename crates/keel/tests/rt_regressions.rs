@@ -10,10 +10,13 @@ use std::time::Duration;
 use keel::{Handle, JoinHandle, Runtime, SpinPolicy};
 use support::{busy_for, wait_until, DropFlag, Signal};
 
-/// Resolves a handle whose runtime is gone, on a runtime of its own.
+/// Resolves a handle whose runtime is gone, on a runtime of its own. A
+/// handle that does not resolve within a minute belongs to a task stranded
+/// in a queue nobody will look at again: the test fails instead of hanging.
 fn resolve<T: Send + 'static>(handle: JoinHandle<T>) -> Result<T, keel::JoinError> {
     let rt = Runtime::builder().workers(1).build().unwrap();
-    rt.block_on(handle)
+    rt.block_on(keel::time::timeout(Duration::from_secs(60), handle))
+        .expect("the handle never resolved: its task was stranded")
 }
 
 /// Spawning from other threads while the runtime is dropped: every task is

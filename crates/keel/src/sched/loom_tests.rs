@@ -330,3 +330,38 @@ fn loom_two_workers_one_wake_one_timer() {
 fn loom_two_workers_timer_filed_by_a_worker() {
     run_model_with(2, 1, 1, true);
 }
+
+/// The shutdown drain against a push from outside the workers
+/// (`Shared::inject` against `Shared::drop_all_tasks`), with the injector
+/// modelled as a count of queued tasks, pushed with `Release` and taken
+/// with `AcqRel` as the lock-free queue does.
+///
+/// The pusher has already read `draining` as false (`Shared::schedule`);
+/// the drain sets it and takes what is queued. Without the pusher's second
+/// look after its push, the drain can take nothing and finish just before
+/// the push lands: the task is stranded and its handle never resolves.
+/// Every interleaving must end with nothing queued.
+#[test]
+fn loom_a_push_racing_the_drain_is_never_stranded() {
+    use loom::sync::atomic::AtomicBool;
+    loom::model(|| {
+        let draining = Arc::new(AtomicBool::new(false));
+        let queued = Arc::new(AtomicUsize::new(0));
+        let (d, q) = (draining.clone(), queued.clone());
+        let pusher = thread::spawn(move || {
+            if d.load(Acquire) {
+                return; // `schedule` drops the task itself.
+            }
+            q.fetch_add(1, Release);
+            fence(SeqCst);
+            if d.load(Relaxed) {
+                q.swap(0, AcqRel);
+            }
+        });
+        draining.store(true, SeqCst);
+        fence(SeqCst);
+        queued.swap(0, AcqRel);
+        pusher.join().unwrap();
+        assert_eq!(queued.load(SeqCst), 0, "a task was stranded in the queue");
+    });
+}

@@ -348,10 +348,26 @@ impl Shared {
     /// the place for tasks scheduled from outside the workers, and for
     /// every task once the runtime is stopping (the shutdown drain looks
     /// there).
+    ///
+    /// A push can race with the shutdown drain: [`Shared::schedule`] read
+    /// `draining` as false, then the drain set it, found the injectors
+    /// empty and finished, and only then did the push land, stranding the
+    /// task (its handle would never resolve). So after the push, and a
+    /// fence that pairs with the drain's, the pusher looks at `draining`
+    /// again: either the drain's look at the queues comes after the push
+    /// and takes it, or this look sees `draining` and drops what is queued
+    /// itself (see `loom_a_push_racing_the_drain_is_never_stranded`).
     pub(crate) fn inject(&self, runnable: Runnable) {
         let class = runnable.metadata().class.index();
         self.injectors[class].push(runnable);
-        self.notify_one();
+        // Orders the push before the reads of `draining` and of the idle
+        // state (the pusher's half of the drain protocol and of `idle`'s).
+        fence(Ordering::SeqCst);
+        if self.draining.load(Ordering::Relaxed) {
+            self.drop_queued();
+            return;
+        }
+        self.notify_after_fence();
     }
 
     /// Unparks one sleeping worker if no worker is searching.
@@ -359,6 +375,12 @@ impl Shared {
         // Orders the push that precedes this call before the read of the
         // idle state (the notifier's half of the protocol in `idle`).
         fence(Ordering::SeqCst);
+        self.notify_after_fence();
+    }
+
+    /// [`notify_one`](Self::notify_one) for a caller that has just issued
+    /// the `SeqCst` fence after its push.
+    fn notify_after_fence(&self) {
         if let Some(worker) = self.idle.worker_to_notify() {
             self.unpark(worker);
         }
@@ -444,6 +466,9 @@ impl Shared {
     /// queues still hold is dropped here.
     pub(crate) fn drop_all_tasks(&self) {
         self.draining.store(true, Ordering::SeqCst);
+        // Orders the store before the looks at the queues below (the
+        // drain's half of the protocol in `inject`).
+        fence(Ordering::SeqCst);
         // A task that is being polled right now (the one dropping its own
         // runtime) cannot be dropped from inside its poll: it is dropped
         // when that poll ends and it is scheduled or completes. So stop
@@ -454,9 +479,7 @@ impl Shared {
             for waker in self.registry.wakers() {
                 waker.wake();
             }
-            while let Some(runnable) = self.pop_any() {
-                drop_task(runnable);
-            }
+            self.drop_queued();
             idle_rounds = if self.registry.len() < before {
                 0
             } else {
@@ -481,6 +504,15 @@ impl Shared {
         }
     }
 
+    /// Drops every task the queues hold (once draining).
+    fn drop_queued(&self) {
+        while let Some(runnable) = self.pop_any() {
+            drop_task(runnable);
+        }
+    }
+
+    /// Takes a task from any queue: the injectors first, then the workers'
+    /// lanes.
     fn pop_any(&self) -> Option<Runnable> {
         let injected = self.injectors.iter().find_map(|q| match q.steal() {
             Steal::Success(runnable) => Some(runnable),
