@@ -132,7 +132,7 @@ struct PhaseRecord {
     window_s: f64,
     /// keel: per worker, the share of the loaded window each state took.
     worker_states: Option<Vec<[f64; 6]>>,
-    /// The host's noise over the loaded window.
+    /// The host's noise, the worse of the alone and the loaded windows.
     noise: Noise,
 }
 
@@ -260,6 +260,7 @@ fn measure(config: &S3Config, variant: Variant, bar: &PhaseBar) -> Result<PhaseR
     std::thread::sleep(SETTLE);
 
     bar.step("probing the admin alone");
+    let alone_start = mark(&mut proxy, bar)?;
     let idle = load(
         config,
         &addrs.addr.to_string(),
@@ -292,7 +293,10 @@ fn measure(config: &S3Config, variant: Variant, bar: &PhaseBar) -> Result<PhaseR
         cpu_s: measured.cpu_s,
         window_s: measured.window_s,
         worker_states: charts::keel_worker_states(&start.mark.runtime, &end.mark.runtime),
-        noise: measured.noise,
+        noise: alone_start
+            .to(&start, &config.run.placement.server)
+            .noise
+            .worst(measured.noise),
     })
 }
 
