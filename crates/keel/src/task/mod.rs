@@ -23,15 +23,18 @@
 //!
 //! Dropping a [`JoinHandle`] detaches the task: it runs to completion and
 //! its output is dropped. This is what users of other Rust runtimes expect.
+//! A [`JoinSet`] owns a group of tasks instead: dropping it aborts them.
 
 mod builder;
 pub(crate) mod coop;
 mod join;
+mod join_set;
 pub(crate) mod registry;
 mod yield_now;
 
 pub use builder::TaskBuilder;
 pub use join::{JoinError, JoinHandle};
+pub use join_set::JoinSet;
 pub use yield_now::{yield_now, YieldNow};
 
 use std::any::Any;
