@@ -230,3 +230,78 @@ fn build(mut function: ItemFn, options: Options, kind: Kind) -> syn::Result<Toke
         }
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::{expand, Kind, TokenStream2};
+
+    fn expand_str(args: &str, item: &str, kind: Kind) -> String {
+        let args: TokenStream2 = args.parse().unwrap();
+        let item: TokenStream2 = item.parse().unwrap();
+        expand(args, item, kind).to_string()
+    }
+
+    /// The message of the `compile_error!` an expansion carries, if any.
+    fn error_of(expanded: &str) -> Option<String> {
+        let start = expanded.find("compile_error !")?;
+        let rest = &expanded[start..];
+        let open = rest.find('"')? + 1;
+        let close = rest[open..].find('"')? + open;
+        Some(rest[open..close].to_string())
+    }
+
+    #[test]
+    fn options_become_builder_calls() {
+        let out = expand_str(
+            "workers = 3, spin = \"medium\"",
+            "async fn main() {}",
+            Kind::Main,
+        );
+        assert_eq!(error_of(&out), None, "{out}");
+        assert!(out.contains(". workers (3usize)"), "{out}");
+        assert!(out.contains("SpinPolicy :: Medium"), "{out}");
+        assert!(out.contains("block_on"), "{out}");
+        assert!(!out.contains("async fn main"), "{out}");
+    }
+
+    #[test]
+    fn a_test_gets_the_test_attribute_and_a_class_spawns_the_body() {
+        let out = expand_str("class = \"bulk\"", "async fn t() {}", Kind::Test);
+        assert_eq!(error_of(&out), None, "{out}");
+        assert!(out.contains("test"), "{out}");
+        assert!(out.contains("spawn_in"), "{out}");
+        assert!(out.contains("\"bulk\""), "{out}");
+    }
+
+    #[test]
+    fn bad_options_are_compile_errors_that_keep_the_item() {
+        for (args, message) in [
+            ("threads = 2", "unknown option"),
+            ("workers = 0", "at least 1"),
+            ("workers = \"two\"", "expected an integer"),
+            ("spin = \"fast\"", "`spin` is one of"),
+            ("spin = 3", "expected a string"),
+            ("workers", "expected `=`"),
+        ] {
+            let out = expand_str(args, "async fn main() {}", Kind::Main);
+            let error = error_of(&out).unwrap_or_default();
+            assert!(error.contains(message), "{args}: {error:?} in {out}");
+            assert!(out.contains("async fn main"), "the item is kept: {out}");
+        }
+    }
+
+    #[test]
+    fn functions_that_cannot_be_run_are_compile_errors() {
+        for (item, message) in [
+            ("fn main() {}", "needs an `async fn`"),
+            ("async fn main(x: u8) {}", "no arguments"),
+            ("async fn main<T>() {}", "not be generic"),
+        ] {
+            let out = expand_str("", item, Kind::Main);
+            let error = error_of(&out).unwrap_or_default();
+            assert!(error.contains(message), "{item}: {error:?}");
+        }
+        let out = expand_str("", "struct NotAFunction;", Kind::Test);
+        assert!(error_of(&out).is_some(), "{out}");
+    }
+}

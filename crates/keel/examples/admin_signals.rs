@@ -37,9 +37,7 @@ async fn main() -> io::Result<()> {
     let mut args = std::env::args().skip(1);
     let app_addr = args.next().unwrap_or_else(|| "127.0.0.1:7000".into());
     let admin_addr = args.next().unwrap_or_else(|| "127.0.0.1:9090".into());
-    let socket_path = args
-        .next()
-        .unwrap_or_else(|| "/tmp/keel-stats.sock".into());
+    let socket_path = args.next().unwrap_or_else(|| "/tmp/keel-stats.sock".into());
 
     // Listen for the signals first, so that one arriving during start-up
     // already means "shut down" rather than the default action.
@@ -96,7 +94,10 @@ async fn main() -> io::Result<()> {
     })
     .await;
     if drained.is_err() {
-        println!("{} connections still open after {DRAIN:?}: closing them", connections.len());
+        println!(
+            "{} connections still open after {DRAIN:?}: closing them",
+            connections.len()
+        );
         connections.shutdown().await;
     }
     stats_task.abort();

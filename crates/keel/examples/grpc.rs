@@ -22,7 +22,12 @@ use keel::signal::unix::{signal, SignalKind};
 #[keel::main(workers = 2)]
 async fn main() -> io::Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    match args.iter().map(String::as_str).collect::<Vec<_>>().as_slice() {
+    match args
+        .iter()
+        .map(String::as_str)
+        .collect::<Vec<_>>()
+        .as_slice()
+    {
         ["serve", addr] => run_server(addr).await,
         ["call", addr, name, count] => {
             let addr = addr.parse().map_err(io::Error::other)?;

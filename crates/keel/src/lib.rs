@@ -74,6 +74,28 @@ pub mod wal;
 
 pub use runtime::{Builder, Handle, Runtime, SpinPolicy};
 
+/// Waits on several futures at once: `select!` takes the first to finish
+/// (each branch must be fused: `FutureExt::fuse`), `select_biased!` tries
+/// the branches in order, `join!` waits for all. These are
+/// `futures-util`'s macros, re-exported (feature `macros`).
+///
+/// ```
+/// use futures_util::FutureExt;
+/// use std::time::Duration;
+///
+/// # let rt = keel::Runtime::new().unwrap();
+/// # rt.block_on(async {
+/// let (a, b) = keel::join!(async { 1 }, async { 2 });
+/// assert_eq!(a + b, 3);
+/// let winner = keel::select! {
+///     _ = keel::time::sleep(Duration::from_secs(60)).fuse() => "timer",
+///     _ = async {}.fuse() => "ready",
+/// };
+/// assert_eq!(winner, "ready");
+/// # });
+/// ```
+#[cfg(feature = "macros")]
+pub use futures_util::{join, select, select_biased};
 /// Runs `async fn main` on a keel runtime: `#[keel::main(workers = 2,
 /// spin = "short", class = "urgent")]`, every option optional (feature
 /// `macros`, on by default).
@@ -111,28 +133,6 @@ pub use keel_macros::main;
 /// ```
 #[cfg(feature = "macros")]
 pub use keel_macros::test;
-/// Waits on several futures at once: `select!` takes the first to finish
-/// (each branch must be fused: `FutureExt::fuse`), `select_biased!` tries
-/// the branches in order, `join!` waits for all. These are
-/// `futures-util`'s macros, re-exported (feature `macros`).
-///
-/// ```
-/// use futures_util::FutureExt;
-/// use std::time::Duration;
-///
-/// # let rt = keel::Runtime::new().unwrap();
-/// # rt.block_on(async {
-/// let (a, b) = keel::join!(async { 1 }, async { 2 });
-/// assert_eq!(a + b, 3);
-/// let winner = keel::select! {
-///     _ = keel::time::sleep(Duration::from_secs(60)).fuse() => "timer",
-///     _ = async {}.fuse() => "ready",
-/// };
-/// assert_eq!(winner, "ready");
-/// # });
-/// ```
-#[cfg(feature = "macros")]
-pub use futures_util::{join, select, select_biased};
 pub use sched::{Class, MAX_CLASSES};
 pub use task::{yield_now, JoinError, JoinHandle, TaskBuilder, TaskId, YieldNow};
 

@@ -30,7 +30,11 @@ fn app() -> Router {
 
 /// Starts the app; returns its address, the trigger of its shutdown and
 /// the serving task (which yields how many connections outlived the drain).
-fn start() -> (SocketAddr, oneshot::Sender<()>, JoinHandle<std::io::Result<usize>>) {
+fn start() -> (
+    SocketAddr,
+    oneshot::Sender<()>,
+    JoinHandle<std::io::Result<usize>>,
+) {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
     let (stop, stopped) = oneshot::channel::<()>();
@@ -67,9 +71,15 @@ fn axum_answers_http1_and_http2_clients_on_keel() {
             assert_eq!(response.status(), StatusCode::OK);
             assert_eq!(body_text(response).await, "Hello, world!");
         }
-        let response = h1.send_request(get_request(addr, "/hello/keel")).await.unwrap();
+        let response = h1
+            .send_request(get_request(addr, "/hello/keel"))
+            .await
+            .unwrap();
         assert_eq!(body_text(response).await, "Hello, keel!");
-        let response = h1.send_request(get_request(addr, "/missing")).await.unwrap();
+        let response = h1
+            .send_request(get_request(addr, "/missing"))
+            .await
+            .unwrap();
         assert_eq!(response.status(), StatusCode::NOT_FOUND);
 
         // HTTP/2 (prior knowledge), concurrent streams on one connection.

@@ -66,7 +66,10 @@ fn tls_handshake_and_echo_over_tokio_rustls_on_keel() {
             let (read, mut write) = tokio::io::split(tls);
             let mut lines = BufReader::new(read).lines();
             while let Some(line) = lines.next_line().await.unwrap() {
-                write.write_all(format!("echo: {line}\n").as_bytes()).await.unwrap();
+                write
+                    .write_all(format!("echo: {line}\n").as_bytes())
+                    .await
+                    .unwrap();
             }
             write.shutdown().await.unwrap();
         });
@@ -80,7 +83,9 @@ fn tls_handshake_and_echo_over_tokio_rustls_on_keel() {
         let name = ServerName::try_from("localhost").unwrap();
         let mut tls = connector.connect(name, stream).await.unwrap();
         let big = "x".repeat(100_000);
-        tls.write_all(format!("hello\n{big}\n").as_bytes()).await.unwrap();
+        tls.write_all(format!("hello\n{big}\n").as_bytes())
+            .await
+            .unwrap();
         tls.shutdown().await.unwrap();
         let mut answer = String::new();
         tls.read_to_string(&mut answer).await.unwrap();
@@ -119,7 +124,9 @@ fn a_framed_codec_runs_over_keel_streams() {
         let mut a = Framed::new(a, LinesCodec::new());
         let mut b = Framed::new(b, LinesCodec::new_with_max_length(16));
         a.send("short").await.unwrap();
-        a.send("a line far longer than sixteen bytes").await.unwrap();
+        a.send("a line far longer than sixteen bytes")
+            .await
+            .unwrap();
         assert_eq!(b.next().await.unwrap().unwrap(), "short");
         assert!(matches!(
             b.next().await.unwrap(),

@@ -41,7 +41,10 @@ fn unary_and_server_streaming_calls_on_keel() {
             .await
             .unwrap_err();
         assert_eq!(status.code(), Code::OutOfRange);
-        assert_eq!(client.say_hello("again").await.unwrap().message, "Hello, again!");
+        assert_eq!(
+            client.say_hello("again").await.unwrap().message,
+            "Hello, again!"
+        );
 
         // Many clients at once, each on its own HTTP/2 connection.
         let calls: Vec<_> = (0..16)

@@ -21,7 +21,9 @@ fn a_host_name_is_resolved_on_the_blocking_pool() {
         let accept = keel::spawn(async move { listener.accept().await.map(|_| ()) });
         // `localhost` may resolve to ::1 first, where nothing listens:
         // connect tries each address in turn.
-        let stream = TcpStream::connect(format!("localhost:{port}")).await.unwrap();
+        let stream = TcpStream::connect(format!("localhost:{port}"))
+            .await
+            .unwrap();
         assert!(stream.peer_addr().unwrap().ip().is_loopback());
         accept.await.unwrap().unwrap();
         let addrs: Vec<_> = lookup_host(("localhost", port)).await.unwrap().collect();

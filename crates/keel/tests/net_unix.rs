@@ -84,7 +84,10 @@ fn a_path_too_long_is_refused_with_its_name_and_the_runtime_serves_on() {
     rt.block_on(async {
         let error = UnixListener::bind(&long).unwrap_err();
         assert_eq!(error.kind(), ErrorKind::InvalidInput, "{error}");
-        assert!(error.to_string().contains("kkkk"), "names the path: {error}");
+        assert!(
+            error.to_string().contains("kkkk"),
+            "names the path: {error}"
+        );
         let error = UnixStream::connect(&long).await.unwrap_err();
         assert_eq!(error.kind(), ErrorKind::InvalidInput, "{error}");
         // Still serving: a good path binds.

@@ -123,7 +123,9 @@ fn dropping_a_join_set_aborts_its_tasks() {
         });
         drop(set);
     });
-    wait_until("the aborted task is dropped", || dropped.load(Ordering::SeqCst));
+    wait_until("the aborted task is dropped", || {
+        dropped.load(Ordering::SeqCst)
+    });
 }
 
 #[test]

@@ -51,7 +51,9 @@ fn deliveries_before_a_recv_merge_into_one() {
         timeout(PATIENCE, hup.recv()).await.unwrap().unwrap();
         // All three were taken by that one recv (each wrote one byte, and a
         // recv reads up to 64): nothing more is pending.
-        assert!(timeout(Duration::from_millis(50), hup.recv()).await.is_err());
+        assert!(timeout(Duration::from_millis(50), hup.recv())
+            .await
+            .is_err());
     });
 }
 
@@ -75,7 +77,13 @@ fn a_signal_registered_twice_wakes_both_listeners_and_one_may_leave() {
 fn signals_that_cannot_be_listened_for_are_refused_without_a_panic() {
     let rt = runtime();
     rt.block_on(async {
-        for signum in [libc::SIGKILL, libc::SIGSTOP, libc::SIGSEGV, libc::SIGILL, libc::SIGFPE] {
+        for signum in [
+            libc::SIGKILL,
+            libc::SIGSTOP,
+            libc::SIGSEGV,
+            libc::SIGILL,
+            libc::SIGFPE,
+        ] {
             let error = signal(SignalKind::from_raw(signum)).unwrap_err();
             assert_eq!(error.kind(), ErrorKind::InvalidInput, "{signum}: {error}");
             assert!(error.to_string().contains(&signum.to_string()), "{error}");
@@ -103,7 +111,10 @@ fn ctrl_c_resolves_on_sigint() {
         // raise until it has resolved (bounded).
         let deadline = std::time::Instant::now() + PATIENCE;
         while !ctrl_c.is_finished() {
-            assert!(std::time::Instant::now() < deadline, "ctrl_c never resolved");
+            assert!(
+                std::time::Instant::now() < deadline,
+                "ctrl_c never resolved"
+            );
             raise(libc::SIGINT);
             keel::time::sleep(Duration::from_millis(10)).await;
         }

@@ -241,10 +241,12 @@ impl GreeterClient {
 pub async fn connect(addr: std::net::SocketAddr) -> std::io::Result<GreeterClient> {
     let stream = keel::net::TcpStream::connect(addr).await?;
     stream.set_nodelay(true)?;
-    let (sender, connection) =
-        hyper::client::conn::http2::handshake(keel::compat::hyper::HyperExecutor::current(), stream)
-            .await
-            .map_err(std::io::Error::other)?;
+    let (sender, connection) = hyper::client::conn::http2::handshake(
+        keel::compat::hyper::HyperExecutor::current(),
+        stream,
+    )
+    .await
+    .map_err(std::io::Error::other)?;
     keel::spawn(async move {
         let _ = connection.await;
     });

@@ -48,9 +48,9 @@ use std::task::{ready, Context, Poll};
 use futures_io::AsyncWrite as FuturesWrite;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
-use crate::net::{OwnedReadHalf, OwnedWriteHalf, TcpStream};
 #[cfg(unix)]
 use crate::net::UnixStream;
+use crate::net::{OwnedReadHalf, OwnedWriteHalf, TcpStream};
 
 /// Reads into `buf`'s unfilled part with `read`, which receives into
 /// memory that may be uninitialised and returns how many bytes it wrote.

@@ -35,8 +35,8 @@ mod udp;
 #[cfg(unix)]
 mod unix;
 
-pub(crate) use batch::BatchMode;
 pub use addr::{lookup_host, ToSocketAddrs};
+pub(crate) use batch::BatchMode;
 pub use batch::BatchPolicy;
 pub use tcp::listener::{TcpListenOptions, TcpListener, DEFAULT_BACKLOG};
 pub use tcp::split::{OwnedReadHalf, OwnedWriteHalf};

@@ -199,11 +199,16 @@ impl Runtime {
     ///
     /// let rt = keel::Runtime::builder().workers(1).build().unwrap();
     /// // A closure that will not finish soon keeps a pool thread busy.
-    /// let (tx, rx) = std::sync::mpsc::channel::<()>();
-    /// drop(rt.spawn_blocking(move || rx.recv()));
+    /// let (started, running) = std::sync::mpsc::channel::<()>();
+    /// let (release, wait) = std::sync::mpsc::channel::<()>();
+    /// drop(rt.spawn_blocking(move || {
+    ///     started.send(()).unwrap();
+    ///     wait.recv()
+    /// }));
+    /// running.recv().unwrap();
     /// let clean = rt.shutdown_timeout(Duration::from_millis(50));
     /// assert!(!clean); // the pool thread was left running
-    /// drop(tx);
+    /// drop(release);
     /// ```
     pub fn shutdown_timeout(mut self, timeout: Duration) -> bool {
         self.shut_down = true;

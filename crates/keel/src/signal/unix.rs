@@ -131,11 +131,10 @@ pub fn signal(kind: SignalKind) -> io::Result<Signal> {
             format!("cannot listen for signal {signum}: {error}"),
         )
     })?;
-    let io = IoSource::new(shared, mio::net::UnixStream::from_std(read), false).inspect_err(
-        |_| {
+    let io =
+        IoSource::new(shared, mio::net::UnixStream::from_std(read), false).inspect_err(|_| {
             signal_hook::low_level::unregister(id);
-        },
-    )?;
+        })?;
     Ok(Signal { kind, id, io })
 }
 

@@ -14,8 +14,8 @@ use socket2::SockRef;
 use super::split::{OwnedReadHalf, OwnedWriteHalf};
 use crate::io::readiness::Direction;
 use crate::io::source::{current_runtime, IoSource};
-use crate::net::batch::reader::BatchCell;
 use crate::net::addr::{resolve, target};
+use crate::net::batch::reader::BatchCell;
 use crate::net::{BatchMode, BatchPolicy, ToSocketAddrs};
 use crate::sched::Shared;
 

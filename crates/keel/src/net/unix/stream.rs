@@ -149,9 +149,8 @@ impl UnixStream {
         buf: &mut [std::mem::MaybeUninit<u8>],
     ) -> Poll<io::Result<usize>> {
         let len = buf.len();
-        self.io.poll_stream_read(cx, len, |socket| {
-            crate::net::recv_uninit(socket, buf)
-        })
+        self.io
+            .poll_stream_read(cx, len, |socket| crate::net::recv_uninit(socket, buf))
     }
 
     fn poll_read_vectored_priv(
