@@ -49,7 +49,6 @@ fn unary_and_server_streaming_calls_on_keel() {
         // Many clients at once, each on its own HTTP/2 connection.
         let calls: Vec<_> = (0..16)
             .map(|i| {
-                let addr = addr;
                 keel::spawn(async move {
                     let mut client = greeter::connect(addr).await.unwrap();
                     client.say_hello(&format!("n{i}")).await.unwrap().message

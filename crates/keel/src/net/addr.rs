@@ -24,8 +24,8 @@ use crate::Handle;
 pub(crate) use sealed::Target;
 
 /// An address that keel's connecting calls accept: a literal address, or
-/// a host name with a port, resolved off the workers (see the
-/// [module docs](self)).
+/// a host name with a port, resolved off the workers (see
+/// [`lookup_host`]).
 ///
 /// Implemented for [`SocketAddr`], [`SocketAddrV4`], [`SocketAddrV6`],
 /// `(IpAddr, u16)`, `(Ipv4Addr, u16)`, `(Ipv6Addr, u16)`, `(&str, u16)`,
