@@ -8,7 +8,8 @@
 //! curl --http2-prior-knowledge http://127.0.0.1:3000/hello/keel
 //! ```
 //!
-//! `axum_tokio` is the same app on tokio (`axum::serve`), for comparison.
+//! `axum_tokio` is the same app on tokio (`axum::serve`), for comparison;
+//! `axum_vs_tokio.sh` runs wrk against both, rounds interleaved.
 
 #[path = "common/serve.rs"]
 mod serve;
