@@ -28,22 +28,17 @@ async fn a_test_may_return_a_result() -> std::io::Result<()> {
 
 #[keel::test(workers = 2, class = "urgent")]
 async fn the_class_option_runs_the_body_as_a_task_of_that_class() {
-    // Tasks spawned from the body inherit its class: their polls show up
-    // in the urgent class's count once a worker publishes it.
-    for _ in 0..10 {
-        keel::spawn(async {}).await.unwrap();
-    }
-    let handle = Handle::current();
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    loop {
-        let stats = handle.stats();
-        if stats.classes[Class::URGENT.index()].polls >= 10 {
-            assert_eq!(stats.classes[Class::NORMAL.index()].polls, 0);
-            break;
-        }
-        assert!(std::time::Instant::now() < deadline, "{stats:?}");
-        keel::time::sleep(Duration::from_millis(5)).await;
-    }
+    assert_eq!(Class::current(), Some(Class::URGENT));
+    // Tasks spawned from the body inherit its class.
+    let child = keel::spawn(async { Class::current() }).await.unwrap();
+    assert_eq!(child, Some(Class::URGENT));
+}
+
+#[keel::test(workers = 1)]
+async fn without_the_class_option_the_body_runs_outside_any_task() {
+    assert_eq!(Class::current(), None);
+    let child = keel::spawn(async { Class::current() }).await.unwrap();
+    assert_eq!(child, Some(Class::NORMAL));
 }
 
 #[keel::test(class = "bulk")]

@@ -77,10 +77,9 @@ where
             .into_owned();
         let connection = graceful.watch(connection);
         keel::spawn(async move {
-            if let Err(error) = connection.await {
-                // A client that goes away mid-request is routine.
-                let _ = error;
-            }
+            // An error is a client that went away or spoke badly (hyper
+            // has answered 400 if it could): routine, nothing to do.
+            let _ = connection.await;
         });
     }
     drop(listener);

@@ -212,7 +212,11 @@ impl Runtime {
     /// ```
     pub fn shutdown_timeout(mut self, timeout: Duration) -> bool {
         self.shut_down = true;
-        let deadline = Instant::now() + timeout;
+        // A timeout too large for the clock means: wait as long as it takes
+        // (136 years stand in for that).
+        let deadline = Instant::now()
+            .checked_add(timeout)
+            .unwrap_or_else(|| Instant::now() + Duration::from_secs(u32::MAX.into()));
         let shared = self.handle.shared.clone();
         shared.registry.close();
         shared.blocking.shutdown();

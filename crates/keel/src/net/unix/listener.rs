@@ -104,9 +104,10 @@ fn remove_if_stale(path: &Path) -> io::Result<()> {
     if !metadata.file_type().is_socket() {
         return Err(in_use());
     }
-    // A blocking connect to a Unix socket returns at once: accepted (or
-    // queued in the backlog) by a live listener, refused by a stale file.
-    match std::os::unix::net::UnixStream::connect(path) {
+    // A non-blocking connect answers at once: accepted (or queued) by a
+    // live listener, `WouldBlock` from a live one whose backlog is full,
+    // refused by a stale file.
+    match mio::net::UnixStream::connect(path) {
         Err(error) if error.kind() == io::ErrorKind::ConnectionRefused => {
             std::fs::remove_file(path)
         }

@@ -142,7 +142,7 @@ impl UnixStream {
     /// A read into memory that may be uninitialised: the bytes are
     /// received straight into `buf` by `recv(2)`. On `Ready(Ok(n))` the
     /// first `n` bytes of `buf` are initialised.
-    #[cfg(feature = "tokio-io")]
+    #[cfg(any(feature = "hyper", feature = "tokio-io"))]
     pub(crate) fn poll_read_uninit(
         &self,
         cx: &mut Context<'_>,
