@@ -4,7 +4,7 @@
 //! `hyper::rt`; this module implements them:
 //!
 //! - `Read` and `Write` for [`TcpStream`] and
-//!   [`UnixStream`](crate::net::UnixStream) themselves (HTTP over a Unix
+//!   [`UnixStream`] themselves (HTTP over a Unix
 //!   socket: a local control endpoint), and for any other
 //!   `futures-io` stream wrapped in [`HyperIo`];
 //! - `Executor` with [`HyperExecutor`], which spawns hyper's background
