@@ -28,6 +28,16 @@ fn app() -> Router {
         )
 }
 
+/// Sends `request` on an HTTP/1 connection once it is ready for one: after
+/// a response, the connection task must first see its end.
+async fn send1(
+    sender: &mut hyper::client::conn::http1::SendRequest<Empty<Bytes>>,
+    request: Request<Empty<Bytes>>,
+) -> hyper::Response<hyper::body::Incoming> {
+    sender.ready().await.unwrap();
+    sender.send_request(request).await.unwrap()
+}
+
 /// Starts the app; returns its address, the trigger of its shutdown and
 /// the serving task (which yields how many connections outlived the drain).
 fn start() -> (
@@ -67,19 +77,13 @@ fn axum_answers_http1_and_http2_clients_on_keel() {
         let (mut h1, connection) = hyper::client::conn::http1::handshake(stream).await.unwrap();
         let h1_connection = keel::spawn(connection);
         for _ in 0..3 {
-            let response = h1.send_request(get_request(addr, "/")).await.unwrap();
+            let response = send1(&mut h1, get_request(addr, "/")).await;
             assert_eq!(response.status(), StatusCode::OK);
             assert_eq!(body_text(response).await, "Hello, world!");
         }
-        let response = h1
-            .send_request(get_request(addr, "/hello/keel"))
-            .await
-            .unwrap();
+        let response = send1(&mut h1, get_request(addr, "/hello/keel")).await;
         assert_eq!(body_text(response).await, "Hello, keel!");
-        let response = h1
-            .send_request(get_request(addr, "/missing"))
-            .await
-            .unwrap();
+        let response = send1(&mut h1, get_request(addr, "/missing")).await;
         assert_eq!(response.status(), StatusCode::NOT_FOUND);
 
         // HTTP/2 (prior knowledge), concurrent streams on one connection.
@@ -140,7 +144,7 @@ fn a_malformed_request_gets_400_and_the_server_serves_on() {
         let stream = TcpStream::connect(addr).await.unwrap();
         let (mut h1, connection) = hyper::client::conn::http1::handshake(stream).await.unwrap();
         keel::spawn(connection);
-        let response = h1.send_request(get_request(addr, "/")).await.unwrap();
+        let response = send1(&mut h1, get_request(addr, "/")).await;
         assert_eq!(body_text(response).await, "Hello, world!");
         drop(h1);
         stop.send(()).unwrap();

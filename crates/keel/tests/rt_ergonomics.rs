@@ -102,22 +102,13 @@ fn a_join_set_yields_outputs_as_tasks_finish() {
     });
 }
 
-/// Sets its flag when dropped: shows that a task's future was dropped.
-struct Dropped(Arc<AtomicBool>);
-
-impl Drop for Dropped {
-    fn drop(&mut self) {
-        self.0.store(true, Ordering::SeqCst);
-    }
-}
-
 #[test]
 fn dropping_a_join_set_aborts_its_tasks() {
     let rt = Runtime::builder().workers(2).build().unwrap();
     let dropped = Arc::new(AtomicBool::new(false));
     rt.block_on(async {
         let mut set = JoinSet::new();
-        let guard = Dropped(dropped.clone());
+        let guard = support::DropFlag(dropped.clone());
         set.spawn(async move {
             let _guard = guard;
             keel::time::sleep(Duration::from_secs(3600)).await;
