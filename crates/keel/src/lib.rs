@@ -23,7 +23,8 @@
 //!
 //! - [`runtime`]: [`Builder`], [`Runtime`], [`Handle`] and shutdown.
 //! - `sched`: the worker loop, class selection, queues, parking.
-//! - `task`: tasks on `async-task`, [`JoinHandle`], [`yield_now`].
+//! - [`task`]: tasks on `async-task`, [`JoinHandle`], [`yield_now`],
+//!   [`task::JoinSet`].
 //! - [`net`]: TCP and UDP sockets; TCP input delivered in batches rather
 //!   than per packet when asked ([`net::batch`]).
 //! - [`stats`]: per-worker state accounting and snapshots.
@@ -37,6 +38,19 @@
 //!   the `hyper` feature).
 //! - `admin` (feature `admin`): the built-in admin endpoint, `/metrics`,
 //!   `/stats`, `/status` and `/health` over HTTP, in the urgent class.
+//! - [`signal`]: `SIGTERM`, Ctrl-C and other signals as futures, for a
+//!   graceful shutdown.
+//! - [`macro@main`], [`macro@test`], [`select!`], [`join!`] (feature
+//!   `macros`, on by default).
+//!
+//! # Features
+//!
+//! | feature | default | what it adds |
+//! |---|---|---|
+//! | `macros` | on | `#[keel::main]`, `#[keel::test]`, `select!`, `join!` (builds `syn`) |
+//! | `hyper` | off | `compat::hyper`: hyper 1.x's runtime traits, so hyper, hyper-util, axum and tonic services serve on keel |
+//! | `tokio-io` | off | `compat::tokio`: tokio's `AsyncRead`/`AsyncWrite` for keel's streams, with no tokio runtime (tokio-rustls, tokio-util codecs) |
+//! | `admin` | off | the admin endpoint |
 
 #![warn(missing_docs)]
 #![deny(unsafe_op_in_unsafe_fn)]
@@ -51,13 +65,74 @@ pub(crate) mod loom;
 pub mod net;
 pub mod runtime;
 pub(crate) mod sched;
+pub mod signal;
 pub mod stats;
-pub(crate) mod task;
+pub mod task;
 pub mod time;
 #[cfg(unix)]
 pub mod wal;
 
 pub use runtime::{Builder, Handle, Runtime, SpinPolicy};
+
+/// Waits on several futures at once: `select!` takes the first to finish
+/// (each branch must be fused: `FutureExt::fuse`), `select_biased!` tries
+/// the branches in order, `join!` waits for all. These are
+/// `futures-util`'s macros, re-exported (feature `macros`).
+///
+/// ```
+/// use futures_util::FutureExt;
+/// use std::time::Duration;
+///
+/// # let rt = keel::Runtime::new().unwrap();
+/// # rt.block_on(async {
+/// let (a, b) = keel::join!(async { 1 }, async { 2 });
+/// assert_eq!(a + b, 3);
+/// let winner = keel::select! {
+///     _ = keel::time::sleep(Duration::from_secs(60)).fuse() => "timer",
+///     _ = async {}.fuse() => "ready",
+/// };
+/// assert_eq!(winner, "ready");
+/// # });
+/// ```
+#[cfg(feature = "macros")]
+pub use futures_util::{join, select, select_biased};
+/// Runs `async fn main` on a keel runtime: `#[keel::main(workers = 2,
+/// spin = "short", class = "urgent")]`, every option optional (feature
+/// `macros`, on by default).
+///
+/// - `workers = N`: worker threads (default: the available CPUs);
+/// - `spin = "none" | "short" | "medium" | "long"` (default `"none"`);
+/// - `class = "name"`: run the body as a task in that class rather than
+///   on the main thread; the body must then be `Send + 'static`.
+///
+/// ```
+/// #[keel::main(workers = 2)]
+/// async fn main() -> std::io::Result<()> {
+///     let listener = keel::net::TcpListener::bind("127.0.0.1:0")?;
+///     let port = keel::spawn(async move { listener.local_addr().map(|a| a.port()) });
+///     assert_ne!(port.await.unwrap()?, 0);
+///     Ok(())
+/// }
+/// # // The doctest harness calls `main` itself when it is defined.
+/// ```
+///
+/// The expansion builds the runtime with [`Runtime::builder`] and the
+/// options and calls [`Runtime::block_on`]; it panics if the runtime
+/// cannot be built.
+#[cfg(feature = "macros")]
+pub use keel_macros::main;
+/// Runs an `async fn` test on a keel runtime of its own: `#[keel::test]`
+/// or `#[keel::test(workers = 1, spin = "short", class = "bulk")]`, with
+/// the options of [`macro@main`] (feature `macros`).
+///
+/// ```
+/// #[keel::test(workers = 1)]
+/// async fn answers() {
+///     assert_eq!(keel::spawn(async { 42 }).await.unwrap(), 42);
+/// }
+/// ```
+#[cfg(feature = "macros")]
+pub use keel_macros::test;
 pub use sched::{Class, MAX_CLASSES};
 pub use task::{yield_now, JoinError, JoinHandle, TaskBuilder, TaskId, YieldNow};
 

@@ -1,13 +1,17 @@
 //! Compile-time checks that keel's public types can cross threads: the
 //! runtime, its handle, join handles and errors, stats, the builder's
-//! types, the blocking pool's future and files are all `Send + Sync` (and
+//! types, the blocking pool's future and files, Unix sockets, signal
+//! listeners and join sets are all `Send + Sync` (and
 //! `JoinHandle` and `Unblock` are `Unpin`, so they can be polled without
 //! pinning). A regression fails to compile; the single test
 //! only makes the file count as a test target.
 
 use keel::blocking::Unblock;
 use keel::fs::{File, OpenOptions};
+use keel::net::{UnixListener, UnixStream};
+use keel::signal::unix::{Signal, SignalKind};
 use keel::stats::{BlockingStats, ClassStats, QueueDelay, Stats, WorkerStats};
+use keel::task::JoinSet;
 use keel::{Builder, Class, Handle, JoinError, JoinHandle, Runtime, SpinPolicy, TaskId, YieldNow};
 
 fn is_send<T: Send>() {}
@@ -42,6 +46,26 @@ fn assert_public_types_are_send_and_sync() {
     is_unpin::<JoinHandle<i32>>();
     // A JoinHandle can be awaited from another thread's future.
     is_send::<JoinHandle<String>>();
+    is_send_sync::<UnixListener>();
+    is_send_sync::<UnixStream>();
+    is_send_sync::<Signal>();
+    is_send_sync::<SignalKind>();
+    is_send_sync::<JoinSet<i32>>();
+    is_unpin::<JoinSet<i32>>();
+}
+
+/// The futures of connecting and resolving can be spawned: they are
+/// `Send` for the address types users pass.
+fn connect_futures_are_send() {
+    fn is_send_future<F: std::future::Future + Send>(_: F) {}
+    is_send_future(keel::net::TcpStream::connect("localhost:80"));
+    is_send_future(keel::net::TcpStream::connect(String::from("a:1")));
+    is_send_future(keel::net::TcpStream::connect(("localhost", 80)));
+    is_send_future(keel::net::lookup_host("localhost:80"));
+    is_send_future(keel::net::UnixStream::connect("/tmp/x.sock"));
+    is_send_future(keel::signal::ctrl_c());
+    let mut set = JoinSet::<()>::new();
+    is_send_future(set.join_next());
 }
 
 /// `JoinError` is a thread-safe error: it boxes into `Box<dyn Error + Send
@@ -55,4 +79,5 @@ fn join_error_converts_into_threadsafe_errors() {
 fn public_types_are_send_and_sync() {
     assert_public_types_are_send_and_sync();
     join_error_converts_into_threadsafe_errors();
+    connect_futures_are_send();
 }

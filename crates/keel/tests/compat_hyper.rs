@@ -231,3 +231,38 @@ fn executor_rejects_a_class_the_runtime_lacks() {
     let outcome = std::panic::catch_unwind(move || HyperExecutor::new(handle).class(extra));
     assert!(outcome.is_err(), "a class of another runtime is refused");
 }
+
+#[test]
+fn http1_over_a_unix_socket() {
+    within(Duration::from_secs(60), || {
+        let rt = runtime();
+        rt.block_on(async {
+            let path = std::env::temp_dir().join(format!("keel-hyper-{}.sock", std::process::id()));
+            let listener = keel::net::UnixListener::options()
+                .replace_stale(true)
+                .bind(&path)
+                .unwrap();
+            let server = keel::spawn(async move {
+                let (stream, _) = listener.accept().await.unwrap();
+                http1::Builder::new()
+                    .serve_connection(stream, service_fn(echo))
+                    .await
+                    .unwrap();
+            });
+            let stream = keel::net::UnixStream::connect(&path).await.unwrap();
+            let (mut sender, connection) = client1::handshake(stream).await.unwrap();
+            keel::spawn(connection);
+            let request = Request::post("/local")
+                .header(hyper::header::HOST, "localhost")
+                .body(Full::new(Bytes::from_static(b"over a unix socket")))
+                .unwrap();
+            let response = sender.send_request(request).await.unwrap();
+            assert_eq!(response.status(), StatusCode::OK);
+            let body = response.into_body().collect().await.unwrap().to_bytes();
+            assert_eq!(&body[..], b"POST /local normal over a unix socket");
+            drop(sender);
+            server.await.unwrap();
+            std::fs::remove_file(&path).unwrap();
+        });
+    });
+}

@@ -427,6 +427,25 @@ impl Pool {
         }
     }
 
+    /// [`join_threads`](Self::join_threads), giving up at `deadline`:
+    /// threads still running a closure then are detached. Whether every
+    /// thread was joined.
+    pub(crate) fn join_threads_until(&self, deadline: std::time::Instant) -> bool {
+        let mut synced = self.lock();
+        let mut threads: Vec<_> = synced.threads_by_id.drain().map(|(_, t)| t).collect();
+        threads.extend(synced.retired.take());
+        drop(synced);
+        let current = thread::current().id();
+        threads.retain(|thread| thread.thread().id() != current);
+        if !crate::runtime::wait_until(deadline, || threads.iter().all(|t| t.is_finished())) {
+            return false;
+        }
+        for thread in threads {
+            let _ = thread.join();
+        }
+        true
+    }
+
     /// The pool's figures for [`Stats`](crate::stats::Stats).
     pub(crate) fn stats(&self) -> BlockingStats {
         let c = &self.counters;

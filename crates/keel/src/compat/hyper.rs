@@ -3,7 +3,9 @@
 //! hyper leaves the runtime to its caller through four traits in
 //! `hyper::rt`; this module implements them:
 //!
-//! - `Read` and `Write` for [`TcpStream`] itself, and for any other
+//! - `Read` and `Write` for [`TcpStream`] and
+//!   [`UnixStream`] themselves (HTTP over a Unix
+//!   socket: a local control endpoint), and for any other
 //!   `futures-io` stream wrapped in [`HyperIo`];
 //! - `Executor` with [`HyperExecutor`], which spawns hyper's background
 //!   tasks (HTTP/2 streams and connection drivers) on a keel runtime,
@@ -71,6 +73,8 @@ use futures_io::{AsyncRead, AsyncWrite};
 use hyper::rt::ReadBufCursor;
 
 use crate::net::TcpStream;
+#[cfg(unix)]
+use crate::net::UnixStream;
 use crate::time::Sleep;
 use crate::{Class, Handle};
 
@@ -185,53 +189,63 @@ impl<T: AsyncWrite + Unpin> hyper::rt::Write for HyperIo<T> {
     }
 }
 
-impl hyper::rt::Read for TcpStream {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        mut buf: ReadBufCursor<'_>,
-    ) -> Poll<io::Result<()>> {
-        // SAFETY: the unfilled part is only written to, by `recv`, and
-        // never read here.
-        let spare = unsafe { buf.as_mut() };
-        let len = spare.len();
-        let n = ready!(self.poll_read_uninit(cx, spare))?;
-        // SAFETY: `recv` initialised the first `n` bytes of the unfilled
-        // part, and `n <= len`.
-        unsafe { buf.advance(n.min(len)) };
-        Poll::Ready(Ok(()))
-    }
+/// Implements hyper's `Read` and `Write` for a keel stream that has
+/// `poll_read_uninit` and the `futures-io` write trait.
+macro_rules! impl_hyper_io {
+    ($ty:ty) => {
+        impl hyper::rt::Read for $ty {
+            fn poll_read(
+                self: Pin<&mut Self>,
+                cx: &mut Context<'_>,
+                mut buf: ReadBufCursor<'_>,
+            ) -> Poll<io::Result<()>> {
+                // SAFETY: the unfilled part is only written to, by `recv`,
+                // and never read here.
+                let spare = unsafe { buf.as_mut() };
+                let len = spare.len();
+                let n = ready!(self.poll_read_uninit(cx, spare))?;
+                // SAFETY: `recv` initialised the first `n` bytes of the
+                // unfilled part, and `n <= len`.
+                unsafe { buf.advance(n.min(len)) };
+                Poll::Ready(Ok(()))
+            }
+        }
+
+        impl hyper::rt::Write for $ty {
+            fn poll_write(
+                self: Pin<&mut Self>,
+                cx: &mut Context<'_>,
+                buf: &[u8],
+            ) -> Poll<io::Result<usize>> {
+                AsyncWrite::poll_write(self, cx, buf)
+            }
+
+            fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+                AsyncWrite::poll_flush(self, cx)
+            }
+
+            fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+                AsyncWrite::poll_close(self, cx)
+            }
+
+            fn is_write_vectored(&self) -> bool {
+                true
+            }
+
+            fn poll_write_vectored(
+                self: Pin<&mut Self>,
+                cx: &mut Context<'_>,
+                bufs: &[IoSlice<'_>],
+            ) -> Poll<io::Result<usize>> {
+                AsyncWrite::poll_write_vectored(self, cx, bufs)
+            }
+        }
+    };
 }
 
-impl hyper::rt::Write for TcpStream {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        AsyncWrite::poll_write(self, cx, buf)
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        AsyncWrite::poll_flush(self, cx)
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        AsyncWrite::poll_close(self, cx)
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        true
-    }
-
-    fn poll_write_vectored(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        AsyncWrite::poll_write_vectored(self, cx, bufs)
-    }
-}
+impl_hyper_io!(TcpStream);
+#[cfg(unix)]
+impl_hyper_io!(UnixStream);
 
 /// Spawns hyper's background tasks on a keel runtime.
 ///

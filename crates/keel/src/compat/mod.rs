@@ -8,6 +8,11 @@
 //! - [`hyper`](mod@hyper) (feature `hyper`): hyper 1.x's executor, timer and IO traits,
 //!   so `hyper::server::conn::http1` and `http2` (and hyper's clients)
 //!   run on keel.
+//! - `tokio` (feature `tokio-io`): tokio's `AsyncRead` and
+//!   `AsyncWrite` for keel's streams, without a tokio runtime, for crates
+//!   written against them (tokio-rustls, tokio-util codecs, ...).
 
 #[cfg(feature = "hyper")]
 pub mod hyper;
+#[cfg(feature = "tokio-io")]
+pub mod tokio;

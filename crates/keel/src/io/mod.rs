@@ -53,8 +53,8 @@ pub(crate) mod reactor;
 pub(crate) mod readiness;
 pub(crate) mod source;
 
-pub use futures_io::{AsyncRead, AsyncWrite};
-pub use futures_util::io::{AsyncReadExt, AsyncWriteExt};
+pub use futures_io::{AsyncBufRead, AsyncRead, AsyncWrite};
+pub use futures_util::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
 /// Buffering for keel's sockets and files: a [`BufReader`] reads ahead in
 /// one call what a protocol then takes in small pieces (a length prefix,
 /// then a body), and passes writes through to the stream it wraps.

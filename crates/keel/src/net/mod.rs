@@ -13,31 +13,43 @@
 //! while a task waits on it; a pending `accept`, `read` or `connect`
 //! future may simply be dropped.
 //!
-//! Address arguments take [`ToSocketAddrs`] like
-//! `std::net`; a host name is resolved with the blocking system resolver,
-//! so pass a [`SocketAddr`] from inside tasks.
+//! [`TcpStream::connect`] takes keel's [`ToSocketAddrs`]: a literal
+//! address is used as it is, a host name is resolved on the blocking pool
+//! ([`lookup_host`]), so a slow resolver never blocks a worker. The
+//! binding calls (`TcpListener::bind`, `UdpSocket::bind` and `connect`),
+//! which are not async, take `std::net::ToSocketAddrs` and resolve a name
+//! on the calling thread: give them literal addresses inside tasks.
+//!
+//! Unix domain sockets ([`UnixListener`], [`UnixStream`]) serve local
+//! clients: a control socket beside a process, a proxy's stats socket.
 //!
 //! A TCP stream may deliver its input in batches rather than per packet
 //! ([`BatchPolicy`], set with [`TcpStream::set_batch`]), so that a peer
 //! writing small pieces does not wake its reader for each; [`batch`]
 //! explains the rules and what they cost.
 
+mod addr;
 pub mod batch;
 mod tcp;
 mod udp;
+#[cfg(unix)]
+mod unix;
 
+pub use addr::{lookup_host, ToSocketAddrs};
 pub(crate) use batch::BatchMode;
 pub use batch::BatchPolicy;
 pub use tcp::listener::{TcpListenOptions, TcpListener, DEFAULT_BACKLOG};
 pub use tcp::split::{OwnedReadHalf, OwnedWriteHalf};
 pub use tcp::stream::TcpStream;
 pub use udp::UdpSocket;
+#[cfg(unix)]
+pub use unix::{UnixListenOptions, UnixListener, UnixStream};
 
 use std::io;
-use std::net::{SocketAddr, ToSocketAddrs};
+use std::net::SocketAddr;
 
 /// Resolves `addr`, failing clearly when it names no address.
-fn resolve(addr: impl ToSocketAddrs) -> io::Result<Vec<SocketAddr>> {
+fn resolve(addr: impl std::net::ToSocketAddrs) -> io::Result<Vec<SocketAddr>> {
     let addrs: Vec<SocketAddr> = addr.to_socket_addrs()?.collect();
     if addrs.is_empty() {
         return Err(io::Error::new(
@@ -61,4 +73,23 @@ fn each_addr<T>(
         }
     }
     Err(last.expect("resolve returns at least one address"))
+}
+
+/// `recv(2)` from `socket` into memory that may be uninitialised; on
+/// `Ok(n)`, the first `n` bytes of `buf` are initialised.
+#[cfg(all(unix, any(feature = "hyper", feature = "tokio-io")))]
+pub(crate) fn recv_uninit(
+    socket: &impl std::os::fd::AsRawFd,
+    buf: &mut [std::mem::MaybeUninit<u8>],
+) -> io::Result<usize> {
+    // SAFETY: `buf` is valid for writes of `buf.len()` bytes for the whole
+    // call (it is borrowed mutably), and `recv` writes at most that many
+    // bytes into it; the fd is the socket's own, open while `socket` is
+    // borrowed.
+    let n = unsafe { libc::recv(socket.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0) };
+    if n < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(n.unsigned_abs())
+    }
 }

@@ -3,6 +3,7 @@
 
 use std::fmt;
 use std::future::Future;
+use std::marker::PhantomData;
 use std::sync::Arc;
 
 use super::context;
@@ -131,6 +132,15 @@ impl Handle {
         stats::snapshot(&self.shared)
     }
 
+    /// Makes this runtime the current one of the calling thread until the
+    /// guard drops; see [`Runtime::enter`](crate::Runtime::enter).
+    pub fn enter(&self) -> EnterGuard<'_> {
+        EnterGuard {
+            _inner: context::enter(self.clone()),
+            _handle: PhantomData,
+        }
+    }
+
     /// Whether this handle refers to `shared`'s runtime.
     pub(crate) fn is(&self, shared: &Shared) -> bool {
         std::ptr::eq(Arc::as_ptr(&self.shared), shared)
@@ -142,5 +152,22 @@ impl fmt::Debug for Handle {
         f.debug_struct("Handle")
             .field("workers", &self.shared.config.workers)
             .finish_non_exhaustive()
+    }
+}
+
+/// The runtime made current by [`Handle::enter`] or
+/// [`Runtime::enter`](crate::Runtime::enter); dropping it restores the
+/// thread's previous runtime (or none). It stays on the thread that made
+/// it (it is not `Send`).
+#[must_use = "the runtime is current only while the guard lives"]
+pub struct EnterGuard<'a> {
+    _inner: context::EnterGuard,
+    /// Borrows the handle, and keeps the guard on its thread.
+    _handle: PhantomData<(&'a Handle, *const ())>,
+}
+
+impl fmt::Debug for EnterGuard<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EnterGuard").finish_non_exhaustive()
     }
 }

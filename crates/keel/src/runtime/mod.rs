@@ -23,6 +23,21 @@
 //!    interrupted). This comes after the drain so that a closure waiting
 //!    for a task's result sees that task dropped instead of waiting for it.
 //!
+//! [`Runtime::shutdown_timeout`] runs the same steps but gives up waiting
+//! for threads after a deadline: workers still inside a poll and pool
+//! threads still running a closure are left to finish on their own
+//! (detached), and the tasks still queued are then not dropped but leaked,
+//! since a worker may still touch them. Use it where a stuck task must not
+//! keep the process from exiting.
+//!
+//! # Entering
+//!
+//! [`Runtime::enter`] (or [`Handle::enter`]) makes a runtime the current
+//! one of the calling thread until the guard drops, as `block_on` does for
+//! its duration: [`spawn`](crate::spawn), [`Handle::current`] and the
+//! creation of sockets and timers then work on that thread, outside any
+//! task. Guards nest; dropping one restores what was current before it.
+//!
 //! [`JoinError`]: crate::JoinError
 
 mod builder;
@@ -36,7 +51,7 @@ pub use builder::{
     DEFAULT_STALL_THRESHOLD, DEFAULT_TASK_IO_BUDGET, DEFAULT_TASK_QUOTA, DEFAULT_URGENT_SHARES,
     SPIN_LONG, SPIN_MEDIUM, SPIN_SHORT,
 };
-pub use handle::Handle;
+pub use handle::{EnterGuard, Handle};
 
 use std::future::Future;
 use std::io;
@@ -44,6 +59,7 @@ use std::pin::pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, Wake, Waker};
 use std::thread;
+use std::time::{Duration, Instant};
 
 use crate::sched::{park::Parker, Class, Shared};
 use crate::stats::Stats;
@@ -67,6 +83,8 @@ use config::Config;
 pub struct Runtime {
     handle: Handle,
     threads: Vec<thread::JoinHandle<()>>,
+    /// Set by `shutdown_timeout`, which did the shutdown already.
+    shut_down: bool,
 }
 
 impl std::fmt::Debug for Runtime {
@@ -98,6 +116,7 @@ impl Runtime {
         let mut runtime = Runtime {
             handle,
             threads: Vec::with_capacity(locals.len()),
+            shut_down: false,
         };
         for (index, local) in locals.into_iter().enumerate() {
             let shared = runtime.handle.shared.clone();
@@ -154,6 +173,73 @@ impl Runtime {
         self.handle.stats()
     }
 
+    /// Makes this runtime the current one of the calling thread until the
+    /// guard drops (see [Entering](self#entering)).
+    ///
+    /// ```
+    /// let rt = keel::Runtime::new().unwrap();
+    /// let _guard = rt.enter();
+    /// // Outside `block_on`, and yet inside the runtime.
+    /// let listener = keel::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    /// let task = keel::spawn(async move { listener.local_addr().unwrap().port() });
+    /// assert_ne!(rt.block_on(task).unwrap(), 0);
+    /// ```
+    pub fn enter(&self) -> EnterGuard<'_> {
+        self.handle.enter()
+    }
+
+    /// Shuts the runtime down as dropping it does (see
+    /// [Shutdown](self#shutdown)), but waits at most `timeout` for its
+    /// threads. Returns `true` if every worker and pool thread finished in
+    /// time; `false` if some were left running, detached, in which case
+    /// the tasks still queued are leaked rather than dropped.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    ///
+    /// let rt = keel::Runtime::builder().workers(1).build().unwrap();
+    /// // A closure that will not finish soon keeps a pool thread busy.
+    /// let (started, running) = std::sync::mpsc::channel::<()>();
+    /// let (release, wait) = std::sync::mpsc::channel::<()>();
+    /// drop(rt.spawn_blocking(move || {
+    ///     started.send(()).unwrap();
+    ///     wait.recv()
+    /// }));
+    /// running.recv().unwrap();
+    /// let clean = rt.shutdown_timeout(Duration::from_millis(50));
+    /// assert!(!clean); // the pool thread was left running
+    /// drop(release);
+    /// ```
+    pub fn shutdown_timeout(mut self, timeout: Duration) -> bool {
+        self.shut_down = true;
+        // A timeout too large for the clock means: wait as long as it takes
+        // (136 years stand in for that).
+        let deadline = Instant::now()
+            .checked_add(timeout)
+            .unwrap_or_else(|| Instant::now() + Duration::from_secs(u32::MAX.into()));
+        let shared = self.handle.shared.clone();
+        shared.registry.close();
+        shared.blocking.shutdown();
+        shared.stop_workers();
+        let current = thread::current().id();
+        let threads = std::mem::take(&mut self.threads);
+        let threads: Vec<_> = threads
+            .into_iter()
+            .filter(|thread| thread.thread().id() != current)
+            .collect();
+        if !wait_until(deadline, || threads.iter().all(|t| t.is_finished())) {
+            // Detached: a worker still inside a poll may touch the queues,
+            // so the tasks are left where they are.
+            return false;
+        }
+        for thread in threads {
+            let _ = thread.join();
+        }
+        let _enter = context::enter(self.handle.clone());
+        shared.drop_all_tasks();
+        shared.blocking.join_threads_until(deadline)
+    }
+
     /// Runs `future` to completion on the calling thread, which is not a
     /// worker: the future is polled here, and tasks it spawns run on the
     /// workers. Inside, [`spawn`](crate::spawn) and [`Handle::current`]
@@ -183,8 +269,26 @@ impl Runtime {
     }
 }
 
+/// Waits until `done` holds or `deadline` passes; whether it held. Polls
+/// every millisecond: shutdown is rare, and a thread's end has no waitable
+/// event with a timeout in std.
+pub(crate) fn wait_until(deadline: Instant, mut done: impl FnMut() -> bool) -> bool {
+    loop {
+        if done() {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        thread::sleep(Duration::from_millis(1));
+    }
+}
+
 impl Drop for Runtime {
     fn drop(&mut self) {
+        if self.shut_down {
+            return;
+        }
         let shared = &self.handle.shared;
         shared.registry.close();
         shared.blocking.shutdown();

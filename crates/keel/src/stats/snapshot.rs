@@ -1,4 +1,8 @@
 //! The value types that [`Handle::stats`](crate::Handle::stats) returns.
+//!
+//! Every one is `#[non_exhaustive]`: a new figure is a new field, which
+//! must not break code that reads the old ones. Read fields by name; the
+//! types are built only by keel.
 
 use std::time::Duration;
 
@@ -12,6 +16,7 @@ use hdrhistogram::Histogram;
 /// every 10 ms, and a parking worker publishes everything before it
 /// sleeps, so a snapshot is at most that stale.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct Stats {
     /// Time since the runtime was built.
     pub elapsed: Duration,
@@ -39,6 +44,7 @@ pub struct Stats {
 /// ([`Deliveries::bytes_per_delivery`]) for each mode. A read that returns
 /// end-of-file (zero bytes) or an error is not a delivery.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct DeliveryStats {
     /// Streams with batching off (the default).
     pub off: Deliveries,
@@ -71,6 +77,7 @@ impl DeliveryStats {
 /// A count of deliveries and the bytes they carried; cumulative in a
 /// snapshot, an interval after [`Deliveries::since`].
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Deliveries {
     /// Reads that returned at least one byte.
     pub count: u64,
@@ -102,6 +109,7 @@ impl Deliveries {
 /// Gauges (`threads`, `idle`, `queued`, `waiting`) are read one by one
 /// while the pool runs, so they need not add up within one snapshot.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct BlockingStats {
     /// Pool threads alive.
     pub threads: usize,
@@ -131,6 +139,7 @@ pub struct BlockingStats {
 /// [`WorkerStats::wall`], the time since the worker started.
 /// Utilization is `(task + io + timers) / wall`.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct WorkerStats {
     /// The worker's index.
     pub index: usize,
@@ -257,6 +266,7 @@ impl WorkerStats {
 
 /// One class's configuration and what it received.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct ClassStats {
     /// The class's name.
     pub name: String,
@@ -277,6 +287,7 @@ pub struct ClassStats {
 
 /// A distribution of queue delays (wake → first poll), with 1% resolution.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct QueueDelay {
     pub(crate) histogram: Histogram<u64>,
 }

@@ -1,16 +1,16 @@
 //! Tasks: what the scheduler runs, and the handles users hold.
 //!
-//! A keel task is an [`async_task`] task whose metadata is a [`TaskMeta`]:
+//! A keel task is an [`async_task`] task whose metadata is a `TaskMeta`:
 //! its id, its class, the time it was last scheduled (for the queue-delay
 //! histogram) and its abort flag. `async_task` owns the allocation, the
 //! reference counts and the waker protocol; keel adds only what is its own:
 //!
-//! - the future is wrapped in [`Guarded`], which catches panics (they reach
+//! - the future is wrapped in `Guarded`, which catches panics (they reach
 //!   the [`JoinHandle`] as a panicked [`JoinError`], never the worker) and
-//!   removes the task from the runtime's [`registry::Registry`] when the
+//!   removes the task from the runtime's `registry::Registry` when the
 //!   future is dropped;
 //! - no user destructor runs inside `async_task`, where a panic would abort
-//!   the process: `Guarded` drops the future, and [`DropGuard`] the output
+//!   the process: `Guarded` drops the future, and `DropGuard` the output
 //!   of a detached task, under `catch_unwind`;
 //! - aborting sets the flag and wakes the task; a worker that picks up an
 //!   aborted task drops its `Runnable` instead of polling it, which drops
@@ -23,15 +23,18 @@
 //!
 //! Dropping a [`JoinHandle`] detaches the task: it runs to completion and
 //! its output is dropped. This is what users of other Rust runtimes expect.
+//! A [`JoinSet`] owns a group of tasks instead: dropping it aborts them.
 
 mod builder;
 pub(crate) mod coop;
 mod join;
+mod join_set;
 pub(crate) mod registry;
 mod yield_now;
 
 pub use builder::TaskBuilder;
 pub use join::{JoinError, JoinHandle};
+pub use join_set::JoinSet;
 pub use yield_now::{yield_now, YieldNow};
 
 use std::any::Any;

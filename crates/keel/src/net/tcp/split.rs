@@ -32,6 +32,12 @@ impl OwnedReadHalf {
         OwnedReadHalf { stream }
     }
 
+    /// The stream this half reads.
+    #[cfg(feature = "tokio-io")]
+    pub(crate) fn stream(&self) -> &TcpStream {
+        &self.stream
+    }
+
     /// Sets how reads deliver input; see [`TcpStream::set_batch`].
     ///
     /// # Errors

@@ -2,7 +2,7 @@
 
 use std::future::poll_fn;
 use std::io::{self, IoSlice, IoSliceMut, Read, Write};
-use std::net::{Shutdown, SocketAddr, ToSocketAddrs};
+use std::net::{Shutdown, SocketAddr};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{ready, Context, Poll};
@@ -14,8 +14,9 @@ use socket2::SockRef;
 use super::split::{OwnedReadHalf, OwnedWriteHalf};
 use crate::io::readiness::Direction;
 use crate::io::source::{current_runtime, IoSource};
+use crate::net::addr::{resolve, target};
 use crate::net::batch::reader::BatchCell;
-use crate::net::{resolve, BatchMode, BatchPolicy};
+use crate::net::{BatchMode, BatchPolicy, ToSocketAddrs};
 use crate::sched::Shared;
 
 /// A TCP connection, readable and writable through
@@ -38,16 +39,21 @@ pub struct TcpStream {
 impl TcpStream {
     /// Connects to `addr`, trying each address it resolves to in turn.
     ///
+    /// A literal address (`"127.0.0.1:80"`, a [`SocketAddr`]) is used as
+    /// it is; a host name is resolved on the blocking pool, never on a
+    /// worker (see [`lookup_host`](crate::net::lookup_host)).
+    ///
     /// # Errors
     ///
-    /// The OS error of the last address tried: `ConnectionRefused` when
-    /// nothing listens, `TimedOut`, `NetworkUnreachable`, ...; or `Other`
-    /// outside a keel runtime. A connection that was established and then
-    /// reset before `connect` noticed it reports the reset here.
+    /// The resolver's error for a name it cannot resolve; the OS error of
+    /// the last address tried: `ConnectionRefused` when nothing listens,
+    /// `TimedOut`, `NetworkUnreachable`, ...; or `Other` outside a keel
+    /// runtime. A connection that was established and then reset before
+    /// `connect` noticed it reports the reset here.
     pub async fn connect(addr: impl ToSocketAddrs) -> io::Result<TcpStream> {
         let shared = current_runtime()?;
         let mut last = None;
-        for addr in resolve(addr)? {
+        for addr in resolve(target(&addr)).await? {
             match TcpStream::connect_one(shared.clone(), addr).await {
                 Ok(stream) => return Ok(stream),
                 Err(error) => last = Some(error),
@@ -237,26 +243,14 @@ impl TcpStream {
     /// batching included, with the bytes received straight into `buf` by
     /// `recv(2)`, so nothing has to be zeroed first. On `Ready(Ok(n))` the
     /// first `n` bytes of `buf` are initialised.
-    #[cfg(all(unix, feature = "hyper"))]
+    #[cfg(all(unix, any(feature = "hyper", feature = "tokio-io")))]
     pub(crate) fn poll_read_uninit(
         &self,
         cx: &mut Context<'_>,
         buf: &mut [std::mem::MaybeUninit<u8>],
     ) -> Poll<io::Result<usize>> {
-        use std::os::fd::AsRawFd;
         let len = buf.len();
-        self.poll_read_op(cx, len, |socket| {
-            // SAFETY: `buf` is valid for writes of `len` bytes for the
-            // whole call (it is borrowed mutably), and `recv` writes at
-            // most `len` bytes into it; the fd is the socket's own, open
-            // while `socket` is borrowed.
-            let n = unsafe { libc::recv(socket.as_raw_fd(), buf.as_mut_ptr().cast(), len, 0) };
-            if n < 0 {
-                Err(io::Error::last_os_error())
-            } else {
-                Ok(n.unsigned_abs())
-            }
-        })
+        self.poll_read_op(cx, len, |socket| crate::net::recv_uninit(socket, buf))
     }
 
     pub(crate) fn poll_read_vectored_priv(
