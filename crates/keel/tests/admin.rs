@@ -426,6 +426,27 @@ fn health_status_and_errors_of_routing() {
     });
 }
 
+/// A client that shuts down its sending side right after its request (as
+/// `nc -N` and many scripts do) still reads the answer.
+#[test]
+fn a_client_that_half_closes_after_its_request_is_answered() {
+    within(TEST_LIMIT, || {
+        let rt = runtime();
+        let server = admin::serve("127.0.0.1:0", rt.handle()).unwrap();
+        let addr = server.local_addr();
+        for path in ["/health", "/metrics", "/stats", "/status"].repeat(5) {
+            let mut stream = connect(addr);
+            stream
+                .write_all(format!("GET {path} HTTP/1.1\r\nhost: a\r\n\r\n").as_bytes())
+                .unwrap();
+            stream.shutdown(std::net::Shutdown::Write).unwrap();
+            let answer = read_answer(&mut stream, false).expect("an answer");
+            assert_eq!(answer.status, 200, "{path}");
+            assert!(closed_by_server(&mut stream));
+        }
+    });
+}
+
 #[test]
 fn keep_alive_serves_several_requests_on_one_connection() {
     within(TEST_LIMIT, || {

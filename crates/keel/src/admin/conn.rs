@@ -130,6 +130,11 @@ pub(super) async fn serve_on<S: Transport>(
         })
     };
     let mut connection = pin!(http1::Builder::new()
+        // A client may shut down its sending side once its request is
+        // sent (`nc -N`, scripts' health checks) and still reads the
+        // answer; without this, hyper drops an answer not yet written
+        // when it reads the end of the stream.
+        .half_close(true)
         .timer(HyperTimer::new())
         .header_read_timeout(options.read_timeout)
         .max_buf_size(options.max_request_bytes)

@@ -236,6 +236,9 @@
 
 mod conn;
 mod exposition;
+#[cfg(any(test, fuzzing))]
+#[doc(hidden)]
+pub mod fuzzing;
 mod metrics;
 mod negotiate;
 mod report;
