@@ -19,7 +19,19 @@ use std::path::PathBuf;
 
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
+use support::alloc::{reset_thread_largest, thread_largest, Largest};
 use support::{within, TEST_LIMIT};
+
+#[global_allocator]
+static ALLOCATOR: Largest = Largest;
+
+/// The largest allocation allowed on the thread that opens and reads a
+/// log of hostile segments (recovery and the iterator run there; the
+/// writer thread, which prepares 1 MiB of zeros after an append, is not
+/// counted): recovery reads in 64 KiB chunks, and the records here are at
+/// most `MAX_RECORD` (1 KiB) and the files a few KiB; frames may claim up
+/// to 4 GiB, which a reader that trusted them would allocate.
+const ALLOCATION_LIMIT: usize = 256 * 1024;
 
 /// A directory for one test's logs, in memory where the system has a
 /// tmpfs (recovery syncs every file it checks), removed at the end.
@@ -83,9 +95,18 @@ fn recovery_of_any_bytes_matches_the_format() {
             ..Config::default()
         });
         let tally = std::sync::Mutex::new([0usize; 4]);
+        let max_seen = std::cell::Cell::new(0);
         runner
             .run(&inputs(), |input| {
-                let kind = match fuzz_wal::check(&input, &scratch.0) {
+                reset_thread_largest();
+                let outcome = fuzz_wal::check(&input, &scratch.0);
+                let largest = thread_largest();
+                max_seen.set(max_seen.get().max(largest));
+                prop_assert!(
+                    largest <= ALLOCATION_LIMIT,
+                    "an allocation of {largest} bytes"
+                );
+                let kind = match outcome {
                     fuzz_wal::Outcome::Refused => 0,
                     fuzz_wal::Outcome::Opened { torn: true, .. } => 1,
                     fuzz_wal::Outcome::Opened { records: 0, .. } => 2,
@@ -98,7 +119,9 @@ fn recovery_of_any_bytes_matches_the_format() {
         let [refused, torn, empty, whole] = *tally.lock().unwrap();
         println!(
             "{cases} cases: {refused} refused, {torn} with a torn tail cut, \
-             {empty} clean and empty, {whole} clean with records"
+             {empty} clean and empty, {whole} clean with records; \
+             the largest allocation on the reading thread was {} bytes",
+            max_seen.get()
         );
     });
 }
@@ -179,10 +202,16 @@ fn regressions() {
     within(TEST_LIMIT, move || {
         let scratch = Scratch::new("regressions");
         for (files, outcome) in &cases {
+            reset_thread_largest();
             assert_eq!(
                 fuzz_wal::check_files(files, &scratch.0),
                 *outcome,
                 "{files:?}"
+            );
+            let largest = thread_largest();
+            assert!(
+                largest <= ALLOCATION_LIMIT,
+                "{files:?}: an allocation of {largest} bytes"
             );
         }
     });

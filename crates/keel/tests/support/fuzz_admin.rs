@@ -8,18 +8,107 @@
 //! for an answer to `HEAD`); after an answer that closes the connection,
 //! nothing. A `/metrics` answer is whole in the format it names. A `500`
 //! (an answer the endpoint failed to make) never appears.
+//!
+//! And silence is no answer to a request that is plainly valid: when the
+//! input starts with a simple, well-formed `GET` or `HEAD` of a route
+//! (by the strict reading of [`simple_request`]), the first answer must be
+//! there, and a `200`.
+
+/// Checks what the endpoint wrote back (`output`) to a client that sent
+/// `input` (see the module docs); returns the number of whole answers.
+/// With `cut`, the client stopped reading, so the last answer may be cut
+/// short.
+pub fn check_exchange(input: &[u8], output: &[u8], cut: bool) -> Result<usize, String> {
+    let answers = check_answers(output, cut)?;
+    if simple_request(input) && !(cut && answers == 0) {
+        if answers == 0 {
+            return Err("no answer to a simple, valid request".into());
+        }
+        if !output.starts_with(b"HTTP/1.1 200 ") {
+            return Err(format!(
+                "a simple, valid request answered {:?}",
+                lossy(&output[..output.len().min(40)])
+            ));
+        }
+    }
+    Ok(answers)
+}
+
+/// Whether `input` starts with a request no server could refuse: `GET` or
+/// `HEAD` of a route (a query allowed) in HTTP/1.1, then header lines of
+/// plain token names and visible values, none that asks for more than a
+/// plain answer (a body, an upgrade, a continue, a connection option),
+/// and the blank line, all within 8 KiB.
+pub fn simple_request(input: &[u8]) -> bool {
+    let Some(end) = find(&input[..input.len().min(8 * 1024)], b"\r\n\r\n") else {
+        return false;
+    };
+    let Ok(head) = std::str::from_utf8(&input[..end]) else {
+        return false;
+    };
+    let mut lines = head.split("\r\n");
+    let line = lines.next().unwrap_or_default();
+    let Some((method, rest)) = line.split_once(' ') else {
+        return false;
+    };
+    let Some((target, version)) = rest.split_once(' ') else {
+        return false;
+    };
+    let path = target.split_once('?').map_or(target, |(path, query)| {
+        if query.bytes().all(|b| b.is_ascii_graphic()) {
+            path
+        } else {
+            ""
+        }
+    });
+    if !matches!(method, "GET" | "HEAD")
+        || !matches!(path, "/health" | "/status" | "/stats" | "/metrics")
+        || version != "HTTP/1.1"
+    {
+        return false;
+    }
+    lines.all(|line| {
+        let Some((name, value)) = line.split_once(':') else {
+            return false;
+        };
+        !name.is_empty()
+            && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+            && value
+                .bytes()
+                .all(|b| b == b' ' || b == b'\t' || b.is_ascii_graphic())
+            && ![
+                "content-length",
+                "transfer-encoding",
+                "expect",
+                "upgrade",
+                "connection",
+                "te",
+            ]
+            .iter()
+            .any(|n| name.eq_ignore_ascii_case(n))
+    })
+}
 
 /// The statuses the endpoint (or hyper, for requests it cannot parse)
 /// answers with.
 const STATUSES: [u16; 9] = [200, 400, 404, 405, 413, 414, 431, 501, 505];
 
-/// Checks `output` as described above; returns the number of answers.
-pub fn check_answers(output: &[u8]) -> Result<usize, String> {
+/// Checks `output` as described above; returns the number of whole
+/// answers. With `cut`, the client stopped reading, so the last answer
+/// may be cut short.
+pub fn check_answers(output: &[u8], cut: bool) -> Result<usize, String> {
     let mut rest = output;
     let mut answers = 0;
     while !rest.is_empty() {
-        let head_end = find(rest, b"\r\n\r\n")
-            .ok_or_else(|| format!("answer {answers}: a head cut short: {:?}", lossy(rest)))?;
+        let Some(head_end) = find(rest, b"\r\n\r\n") else {
+            if cut {
+                return Ok(answers);
+            }
+            return Err(format!(
+                "answer {answers}: a head cut short: {:?}",
+                lossy(rest)
+            ));
+        };
         let head = std::str::from_utf8(&rest[..head_end])
             .map_err(|_| format!("answer {answers}: a head that is not UTF-8"))?;
         let mut lines = head.split("\r\n");
@@ -76,12 +165,15 @@ pub fn check_answers(output: &[u8]) -> Result<usize, String> {
         } else {
             length
         };
-        let body = after_head.get(..body_len).ok_or_else(|| {
-            format!(
+        let Some(body) = after_head.get(..body_len) else {
+            if cut {
+                return Ok(answers);
+            }
+            return Err(format!(
                 "answer {answers}: {} of {length} body bytes",
                 after_head.len()
-            )
-        })?;
+            ));
+        };
         if status == 200 && body_len > 0 {
             check_metrics(content_type.as_deref(), body)
                 .map_err(|e| format!("answer {answers}: {e}"))?;

@@ -4,6 +4,7 @@
 
 use keel::{Runtime, SpinPolicy};
 
+pub mod alloc;
 pub mod http;
 
 /// Every spin policy a runtime test runs under.
