@@ -141,13 +141,19 @@ pub(super) async fn serve_on<S: Transport>(
         .serve_connection(io, service));
     let mut evicted = pin!(slot.evicted());
     poll_fn(|cx| {
-        if evicted.as_mut().poll(cx).is_ready() {
+        // Only a waiting connection is evicted; but one whose whole head
+        // was read in the same instant as the eviction still gets its
+        // answer, and leaves once it is written.
+        let evicted = evicted.as_mut().poll(cx).is_ready();
+        if evicted && !slot.is_answering() {
             return Poll::Ready(Ended::Evicted);
         }
-        connection.as_mut().poll(cx).map(|result| match result {
-            Ok(()) => Ended::Closed,
-            Err(error) => Ended::Failed(error),
-        })
+        match connection.as_mut().poll(cx) {
+            Poll::Ready(Ok(())) => Poll::Ready(Ended::Closed),
+            Poll::Ready(Err(error)) => Poll::Ready(Ended::Failed(error)),
+            Poll::Pending if evicted && !slot.is_answering() => Poll::Ready(Ended::Evicted),
+            Poll::Pending => Poll::Pending,
+        }
     })
     .await
 }

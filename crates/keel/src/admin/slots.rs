@@ -39,6 +39,12 @@
 //! all written, the connection ends. An evicted connection learns it
 //! through its [`Slot`]'s flag and waker, set under the same lock, so a
 //! connection never changes the table entry of another.
+//!
+//! A connection is evicted only while it waits, but its task may read a
+//! whole head in the instant its slot is taken: it then still answers
+//! (outside the table, which is why the endpoint can briefly hold one
+//! connection more than the limit per such race) and leaves once the
+//! answer is written. Eviction never cuts an answer.
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -193,6 +199,12 @@ impl Slot {
     /// Whether the slot was given to another connection.
     pub(super) fn is_evicted(&self) -> bool {
         self.0.shared.evicted.load(Ordering::Acquire)
+    }
+
+    /// Whether an answer is in progress: a head was read, and the answer
+    /// was not yet flushed.
+    pub(super) fn is_answering(&self) -> bool {
+        self.0.shared.phase.load(Ordering::Relaxed) != WAITING
     }
 
     /// Resolves once the slot was given to another connection.
@@ -350,6 +362,25 @@ mod tests {
         assert!(!a.is_evicted());
         let _f = slots.admit().unwrap();
         assert!(a.is_evicted());
+    }
+
+    #[test]
+    fn a_head_read_as_the_slot_is_taken_is_still_answered() {
+        let slots = slots(1);
+        let a = slots.admit().unwrap();
+        let _b = slots.admit().unwrap();
+        assert!(a.is_evicted());
+        // `a`'s task read a whole head before it saw the eviction: it
+        // answers (and changes nothing in the table), then leaves.
+        a.answering();
+        assert!(a.is_answering());
+        a.answer_handed_over();
+        assert!(a.is_answering());
+        a.flushed();
+        assert!(!a.is_answering());
+        assert_eq!(slots.open(), 1);
+        drop(a);
+        assert_eq!(slots.open(), 1);
     }
 
     #[test]
