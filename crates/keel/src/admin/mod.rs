@@ -23,7 +23,9 @@
 //! `HEAD` works wherever `GET` does. Other methods on these paths get
 //! `405 Method Not Allowed` (with `allow: GET, HEAD`), other paths
 //! `404 Not Found`; the query string is ignored. Connections are kept
-//! alive between requests, as HTTP/1.1 does by default.
+//! alive between requests, as HTTP/1.1 does by default. A client may shut
+//! down its sending side once its request is sent (as `nc -N` does) and
+//! still reads the answer.
 //!
 //! # Why the urgent class
 //!
@@ -71,7 +73,9 @@
 //! connection that arrives when every slot is taken takes the slot of the
 //! connection that has been waiting longest, which is closed at once
 //! without an answer (*evicted*). Only when every slot is answering is the
-//! newcomer refused with `503`. So a whole request is always answered
+//! newcomer refused with `503`. Eviction never cuts an answer: a
+//! connection whose head is read in the very instant its slot is taken
+//! still answers, then leaves. So a whole request is always answered
 //! unless `max_connections` other requests are being answered at that
 //! moment, however many idle, silent or half-sent connections there are:
 //! they push each other out, oldest first. An honest client can lose an
