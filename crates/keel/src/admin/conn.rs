@@ -61,7 +61,7 @@ pub(super) async fn serve(stream: TcpStream, peer: SocketAddr, shared: Arc<Share
         Ended::Evicted => {
             tracing::debug!(
                 %peer,
-                "admin endpoint: connection closed for a newer one, it had waited longest for a request head"
+                "admin endpoint: connection closed for a newer one while it waited for a request head"
             );
             // Closed at once: it is owed no answer that a reset could
             // destroy, and lingering would let a flood of newcomers keep
@@ -98,6 +98,7 @@ pub(super) async fn refuse(stream: TcpStream, shared: Arc<Shared>) {
 }
 
 /// How [`serve_on`] ended.
+#[derive(Debug)]
 pub(super) enum Ended {
     /// The client closed, or an answer closed the connection.
     Closed,
@@ -140,19 +141,42 @@ pub(super) async fn serve_on<S: Transport>(
         .max_buf_size(options.max_request_bytes)
         .serve_connection(io, service));
     let mut evicted = pin!(slot.evicted());
+    // Set once the eviction is noticed: the answers given before it, and
+    // the permit of the last look (see below).
+    let mut last_look: Option<(u64, Option<Permit<'_>>)> = None;
     poll_fn(|cx| {
-        // Only a waiting connection is evicted; but one whose whole head
-        // was read in the same instant as the eviction still gets its
-        // answer, and leaves once it is written.
-        let evicted = evicted.as_mut().poll(cx).is_ready();
-        if evicted && !slot.is_answering() {
-            return Poll::Ready(Ended::Evicted);
+        if last_look.is_none() && evicted.as_mut().poll(cx).is_ready() {
+            // The slot went to a newer connection while this one waited,
+            // as far as the table knew. But its client may have sent a
+            // whole head that this task has not read yet (its readiness
+            // not yet delivered): the poll below is one last look, within
+            // a bounded number of such looks at once, and a whole head it
+            // reads is answered before the connection closes.
+            let permit = Permit::try_take(&shared.lingering, options.max_connections);
+            if permit.is_none() && !slot.is_answering() {
+                return Poll::Ready(Ended::Evicted);
+            }
+            last_look = Some((slot.answers(), permit));
         }
         match connection.as_mut().poll(cx) {
             Poll::Ready(Ok(())) => Poll::Ready(Ended::Closed),
             Poll::Ready(Err(error)) => Poll::Ready(Ended::Failed(error)),
-            Poll::Pending if evicted && !slot.is_answering() => Poll::Ready(Ended::Evicted),
-            Poll::Pending => Poll::Pending,
+            Poll::Pending => match &last_look {
+                None => Poll::Pending,
+                Some((before, _)) if !slot.is_answering() => {
+                    Poll::Ready(if slot.answers() > *before {
+                        // Answered after all: closed as an answered one.
+                        Ended::Closed
+                    } else {
+                        Ended::Evicted
+                    })
+                }
+                Some(_) => {
+                    // The answer being written is the last one.
+                    connection.as_mut().graceful_shutdown();
+                    Poll::Pending
+                }
+            },
         }
     })
     .await
@@ -290,8 +314,8 @@ impl Drop for Answer {
 /// A shared stream whose writes fail with `TimedOut` once one has made no
 /// progress for `limit`, so a client that stops reading answers cannot
 /// hold its connection (and hyper's task) forever; and which tells the
-/// connection's slot when a flush completes, that is when an answer
-/// handed over is all with the kernel.
+/// connection's slot when bytes arrive (a head begun) and when a flush
+/// completes (an answer handed over is all with the kernel).
 struct Stalls<S> {
     stream: Arc<S>,
     limit: Duration,
@@ -342,7 +366,11 @@ impl<S: Transport> AsyncRead for Stalls<S> {
         cx: &mut Context<'_>,
         buf: &mut [u8],
     ) -> Poll<io::Result<usize>> {
-        self.stream.poll_read(cx, buf)
+        let outcome = self.stream.poll_read(cx, buf);
+        if let Poll::Ready(Ok(1..)) = outcome {
+            self.slot.heard();
+        }
+        outcome
     }
 }
 
@@ -382,5 +410,126 @@ impl<S: Transport> AsyncWrite for Stalls<S> {
         // Closing only shuts down the sending side; the close after hyper
         // is done drains the rest.
         Poll::Ready(self.stream.shutdown_write())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+    use std::task::Waker;
+
+    use super::*;
+    use crate::admin::AdminOptions;
+    use crate::runtime::context;
+    use crate::Runtime;
+
+    /// A client whose bytes arrive without a wake-up, as when the
+    /// reactor has not delivered their readiness yet; reads without input
+    /// wait (there is no end of stream).
+    #[derive(Default)]
+    struct Held {
+        input: Mutex<Vec<u8>>,
+        output: Mutex<Vec<u8>>,
+    }
+
+    impl Held {
+        fn arrive(&self, bytes: &[u8]) {
+            self.input.lock().unwrap().extend_from_slice(bytes);
+        }
+
+        fn output(&self) -> Vec<u8> {
+            self.output.lock().unwrap().clone()
+        }
+    }
+
+    impl Transport for Held {
+        fn poll_read(&self, _cx: &mut Context<'_>, buf: &mut [u8]) -> Poll<io::Result<usize>> {
+            let mut input = self.input.lock().unwrap();
+            if input.is_empty() {
+                return Poll::Pending;
+            }
+            let n = input.len().min(buf.len());
+            buf[..n].copy_from_slice(&input[..n]);
+            input.drain(..n);
+            Poll::Ready(Ok(n))
+        }
+
+        fn poll_write(&self, _cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+            self.output.lock().unwrap().extend_from_slice(buf);
+            Poll::Ready(Ok(buf.len()))
+        }
+
+        fn poll_write_vectored(
+            &self,
+            cx: &mut Context<'_>,
+            bufs: &[io::IoSlice<'_>],
+        ) -> Poll<io::Result<usize>> {
+            match bufs.iter().find(|b| !b.is_empty()) {
+                Some(buf) => self.poll_write(cx, buf),
+                None => Poll::Ready(Ok(0)),
+            }
+        }
+
+        fn poll_flush(&self, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+            Poll::Ready(Ok(()))
+        }
+
+        fn shutdown_write(&self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    /// One slot, one connection served in it and polled by hand; `arrived`
+    /// reaches its socket after its first read waited and before a newer
+    /// connection takes its slot. Returns how it ended and what it wrote.
+    fn evicted_with(arrived: &[u8], linger_permits_taken: usize) -> (Ended, Vec<u8>) {
+        let rt = Runtime::builder().workers(1).build().unwrap();
+        let mut options = AdminOptions::new();
+        options.max_connections(1);
+        let shared = Arc::new(Shared::new(rt.handle(), &options));
+        shared
+            .lingering
+            .store(linger_permits_taken, std::sync::atomic::Ordering::Relaxed);
+        let _enter = context::enter(rt.handle().clone());
+        let held = Arc::new(Held::default());
+        let slot = shared.slots.admit().unwrap();
+        let mut serving = Box::pin(serve_on(held.clone(), &shared, &slot));
+        let mut cx = Context::from_waker(Waker::noop());
+        assert!(serving.as_mut().poll(&mut cx).is_pending());
+        held.arrive(arrived);
+        let _newer = shared.slots.admit().unwrap();
+        assert!(slot.is_evicted());
+        for _ in 0..100 {
+            if let Poll::Ready(ended) = serving.as_mut().poll(&mut cx) {
+                return (ended, held.output());
+            }
+        }
+        panic!("the evicted connection did not end");
+    }
+
+    #[test]
+    fn an_evicted_connection_answers_a_whole_head_it_had_not_read() {
+        let (ended, output) = evicted_with(b"GET /health HTTP/1.1\r\nhost: a\r\n\r\n", 0);
+        assert!(matches!(ended, Ended::Closed), "{ended:?}");
+        let output = String::from_utf8(output).unwrap();
+        assert!(output.starts_with("HTTP/1.1 200 OK\r\n"), "{output}");
+        assert_eq!(output.matches("HTTP/1.1").count(), 1, "{output}");
+    }
+
+    #[test]
+    fn an_evicted_connection_with_half_a_head_leaves_without_an_answer() {
+        let (ended, output) = evicted_with(b"GET /health HTTP/1.1\r\nhost: sl", 0);
+        assert!(matches!(ended, Ended::Evicted), "{ended:?}");
+        assert!(output.is_empty());
+        let (ended, output) = evicted_with(b"", 0);
+        assert!(matches!(ended, Ended::Evicted), "{ended:?}");
+        assert!(output.is_empty());
+    }
+
+    #[test]
+    fn last_looks_are_bounded_by_the_linger_permits() {
+        let (ended, output) = evicted_with(b"GET /health HTTP/1.1\r\n\r\n", 1);
+        assert!(matches!(ended, Ended::Evicted), "{ended:?}");
+        assert!(output.is_empty());
     }
 }

@@ -328,7 +328,7 @@ fn families(shared: &Shared, stats: &Stats) -> Vec<Family> {
         ),
         single(
             "admin_evicted_connections",
-            "Connections the admin endpoint closed to make room for a newer one: each had waited longest without a whole request head.",
+            "Connections the admin endpoint closed to make room for a newer one while they waited for a request head (stalled half-sent heads first).",
             None,
             Counter,
             count(slots.evicted()),

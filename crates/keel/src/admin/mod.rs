@@ -50,7 +50,7 @@
 //!
 //! | knob | default | failure it prevents | what a client sees |
 //! |---|---|---|---|
-//! | [`max_connections`](AdminOptions::max_connections) | [16](DEFAULT_MAX_CONNECTIONS) | a flood of connections (or a leak in a scraper) growing tasks and memory without bound | past the limit, the connection that has waited longest without a whole request head is closed to make room (see below); only if every slot is answering a request does the newcomer get `503 Service Unavailable` with `connection: close` |
+//! | [`max_connections`](AdminOptions::max_connections) | [16](DEFAULT_MAX_CONNECTIONS) | a flood of connections (or a leak in a scraper) growing tasks and memory without bound | past the limit, a connection waiting for a request head is closed to make room: a stalled half-sent head first, the longest waiting (see below); only if every slot is answering a request does the newcomer get `503 Service Unavailable` with `connection: close` |
 //! | [`read_timeout`](AdminOptions::read_timeout) | [5 s](DEFAULT_READ_TIMEOUT) | a slow client (slowloris: a request head sent byte by byte, or an idle keep-alive connection) holding a connection slot forever; a client that stops reading answers | the whole request head must arrive within it, or the connection is closed without an answer; a write of the answer that makes no progress for as long also closes it |
 //! | [`max_request_bytes`](AdminOptions::max_request_bytes) | [16 KiB](DEFAULT_MAX_REQUEST_BYTES) | a huge request head (or body) making the endpoint buffer without bound | a head larger than this: `431 Request Header Fields Too Large`; a declared body (`content-length`) larger than this: `413 Payload Too Large`; the connection is closed after either |
 //!
@@ -70,23 +70,29 @@
 //! connection holding a slot is either *answering* (a whole request head
 //! was read and its answer is not yet all written) or *waiting* (for its
 //! first head, or for the next one on a kept-alive connection). A
-//! connection that arrives when every slot is taken takes the slot of the
-//! connection that has been waiting longest, which is closed at once
-//! without an answer (*evicted*). Only when every slot is answering is the
-//! newcomer refused with `503`. Eviction never cuts an answer: a
-//! connection whose head is read in the very instant its slot is taken
-//! still answers, then leaves. So a whole request is always answered
-//! unless `max_connections` other requests are being answered at that
-//! moment, however many idle, silent or half-sent connections there are:
-//! they push each other out, oldest first. An honest client can lose an
-//! idle kept-alive connection this way, which HTTP clients reopen on
-//! their own.
+//! connection that arrives when every slot is taken takes the slot of a
+//! waiting one, which is closed without an answer (*evicted*): the
+//! connection that has waited longest with part of a head sent and the
+//! rest not (a stalled head, the slowloris mark); if no head is stalled,
+//! the one that has waited longest having sent nothing (a new connection
+//! whose client has not written yet, or a kept-alive one between
+//! requests). Only when every slot is answering is the newcomer refused
+//! with `503`. So a whole request is always answered unless
+//! `max_connections` other requests are being answered at that moment,
+//! however many idle, silent or half-sent connections there are: they
+//! push each other out. An honest client can lose an idle kept-alive
+//! connection this way, which HTTP clients reopen on their own.
 //!
-//! The accept loop admits at most half the slots' worth of connections
-//! before it lets their tasks run, and a task reads what its client has
-//! sent as soon as it runs: a client that sends its request with its
-//! connection is answering before a burst of newer connections could push
-//! it out.
+//! Eviction never cuts an answer, and looks before it closes: an evicted
+//! connection reads what its client has sent once more, and a whole head
+//! found then (sent just before the eviction, its readiness not yet
+//! delivered) is answered before the connection closes. At most
+//! `max_connections` such last looks run at once (they share the linger
+//! permits below), so the endpoint never serves more than twice its
+//! limit. The accept loop also admits at most half the slots' worth of
+//! connections before it lets their tasks run, so a client that sends its
+//! request with its connection is read before a burst of newer
+//! connections could push it out.
 //!
 //! What was shed is counted: [`AdminServer::evicted_connections`] and
 //! `keel_admin_evicted_connections_total`, [`AdminServer::rejected_connections`]
@@ -366,8 +372,8 @@ impl AdminOptions {
     /// The most connections served at once. Default:
     /// [16](DEFAULT_MAX_CONNECTIONS). Bounds the tasks and memory a flood
     /// of connections can cost. A connection past the limit takes the slot
-    /// of the one that has waited longest without a whole request head,
-    /// which is closed; if every slot is answering a request, it gets
+    /// of one waiting for a request head (a stalled half-sent head
+    /// first, the longest waiting), which is closed; if every slot is answering a request, it gets
     /// `503 Service Unavailable` instead (see the [module
     /// docs](self#hostile-clients-who-gets-a-slot)). A connection holds
     /// its slot from its accept until hyper is done with it; the close
@@ -493,8 +499,8 @@ impl AdminServer {
     }
 
     /// Connections closed since the endpoint started to make room for a
-    /// newer one: each had waited longest, among those holding a slot,
-    /// without a whole request head.
+    /// newer one, while they waited for a request head (see the [module
+    /// docs](self#hostile-clients-who-gets-a-slot) for which go first).
     pub fn evicted_connections(&self) -> u64 {
         self.shared.slots.evicted()
     }

@@ -15,22 +15,33 @@
 //! - *answering*: a whole head was read, and the answer is not yet all
 //!   handed to the kernel.
 //!
-//! A connection that arrives when every slot is taken takes the slot of
-//! the connection that has been waiting longest, which is closed without
-//! an answer (*evicted*). Only when every slot is answering is the newcomer
-//! refused, with a `503` it can read. So idle or incomplete connections,
-//! however many, never lock a client with a whole request out: they only
-//! push each other out, oldest first, and a complete request is always
-//! served unless `max_connections` other requests are being answered at
-//! that moment. An honest client loses at most an idle kept-alive
-//! connection, which HTTP clients reopen by themselves.
+//! A connection that arrives when every slot is taken takes the slot of a
+//! waiting connection, which is closed without an answer (*evicted*):
 //!
-//! Why the longest-waiting: it has had the most time to send a head, so it
-//! is the likeliest to be stuck or hostile, and the newest connections,
-//! which a prompt client fills at once, are the last to go. A new
-//! connection starts waiting when it is admitted, so it is never chosen
-//! before every connection admitted ahead of it that is still waiting.
+//! 1. of the connections that have sent part of a request head and no
+//!    more, the one that has waited longest;
+//! 2. if there is none, of the connections that have sent nothing since
+//!    their wait began (new ones, and kept-alive ones between requests),
+//!    the one that has waited longest.
 //!
+//! Only when every slot is answering is the newcomer refused, with a `503`
+//! it can read. So idle or incomplete connections, however many, never
+//! lock a client with a whole request out: they only push each other out,
+//! and a complete request is always served unless `max_connections` other
+//! requests are being answered at that moment.
+//!
+//! Why this order: a head begun and stalled is the mark of a slow or
+//! hostile client (slowloris), and the one stalled longest is the likeliest
+//! to be stuck. A connection that has sent nothing yet may be an honest
+//! client whose request is one system call away, but whose thread the
+//! machine has not run yet (a flood makes that likelier, not rarer), or a
+//! kept-alive client between requests (a Prometheus scraper); it goes only
+//! when no stalled head is left, and then the longest-waiting first. An
+//! honest client can lose an idle kept-alive connection, which HTTP
+//! clients reopen by themselves. A new connection starts waiting when it
+//! is admitted, so within its stage it is never chosen before the
+//! connections admitted ahead of it.
+
 //! # Who touches what
 //!
 //! The table (which slots are taken, the waiting order) sits behind one
@@ -40,11 +51,14 @@
 //! through its [`Slot`]'s flag and waker, set under the same lock, so a
 //! connection never changes the table entry of another.
 //!
-//! A connection is evicted only while it waits, but its task may read a
-//! whole head in the instant its slot is taken: it then still answers
-//! (outside the table, which is why the endpoint can briefly hold one
-//! connection more than the limit per such race) and leaves once the
-//! answer is written. Eviction never cuts an answer.
+//! A connection is evicted only while it waits, as far as the table
+//! knows; but its client may have sent a whole head that its task has not
+//! read yet. So an evicted connection's task has one last look at its
+//! input (see `conn`): a whole head found then is answered, outside the
+//! table, and the connection closes after that answer. Those last looks
+//! share the linger permits (at most `max_connections` at once), so the
+//! endpoint serves at most twice its limit at any moment. Eviction never
+//! cuts an answer.
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -73,9 +87,9 @@ pub(super) struct Slots {
 struct Table {
     /// One entry per taken slot.
     entries: Slab<Entry>,
-    /// The waiting connections, by the order in which they began to wait
-    /// (first: the longest waiting), to their entry's key.
-    waiting: BTreeMap<u64, usize>,
+    /// The waiting connections, in the order they are evicted: by stage,
+    /// then by when they began to wait; to their entry's key.
+    waiting: BTreeMap<Place, usize>,
     /// The next number in the waiting order.
     next_turn: u64,
 }
@@ -84,7 +98,20 @@ struct Entry {
     /// The connection's side: its eviction flag and waker.
     shared: Arc<SlotShared>,
     /// Its place in [`Table::waiting`], while it waits.
-    turn: Option<u64>,
+    place: Option<Place>,
+}
+
+/// A waiting connection's place in the eviction order: stage first, then
+/// the turn it began to wait.
+type Place = (Stage, u64);
+
+/// How far a waiting connection has got with its next request head.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Stage {
+    /// Part of a head arrived, and the rest has not: evicted first.
+    Stalled,
+    /// Nothing has arrived since the wait began.
+    Silent,
 }
 
 impl Slots {
@@ -111,9 +138,9 @@ impl Slots {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// A slot for a new connection, waiting from now; if none is free, the
-    /// longest-waiting connection is evicted for it. `None` (counted as
-    /// refused) if every slot is answering.
+    /// A slot for a new connection, waiting (silent) from now; if none is
+    /// free, a waiting connection is evicted for it (see the module docs
+    /// for which). `None` (counted as refused) if every slot is answering.
     pub(super) fn admit(self: &Arc<Self>) -> Option<Slot> {
         let mut table = self.lock();
         if table.entries.len() >= self.max {
@@ -131,14 +158,16 @@ impl Slots {
             evicted: AtomicBool::new(false),
             waker: AtomicWaker::new(),
             phase: AtomicU8::new(WAITING),
+            answers: AtomicU64::new(0),
+            heard: AtomicBool::new(false),
         });
-        let turn = table.next_turn;
+        let place = (Stage::Silent, table.next_turn);
         table.next_turn += 1;
         let key = table.entries.insert(Entry {
             shared: shared.clone(),
-            turn: Some(turn),
+            place: Some(place),
         });
-        table.waiting.insert(turn, key);
+        table.waiting.insert(place, key);
         self.open.store(table.entries.len(), Ordering::Relaxed);
         Some(Slot(Arc::new(SlotInner {
             slots: self.clone(),
@@ -173,6 +202,12 @@ struct SlotShared {
     /// [`WAITING`], [`ANSWERING`] or [`WRITTEN`]; only the connection's
     /// own task changes it.
     phase: AtomicU8,
+    /// Whole request heads read; only the connection's own task changes
+    /// it.
+    answers: AtomicU64,
+    /// Whether bytes arrived since the current wait began; only the
+    /// connection's own task changes it.
+    heard: AtomicBool,
 }
 
 /// No answer in progress.
@@ -207,6 +242,11 @@ impl Slot {
         self.0.shared.phase.load(Ordering::Relaxed) != WAITING
     }
 
+    /// Whole request heads read on this connection.
+    pub(super) fn answers(&self) -> u64 {
+        self.0.shared.answers.load(Ordering::Relaxed)
+    }
+
     /// Resolves once the slot was given to another connection.
     pub(super) fn evicted(&self) -> Evicted<'_> {
         Evicted(self)
@@ -216,6 +256,7 @@ impl Slot {
     /// be evicted until the answer is written.
     pub(super) fn answering(&self) {
         let shared = &self.0.shared;
+        shared.answers.fetch_add(1, Ordering::Relaxed);
         if shared.phase.swap(ANSWERING, Ordering::Relaxed) == ANSWERING {
             return;
         }
@@ -224,9 +265,34 @@ impl Slot {
             return;
         }
         if let Some(entry) = table.entries.get_mut(self.0.key) {
-            if let Some(turn) = entry.turn.take() {
-                table.waiting.remove(&turn);
+            if let Some(place) = entry.place.take() {
+                table.waiting.remove(&place);
             }
+        }
+    }
+
+    /// Bytes arrived: a waiting connection that had sent nothing of its
+    /// next head has begun one, and is [`Stage::Stalled`] until the head
+    /// is whole.
+    pub(super) fn heard(&self) {
+        let shared = &self.0.shared;
+        if shared.phase.load(Ordering::Relaxed) != WAITING
+            || shared.heard.swap(true, Ordering::Relaxed)
+        {
+            return;
+        }
+        let mut table = self.0.slots.lock();
+        if shared.evicted.load(Ordering::Acquire) {
+            return;
+        }
+        let Some(entry) = table.entries.get_mut(self.0.key) else {
+            return;
+        };
+        if let Some(place @ (Stage::Silent, turn)) = entry.place {
+            let stalled = (Stage::Stalled, turn);
+            entry.place = Some(stalled);
+            table.waiting.remove(&place);
+            table.waiting.insert(stalled, self.0.key);
         }
     }
 
@@ -253,16 +319,17 @@ impl Slot {
         {
             return;
         }
+        shared.heard.store(false, Ordering::Relaxed);
         let mut table = self.0.slots.lock();
         if shared.evicted.load(Ordering::Acquire) {
             return;
         }
-        let turn = table.next_turn;
+        let place = (Stage::Silent, table.next_turn);
         table.next_turn += 1;
         if let Some(entry) = table.entries.get_mut(self.0.key) {
-            if entry.turn.is_none() {
-                entry.turn = Some(turn);
-                table.waiting.insert(turn, self.0.key);
+            if entry.place.is_none() {
+                entry.place = Some(place);
+                table.waiting.insert(place, self.0.key);
             }
         }
     }
@@ -277,8 +344,8 @@ impl Drop for SlotInner {
             return;
         }
         let entry = table.entries.remove(self.key);
-        if let Some(turn) = entry.turn {
-            table.waiting.remove(&turn);
+        if let Some(place) = entry.place {
+            table.waiting.remove(&place);
         }
         self.slots
             .open
@@ -415,6 +482,56 @@ mod tests {
         assert!(c.is_evicted());
         let _f = slots.admit().unwrap();
         assert!(a.is_evicted());
+    }
+
+    #[test]
+    fn a_stalled_head_goes_before_a_silent_connection() {
+        let slots = slots(3);
+        let silent = slots.admit().unwrap();
+        let stalled = slots.admit().unwrap();
+        stalled.heard();
+        let newer_silent = slots.admit().unwrap();
+        // The stalled one goes first though it came later...
+        let _d = slots.admit().unwrap();
+        assert!(stalled.is_evicted());
+        assert!(!silent.is_evicted());
+        // ...then the silent ones, the longest waiting first.
+        let _e = slots.admit().unwrap();
+        assert!(silent.is_evicted());
+        assert!(!newer_silent.is_evicted());
+    }
+
+    #[test]
+    fn stalled_heads_go_longest_waiting_first() {
+        let slots = slots(2);
+        let a = slots.admit().unwrap();
+        let b = slots.admit().unwrap();
+        // `b` stalls first, `a` later: `a` still waited longer.
+        b.heard();
+        a.heard();
+        let _c = slots.admit().unwrap();
+        assert!(a.is_evicted());
+        assert!(!b.is_evicted());
+    }
+
+    #[test]
+    fn an_answered_connection_is_silent_again_until_it_hears() {
+        let slots = slots(2);
+        let a = slots.admit().unwrap();
+        a.heard();
+        answer(&a);
+        let b = slots.admit().unwrap();
+        b.heard();
+        // `a` waits silent after its answer: the stalled `b` goes first.
+        let _c = slots.admit().unwrap();
+        assert!(b.is_evicted());
+        assert!(!a.is_evicted());
+        // Heard during its answer changes nothing; heard while waiting
+        // makes it stalled.
+        a.heard();
+        let d = slots.admit().unwrap();
+        assert!(a.is_evicted());
+        assert!(!d.is_evicted());
     }
 
     #[test]
