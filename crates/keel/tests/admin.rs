@@ -1,21 +1,26 @@
 //! The admin endpoint (feature `admin`): each route, /metrics parsed back
-//! as OpenMetrics text, /stats's documented JSON fields, and the limits:
-//! garbage, oversized heads and bodies, slow clients, too many
-//! connections; after each, the endpoint still answers.
+//! in both formats (the Prometheus text format by default, OpenMetrics
+//! when asked), /stats's documented JSON fields, and the limits: garbage,
+//! oversized heads and bodies, slow clients; after each, the endpoint
+//! still answers. Hostile clients (slowloris floods, the connection
+//! limit) are in `admin_hostile.rs`.
 
 #![cfg(feature = "admin")]
 
 mod support;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::{ErrorKind, Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 use keel::admin::{self, Admin, AdminServer};
 use keel::{Class, Runtime};
 use serde_json::Value;
-use support::{wait_until, within, TEST_LIMIT, WATCHDOG};
+use support::http::{
+    assert_healthy, closed_by_server, connect, get, get_with, read_answer, request,
+};
+use support::{wait_until, within, TEST_LIMIT};
 
 fn runtime() -> Runtime {
     Runtime::builder()
@@ -25,120 +30,20 @@ fn runtime() -> Runtime {
 }
 
 // ---------------------------------------------------------------------
-// A small blocking HTTP/1.1 client, on std sockets from the test thread.
+// A strict parser of the two exposition formats, as far as the endpoint
+// uses them.
 
-/// An answer: status, lower-cased headers, body.
-#[derive(Debug)]
-struct Answer {
-    status: u16,
-    headers: BTreeMap<String, String>,
-    body: String,
+/// The `/metrics` formats.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Format {
+    /// The Prometheus text format 0.0.4.
+    Text,
+    /// OpenMetrics 1.0.0.
+    OpenMetrics,
 }
 
-fn connect(addr: SocketAddr) -> TcpStream {
-    let stream = TcpStream::connect(addr).expect("connects");
-    stream
-        .set_read_timeout(Some(WATCHDOG))
-        .expect("read timeout set");
-    stream
-        .set_write_timeout(Some(WATCHDOG))
-        .expect("write timeout set");
-    stream
-}
-
-/// Reads one answer from `stream`: the head, then `content-length` bytes
-/// of body (none for `HEAD` requests, when `head_only`). `None` if the
-/// stream ends before a whole head arrives.
-fn read_answer(stream: &mut TcpStream, head_only: bool) -> Option<Answer> {
-    let mut buf = Vec::new();
-    let head_end = loop {
-        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-            break end + 4;
-        }
-        let mut chunk = [0u8; 4096];
-        match stream.read(&mut chunk) {
-            Ok(0) => return None,
-            Ok(n) => buf.extend_from_slice(&chunk[..n]),
-            Err(e) if e.kind() == ErrorKind::ConnectionReset => return None,
-            Err(e) => panic!("reading an answer: {e}"),
-        }
-    };
-    let head = std::str::from_utf8(&buf[..head_end]).expect("the head is text");
-    let mut lines = head.split("\r\n");
-    let status_line = lines.next().unwrap();
-    let mut parts = status_line.splitn(3, ' ');
-    assert_eq!(parts.next(), Some("HTTP/1.1"), "{status_line}");
-    let status = parts.next().unwrap().parse().expect("a numeric status");
-    let headers: BTreeMap<String, String> = lines
-        .filter(|l| !l.is_empty())
-        .map(|l| {
-            let (name, value) = l.split_once(':').expect("a header line");
-            (name.to_ascii_lowercase(), value.trim().to_owned())
-        })
-        .collect();
-    let length: usize = if head_only {
-        0
-    } else {
-        headers
-            .get("content-length")
-            .map(|l| l.parse().unwrap())
-            .unwrap_or(0)
-    };
-    let mut body = buf[head_end..].to_vec();
-    while body.len() < length {
-        let mut chunk = [0u8; 4096];
-        let n = stream.read(&mut chunk).expect("body read");
-        assert!(n > 0, "the body ends early");
-        body.extend_from_slice(&chunk[..n]);
-    }
-    Some(Answer {
-        status,
-        headers,
-        body: String::from_utf8(body).expect("the body is text"),
-    })
-}
-
-/// Whether the server has closed `stream`: a read returns end-of-file or
-/// a reset (after any bytes still queued).
-fn closed_by_server(stream: &mut TcpStream) -> bool {
-    let mut sink = [0u8; 4096];
-    loop {
-        match stream.read(&mut sink) {
-            Ok(0) => return true,
-            Ok(_) => continue,
-            Err(e) if e.kind() == ErrorKind::ConnectionReset => return true,
-            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
-                return false
-            }
-            Err(e) => panic!("unexpected read error: {e}"),
-        }
-    }
-}
-
-/// Sends `GET path` on a fresh connection (closed after the answer).
-fn get(addr: SocketAddr, path: &str) -> Answer {
-    request(
-        addr,
-        &format!("GET {path} HTTP/1.1\r\nhost: admin\r\nconnection: close\r\n\r\n"),
-    )
-}
-
-fn request(addr: SocketAddr, raw: &str) -> Answer {
-    let mut stream = connect(addr);
-    stream.write_all(raw.as_bytes()).expect("request sent");
-    let head_only = raw.starts_with("HEAD ");
-    read_answer(&mut stream, head_only).expect("an answer")
-}
-
-fn assert_healthy(addr: SocketAddr) {
-    let answer = get(addr, "/health");
-    assert_eq!(answer.status, 200, "{answer:?}");
-    assert_eq!(answer.body, "ok\n");
-}
-
-// ---------------------------------------------------------------------
-// A strict parser of the OpenMetrics text format, as far as the endpoint
-// uses it.
+const TEXT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+const OPENMETRICS_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
 #[derive(Debug, Default)]
 struct Family {
@@ -225,14 +130,23 @@ fn parse_value(text: &str) -> f64 {
     }
 }
 
-/// Parses an OpenMetrics exposition strictly: descriptors before samples,
-/// each family once, sample names that fit their family's type and unit,
-/// histograms with cumulative buckets ending in `+Inf` equal to `_count`,
-/// and `# EOF` at the very end.
-fn parse_openmetrics(text: &str) -> BTreeMap<String, Family> {
-    let body = text
-        .strip_suffix("# EOF\n")
-        .expect("the exposition ends with '# EOF'");
+/// Parses an exposition strictly: descriptors before samples, each
+/// family once, sample names that fit their family's type (and unit),
+/// histograms with cumulative buckets ending in `+Inf` equal to `_count`.
+/// OpenMetrics: counter samples are the family's name and `_total`, and
+/// `# EOF` ends the text. The text format 0.0.4: a counter family's name
+/// ends with `_total` and its samples have the family's name, there are
+/// no `# UNIT` lines and no end marker.
+fn parse_exposition(text: &str, format: Format) -> BTreeMap<String, Family> {
+    let body = match format {
+        Format::OpenMetrics => text
+            .strip_suffix("# EOF\n")
+            .expect("the exposition ends with '# EOF'"),
+        Format::Text => {
+            assert!(!text.contains("# EOF"), "an end marker in the text format");
+            text
+        }
+    };
     let mut families: BTreeMap<String, Family> = BTreeMap::new();
     let mut current: Option<String> = None;
     let mut sampled = false;
@@ -271,6 +185,7 @@ fn parse_openmetrics(text: &str) -> BTreeMap<String, Family> {
                     family.kind = value;
                 }
                 "UNIT" => {
+                    assert_eq!(format, Format::OpenMetrics, "# UNIT in the text format");
                     assert!(
                         name.ends_with(&format!("_{value}")),
                         "{name} does not end with its unit {value}"
@@ -301,11 +216,18 @@ fn parse_openmetrics(text: &str) -> BTreeMap<String, Family> {
         let suffix = name
             .strip_prefix(family_name.as_str())
             .unwrap_or_else(|| panic!("sample {name} outside family {family_name}"));
-        let allowed: &[&str] = match family.kind.as_str() {
-            "counter" => &["_total", "_created"],
-            "gauge" => &[""],
-            "histogram" => &["_bucket", "_sum", "_count", "_created"],
-            other => panic!("unexpected type {other}"),
+        let allowed: &[&str] = match (family.kind.as_str(), format) {
+            ("counter", Format::OpenMetrics) => &["_total", "_created"],
+            ("counter", Format::Text) => {
+                assert!(
+                    family_name.ends_with("_total"),
+                    "counter {family_name} without _total"
+                );
+                &[""]
+            }
+            ("gauge", _) => &[""],
+            ("histogram", _) => &["_bucket", "_sum", "_count", "_created"],
+            (other, _) => panic!("unexpected type {other}"),
         };
         assert!(
             allowed.contains(&suffix),
@@ -504,6 +426,27 @@ fn health_status_and_errors_of_routing() {
     });
 }
 
+/// A client that shuts down its sending side right after its request (as
+/// `nc -N` and many scripts do) still reads the answer.
+#[test]
+fn a_client_that_half_closes_after_its_request_is_answered() {
+    within(TEST_LIMIT, || {
+        let rt = runtime();
+        let server = admin::serve("127.0.0.1:0", rt.handle()).unwrap();
+        let addr = server.local_addr();
+        for path in ["/health", "/metrics", "/stats", "/status"].repeat(5) {
+            let mut stream = connect(addr);
+            stream
+                .write_all(format!("GET {path} HTTP/1.1\r\nhost: a\r\n\r\n").as_bytes())
+                .unwrap();
+            stream.shutdown(std::net::Shutdown::Write).unwrap();
+            let answer = read_answer(&mut stream, false).expect("an answer");
+            assert_eq!(answer.status, 200, "{path}");
+            assert!(closed_by_server(&mut stream));
+        }
+    });
+}
+
 #[test]
 fn keep_alive_serves_several_requests_on_one_connection() {
     within(TEST_LIMIT, || {
@@ -519,21 +462,53 @@ fn keep_alive_serves_several_requests_on_one_connection() {
     });
 }
 
+/// The sample names and label sets of an exposition.
+fn series(families: &BTreeMap<String, Family>) -> BTreeSet<(String, BTreeMap<String, String>)> {
+    families
+        .values()
+        .flat_map(|f| &f.samples)
+        .map(|s| (s.name.clone(), s.labels.clone()))
+        .collect()
+}
+
 #[test]
-fn metrics_parse_back_as_openmetrics() {
+fn metrics_parse_back_in_both_formats() {
     within(TEST_LIMIT, || {
         let rt = runtime();
         let server = admin::serve("127.0.0.1:0", rt.handle()).unwrap();
         let addr = server.local_addr();
         exercise(&rt);
         assert_healthy(addr);
-        let answer = get(addr, "/metrics");
-        assert_eq!(answer.status, 200);
-        assert_eq!(
-            answer.headers["content-type"],
-            "application/openmetrics-text; version=1.0.0; charset=utf-8"
+
+        let text = get(addr, "/metrics");
+        assert_eq!(text.status, 200);
+        assert_eq!(text.headers["content-type"], TEXT_TYPE);
+        assert_eq!(text.headers["vary"], "accept");
+        let text = parse_exposition(&text.body, Format::Text);
+        let answer = get_with(
+            addr,
+            "/metrics",
+            "accept: application/openmetrics-text; version=1.0.0\r\n",
         );
-        let families = parse_openmetrics(&answer.body);
+        assert_eq!(answer.status, 200);
+        assert_eq!(answer.headers["content-type"], OPENMETRICS_TYPE);
+        let families = parse_exposition(&answer.body, Format::OpenMetrics);
+        // The same series in both; counters' family names differ by their
+        // `_total`, and only OpenMetrics declares units.
+        assert_eq!(series(&text), series(&families));
+        for (name, family) in &families {
+            let text_name = if family.kind == "counter" {
+                format!("{name}_total")
+            } else {
+                name.clone()
+            };
+            let in_text = text
+                .get(&text_name)
+                .unwrap_or_else(|| panic!("{text_name} missing from the text format"));
+            assert_eq!(in_text.kind, family.kind, "{name}");
+            assert_eq!(in_text.help, family.help, "{name}");
+        }
+        assert_eq!(text.len(), families.len());
 
         let documented = [
             ("keel_uptime_seconds", "gauge"),
@@ -560,6 +535,7 @@ fn metrics_parse_back_as_openmetrics() {
             ("keel_process_cpu_seconds", "counter"),
             ("keel_admin_connections", "gauge"),
             ("keel_admin_rejected_connections", "counter"),
+            ("keel_admin_evicted_connections", "counter"),
         ];
         for (name, kind) in documented {
             let family = families
@@ -619,6 +595,65 @@ fn metrics_parse_back_as_openmetrics() {
         assert!(user > 0.0);
         // The scrape itself is being served.
         assert!(value_of(&families, "keel_admin_connections", &[]) >= 1.0);
+        assert_eq!(
+            value_of(&families, "keel_admin_evicted_connections_total", &[]),
+            0.0
+        );
+        assert_eq!(
+            value_of(&text, "keel_admin_rejected_connections_total", &[]),
+            0.0
+        );
+    });
+}
+
+/// Each client gets the format it asks for, whatever else it accepts;
+/// `HEAD` negotiates as `GET` does.
+#[test]
+fn metrics_formats_are_negotiated_on_accept() {
+    within(TEST_LIMIT, || {
+        let rt = runtime();
+        let server = admin::serve("127.0.0.1:0", rt.handle()).unwrap();
+        let addr = server.local_addr();
+        let cases = [
+            // curl, promtool's fetchers: anything.
+            ("accept: */*\r\n", TEXT_TYPE),
+            ("", TEXT_TYPE),
+            ("accept: text/plain;version=0.0.4\r\n", TEXT_TYPE),
+            ("accept: application/json\r\n", TEXT_TYPE),
+            ("accept: application/openmetrics-text\r\n", OPENMETRICS_TYPE),
+            // Prometheus 2.x.
+            (
+                "accept: application/openmetrics-text;version=1.0.0;q=0.5,application/openmetrics-text;version=0.0.1;q=0.4,text/plain;version=0.0.4;q=0.3,*/*;q=0.2\r\n",
+                OPENMETRICS_TYPE,
+            ),
+            // The same, split over two headers.
+            (
+                "accept: text/plain;version=0.0.4;q=0.3\r\naccept: application/openmetrics-text;q=0.5\r\n",
+                OPENMETRICS_TYPE,
+            ),
+            (
+                "accept: application/openmetrics-text;q=0.2, text/plain;q=0.9\r\n",
+                TEXT_TYPE,
+            ),
+        ];
+        for (accept, expected) in cases {
+            let answer = get_with(addr, "/metrics", accept);
+            assert_eq!(answer.status, 200, "{accept}");
+            assert_eq!(answer.headers["content-type"], expected, "{accept:?}");
+            let format = if expected == TEXT_TYPE {
+                Format::Text
+            } else {
+                Format::OpenMetrics
+            };
+            parse_exposition(&answer.body, format);
+        }
+        let head = request(
+            addr,
+            "HEAD /metrics HTTP/1.1\r\nhost: a\r\naccept: application/openmetrics-text\r\nconnection: close\r\n\r\n",
+        );
+        assert_eq!(head.status, 200);
+        assert_eq!(head.headers["content-type"], OPENMETRICS_TYPE);
+        assert!(head.body.is_empty());
     });
 }
 
@@ -740,6 +775,7 @@ fn stats_json_has_the_documented_fields() {
         assert_eq!(stats["admin"]["class"], "urgent");
         assert_eq!(integer(&stats["admin"], "connections_open"), 1);
         integer(&stats["admin"], "connections_rejected");
+        integer(&stats["admin"], "connections_evicted");
         assert_eq!(integer(&stats["admin"], "max_connections"), 16);
 
         for window in ["since_start", "since_last"] {
@@ -946,52 +982,6 @@ fn a_slow_client_is_closed_after_the_read_timeout() {
         assert!(closed_by_server(&mut idle));
         assert_healthy(addr);
         wait_until("slow connections are let go", || server.connections() == 0);
-    });
-}
-
-#[test]
-fn connections_past_the_limit_get_503() {
-    within(TEST_LIMIT, || {
-        let rt = runtime();
-        let server = Admin::builder()
-            .max_connections(2)
-            .serve("127.0.0.1:0", rt.handle())
-            .unwrap();
-        let addr = server.local_addr();
-        // Two kept-alive connections, each answered once: both are served.
-        let mut held = Vec::new();
-        for _ in 0..2 {
-            let mut stream = connect(addr);
-            stream
-                .write_all(b"GET /health HTTP/1.1\r\nhost: a\r\n\r\n")
-                .unwrap();
-            assert_eq!(read_answer(&mut stream, false).unwrap().status, 200);
-            held.push(stream);
-        }
-        assert_eq!(server.connections(), 2);
-
-        // The third is refused, with a request sent...
-        let refused = get(addr, "/health");
-        assert_eq!(refused.status, 503, "{refused:?}");
-        assert_eq!(refused.headers["connection"], "close");
-        // ...or without one.
-        let mut silent = connect(addr);
-        let answer = read_answer(&mut silent, false).expect("a 503");
-        assert_eq!(answer.status, 503);
-        assert!(closed_by_server(&mut silent));
-        assert!(server.rejected_connections() >= 2);
-
-        // The held connections still work.
-        for stream in &mut held {
-            stream
-                .write_all(b"GET /health HTTP/1.1\r\nhost: a\r\n\r\n")
-                .unwrap();
-            assert_eq!(read_answer(stream, false).unwrap().status, 200);
-        }
-        // Closing one makes room again.
-        drop(held.pop());
-        wait_until("a slot frees", || server.connections() < 2);
-        assert_healthy(addr);
     });
 }
 

@@ -18,12 +18,14 @@
 //! | `GET /health` | `200`, `ok\n`: the runtime runs and polls the admin class |
 //! | `GET /status` | `200`, a plain-text summary of a few hundred bytes: uptime, workers, live tasks, utilization and spin since start, each class's CPU share beside its configured share |
 //! | `GET /stats` | `200`, a JSON snapshot (`application/json`); its fields are listed [below](#stats-json) |
-//! | `GET /metrics` | `200`, the [Prometheus families](#metrics) in the OpenMetrics text format (`application/openmetrics-text; version=1.0.0; charset=utf-8`), built from a fresh [`Stats`](crate::stats::Stats) snapshot at each scrape |
+//! | `GET /metrics` | `200`, the [Prometheus families](#metrics), built from a fresh [`Stats`](crate::stats::Stats) snapshot at each scrape, in the format the `Accept` header asks for: the Prometheus text format 0.0.4 by default (`text/plain; version=0.0.4; charset=utf-8`), OpenMetrics 1.0.0 when the client weighs `application/openmetrics-text` above it (`application/openmetrics-text; version=1.0.0; charset=utf-8`), as Prometheus servers do; see [Metrics](#metrics) |
 //!
 //! `HEAD` works wherever `GET` does. Other methods on these paths get
 //! `405 Method Not Allowed` (with `allow: GET, HEAD`), other paths
 //! `404 Not Found`; the query string is ignored. Connections are kept
-//! alive between requests, as HTTP/1.1 does by default.
+//! alive between requests, as HTTP/1.1 does by default. A client may shut
+//! down its sending side once its request is sent (as `nc -N` does) and
+//! still reads the answer.
 //!
 //! # Why the urgent class
 //!
@@ -48,7 +50,7 @@
 //!
 //! | knob | default | failure it prevents | what a client sees |
 //! |---|---|---|---|
-//! | [`max_connections`](AdminOptions::max_connections) | [16](DEFAULT_MAX_CONNECTIONS) | a flood of connections (or a leak in a scraper) growing tasks and memory without bound | past the limit, `503 Service Unavailable` with `connection: close`, then the connection is closed |
+//! | [`max_connections`](AdminOptions::max_connections) | [16](DEFAULT_MAX_CONNECTIONS) | a flood of connections (or a leak in a scraper) growing tasks and memory without bound | past the limit, a connection waiting for a request head is closed to make room: a stalled half-sent head first, the longest waiting (see below); only if every slot is answering a request does the newcomer get `503 Service Unavailable` with `connection: close` |
 //! | [`read_timeout`](AdminOptions::read_timeout) | [5 s](DEFAULT_READ_TIMEOUT) | a slow client (slowloris: a request head sent byte by byte, or an idle keep-alive connection) holding a connection slot forever; a client that stops reading answers | the whole request head must arrive within it, or the connection is closed without an answer; a write of the answer that makes no progress for as long also closes it |
 //! | [`max_request_bytes`](AdminOptions::max_request_bytes) | [16 KiB](DEFAULT_MAX_REQUEST_BYTES) | a huge request head (or body) making the endpoint buffer without bound | a head larger than this: `431 Request Header Fields Too Large`; a declared body (`content-length`) larger than this: `413 Payload Too Large`; the connection is closed after either |
 //!
@@ -60,16 +62,56 @@
 //! defines for it; 413 is the status for a body that is too large, which
 //! is what the endpoint answers for one.
 //!
-//! Whenever the endpoint ends a connection (after an error, or after an
-//! answer with `connection: close`), it first shuts down its sending side
-//! and then reads and discards what the client still sends, until the
-//! client closes or for at most a second (and at most `read_timeout`):
-//! closing a socket with unread input makes the kernel reset the
-//! connection, and a reset can destroy the last answer before the client
-//! has read it. That second counts against `max_connections`; the 503
-//! answers of refused connections linger the same way, at most
-//! `max_connections` of them at once (past that, a refused connection is
-//! closed at once).
+//! ## Hostile clients: who gets a slot
+//!
+//! The endpoint is what an operator reaches for when things go wrong, so
+//! idle or incomplete connections must never lock it: the read timeout
+//! alone would let 16 slowloris sockets shut it for 5 s at a time. So a
+//! connection holding a slot is either *answering* (a whole request head
+//! was read and its answer is not yet all written) or *waiting* (for its
+//! first head, or for the next one on a kept-alive connection). A
+//! connection that arrives when every slot is taken takes the slot of a
+//! waiting one, which is closed without an answer (*evicted*): the
+//! connection that has waited longest with part of a head sent and the
+//! rest not (a stalled head, the slowloris mark); if no head is stalled,
+//! the one that has waited longest having sent nothing (a new connection
+//! whose client has not written yet, or a kept-alive one between
+//! requests). Only when every slot is answering is the newcomer refused
+//! with `503`. So a whole request is always answered unless
+//! `max_connections` other requests are being answered at that moment,
+//! however many idle, silent or half-sent connections there are: they
+//! push each other out. An honest client can lose an idle kept-alive
+//! connection this way, which HTTP clients reopen on their own.
+//!
+//! Eviction never cuts an answer, and looks before it closes: an evicted
+//! connection reads what its client has sent once more, and a whole head
+//! found then (sent just before the eviction, its readiness not yet
+//! delivered) is answered before the connection closes. At most
+//! `max_connections` such last looks run at once (they share the linger
+//! permits below), so the endpoint never serves more than twice its
+//! limit. The accept loop also admits at most half the slots' worth of
+//! connections before it lets their tasks run, so a client that sends its
+//! request with its connection is read before a burst of newer
+//! connections could push it out.
+//!
+//! What was shed is counted: [`AdminServer::evicted_connections`] and
+//! `keel_admin_evicted_connections_total`, [`AdminServer::rejected_connections`]
+//! and `keel_admin_rejected_connections_total` (the `503`s).
+//!
+//! ## Closing without a reset
+//!
+//! Whenever the endpoint ends a connection it has answered (after an
+//! error, or after an answer with `connection: close`) or refuses one
+//! with `503`, it first shuts down its sending side and then reads and
+//! discards what the client still sends, until the client closes or for
+//! at most a second (and at most `read_timeout`): closing a socket with
+//! unread input makes the kernel reset the connection, and a reset can
+//! destroy the last answer before the client has read it. At most
+//! `max_connections` connections linger so at once, apart from the slots;
+//! past that a connection's input is discarded as far as it has arrived
+//! and the socket closed at once, so a refused client still reads its
+//! whole `503` followed by the end of the stream. An evicted connection
+//! is owed no answer and is closed at once.
 //!
 //! Errors of `accept` (out of file descriptors, a connection reset before
 //! it was accepted) never stop the endpoint: it logs them with `tracing`
@@ -114,7 +156,7 @@
 //! | `classes[].queue_delay` | object | wake → first poll: `count` (integer), `mean_us`, `p50_us`, `p90_us`, `p99_us`, `p999_us`, `max_us` (numbers) |
 //! | `blocking` | object | the blocking pool: `threads`, `idle`, `queued`, `waiting`, `completed`, `rejected`, `max_threads`, `queue_capacity` (integers), `busy_s` (number); see [`BlockingStats`](crate::stats::BlockingStats) |
 //! | `deliveries` | object | TCP read deliveries per batch mode: `off`, `fixed`, `adaptive`, each `{count, bytes}` (integers) |
-//! | `admin` | object | this endpoint: `class` (string, the class the answering task ran in), `connections_open`, `connections_rejected` (integer, 503s since it started), `max_connections` (integer) |
+//! | `admin` | object | this endpoint: `class` (string, the class the answering task ran in), `connections_open` (integer, connections holding a slot), `connections_rejected` (integer, 503s since it started), `connections_evicted` (integer, connections closed to make room since it started), `max_connections` (integer) |
 //! | `since_start` | window | accounting against process CPU since the endpoint started ([`serve`] took a baseline) |
 //! | `since_last` | window | the same since the previous `/stats` answer of this endpoint (the first: since it started) |
 //!
@@ -147,8 +189,31 @@
 //!
 //! # Metrics
 //!
-//! Every family is prefixed `keel_`, has a HELP text, and names its unit;
-//! counters end in `_total` in the samples, as OpenMetrics requires.
+//! Every family is prefixed `keel_`, has a HELP text, and names its unit.
+//! The two formats carry the same samples, with the same names, labels and
+//! values; they differ in how families are declared:
+//!
+//! | | Prometheus text 0.0.4 (default) | OpenMetrics 1.0.0 (when asked) |
+//! |---|---|---|
+//! | `content-type` | `text/plain; version=0.0.4; charset=utf-8` | `application/openmetrics-text; version=1.0.0; charset=utf-8` |
+//! | a counter family | `# TYPE keel_class_polls_total counter` | `# TYPE keel_class_polls counter` |
+//! | its samples | `keel_class_polls_total{class="urgent"} 12` | the same |
+//! | units | in the name only | in the name, and `# UNIT` |
+//! | end | the last sample | `# EOF` |
+//!
+//! Which one a request gets: the text format unless the `Accept` header
+//! weighs `application/openmetrics-text` (version 1.0.0, 0.0.1 or none)
+//! above `text/plain`, by its `q` and then by the more specific match
+//! (RFC 9110); Prometheus servers ask for OpenMetrics first, `curl` and
+//! most other tools send `*/*`. An `Accept` that allows neither still
+//! gets the text format. Answers carry `vary: accept`. Each format is
+//! what every reader of it accepts (`promtool check metrics` reads the
+//! text format; Prometheus scrapes either): neither reader accepts the
+//! other's counters, which is why the format is negotiated rather than
+//! fixed.
+//!
+//! The table names each family as OpenMetrics declares it; the text
+//! format declares counters with their `_total`.
 //!
 //! | family | type | labels |
 //! |---|---|---|
@@ -172,6 +237,7 @@
 //! | `keel_process_cpu_seconds` | counter | `mode` (`user`, `system`); from `getrusage` |
 //! | `keel_admin_connections` | gauge | |
 //! | `keel_admin_rejected_connections` | counter | |
+//! | `keel_admin_evicted_connections` | counter | |
 //!
 //! The queue-delay histogram is rebuilt at each scrape from the runtime's
 //! own histogram, which has 1% resolution: a delay is counted in the
@@ -179,20 +245,27 @@
 //! and the `_sum` is the mean times the count.
 
 mod conn;
+mod exposition;
+#[cfg(any(test, fuzzing))]
+#[doc(hidden)]
+pub mod fuzzing;
 mod metrics;
+mod negotiate;
 mod report;
 mod routes;
+mod slots;
 
 use std::fmt;
 use std::io;
 use std::net::{SocketAddr, ToSocketAddrs};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::net::{TcpListener, TcpStream};
+use crate::net::TcpListener;
 use crate::runtime::context;
 use crate::{Class, Handle, JoinHandle};
+use slots::Slots;
 
 /// Default [`AdminOptions::max_connections`]: 16.
 pub const DEFAULT_MAX_CONNECTIONS: usize = 16;
@@ -297,11 +370,14 @@ impl AdminOptions {
     }
 
     /// The most connections served at once. Default:
-    /// [16](DEFAULT_MAX_CONNECTIONS). A connection past the limit gets
-    /// `503 Service Unavailable` and is closed, so a flood of connections
-    /// cannot grow the endpoint's tasks and memory without bound. A
-    /// connection counts from its accept until it is closed, including
-    /// the lingering second after an error.
+    /// [16](DEFAULT_MAX_CONNECTIONS). Bounds the tasks and memory a flood
+    /// of connections can cost. A connection past the limit takes the slot
+    /// of one waiting for a request head (a stalled half-sent head
+    /// first, the longest waiting), which is closed; if every slot is answering a request, it gets
+    /// `503 Service Unavailable` instead (see the [module
+    /// docs](self#hostile-clients-who-gets-a-slot)). A connection holds
+    /// its slot from its accept until hyper is done with it; the close
+    /// that follows lingers outside the slots, at most this many at once.
     pub fn max_connections(&mut self, max: usize) -> &mut AdminOptions {
         self.max_connections = max;
         self
@@ -384,16 +460,7 @@ impl AdminOptions {
             TcpListener::bind(addr)?
         };
         let local_addr = listener.local_addr()?;
-        let baseline = report::Sample::take(&handle.stats());
-        let shared = Arc::new(Shared {
-            handle: handle.clone(),
-            options: self.clone(),
-            open: AtomicUsize::new(0),
-            lingering_refusals: AtomicUsize::new(0),
-            rejected: AtomicU64::new(0),
-            last: Mutex::new(baseline.clone()),
-            start: baseline,
-        });
+        let shared = Arc::new(Shared::new(handle, self));
         let task = handle.spawn_in(self.class, accept_loop(listener, shared.clone()));
         Ok(AdminServer {
             local_addr,
@@ -419,14 +486,23 @@ impl AdminServer {
         self.local_addr
     }
 
-    /// Connections being served now (not counting refused ones).
+    /// Connections holding a slot now: being served or waiting for a
+    /// request head (not counting refused ones, nor closes lingering).
     pub fn connections(&self) -> usize {
-        self.shared.open.load(Ordering::Relaxed)
+        self.shared.slots.open()
     }
 
-    /// Connections refused with `503` since the endpoint started.
+    /// Connections refused with `503` since the endpoint started: they
+    /// arrived when every slot was answering a request.
     pub fn rejected_connections(&self) -> u64 {
-        self.shared.rejected.load(Ordering::Relaxed)
+        self.shared.slots.refused()
+    }
+
+    /// Connections closed since the endpoint started to make room for a
+    /// newer one, while they waited for a request head (see the [module
+    /// docs](self#hostile-clients-who-gets-a-slot) for which go first).
+    pub fn evicted_connections(&self) -> u64 {
+        self.shared.slots.evicted()
     }
 
     /// Stops accepting connections and closes the listener (as dropping
@@ -457,16 +533,28 @@ impl fmt::Debug for AdminServer {
 struct Shared {
     handle: Handle,
     options: AdminOptions,
-    /// Connections being served.
-    open: AtomicUsize,
-    /// Refused connections still lingering after their 503.
-    lingering_refusals: AtomicUsize,
-    /// Connections refused since the start.
-    rejected: AtomicU64,
+    /// The connection slots: who is served, who waits longest.
+    slots: Arc<Slots>,
+    /// Connections lingering after their close (see `conn`).
+    lingering: AtomicUsize,
     /// The accounting when the endpoint started.
     start: report::Sample,
     /// The accounting at the previous `/stats` answer.
     last: Mutex<report::Sample>,
+}
+
+impl Shared {
+    fn new(handle: &Handle, options: &AdminOptions) -> Shared {
+        let baseline = report::Sample::take(&handle.stats());
+        Shared {
+            handle: handle.clone(),
+            options: options.clone(),
+            slots: Arc::new(Slots::new(options.max_connections)),
+            lingering: AtomicUsize::new(0),
+            last: Mutex::new(baseline.clone()),
+            start: baseline,
+        }
+    }
 }
 
 /// Takes one unit of `counter` if it is below `max`; the unit is given
@@ -491,13 +579,40 @@ impl Drop for Permit<'_> {
 }
 
 async fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
+    let batch = (shared.options.max_connections / 2).max(1);
+    let mut accepted = 0;
     loop {
         match listener.accept().await {
             Ok((stream, peer)) => {
-                let connection = serve_or_refuse(stream, peer, shared.clone());
                 // Detached: the connection's task ends on its own, bounded
                 // by the read timeout.
-                drop(shared.handle.spawn_in(shared.options.class, connection));
+                let task = match shared.slots.admit() {
+                    Some(slot) => shared.handle.spawn_in(
+                        shared.options.class,
+                        conn::serve(stream, peer, shared.clone(), slot),
+                    ),
+                    None => {
+                        tracing::debug!(
+                            %peer,
+                            max = shared.options.max_connections,
+                            "admin endpoint: connection refused, every slot is answering"
+                        );
+                        shared
+                            .handle
+                            .spawn_in(shared.options.class, conn::refuse(stream, shared.clone()))
+                    }
+                };
+                drop(task);
+                // The new connections' tasks run before more are accepted:
+                // each reads what its client has sent already, and a whole
+                // request head makes it answering. Half the slots at most
+                // are admitted in one turn, so a burst of newer connections
+                // cannot evict one before it was even read.
+                accepted += 1;
+                if accepted == batch {
+                    accepted = 0;
+                    crate::yield_now().await;
+                }
             }
             Err(error) => {
                 let pause = matches!(
@@ -508,22 +623,6 @@ async fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
                 if pause {
                     crate::time::sleep(ACCEPT_PAUSE).await;
                 }
-            }
-        }
-    }
-}
-
-async fn serve_or_refuse(stream: TcpStream, peer: SocketAddr, shared: Arc<Shared>) {
-    let max = shared.options.max_connections;
-    match Permit::try_take(&shared.open, max) {
-        Some(_permit) => conn::serve(stream, peer, &shared).await,
-        None => {
-            shared.rejected.fetch_add(1, Ordering::Relaxed);
-            tracing::debug!(%peer, max, "admin endpoint: connection refused, at the limit");
-            match Permit::try_take(&shared.lingering_refusals, max) {
-                Some(_lingering) => conn::refuse(stream, &shared.options).await,
-                // Too many refusals already lingering: close at once.
-                None => drop(stream),
             }
         }
     }

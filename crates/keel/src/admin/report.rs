@@ -2,7 +2,6 @@
 //! windows that compare the workers' accounting with process CPU.
 
 use std::fmt::Write as _;
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use serde::Serialize;
@@ -151,6 +150,7 @@ struct AdminJson<'a> {
     class: &'a str,
     connections_open: usize,
     connections_rejected: u64,
+    connections_evicted: u64,
     max_connections: usize,
 }
 
@@ -319,8 +319,9 @@ pub(super) fn stats_json(shared: &Shared, stats: &Stats) -> String {
         },
         admin: AdminJson {
             class: current_class_name(&shared.handle),
-            connections_open: shared.open.load(Ordering::Relaxed),
-            connections_rejected: shared.rejected.load(Ordering::Relaxed),
+            connections_open: shared.slots.open(),
+            connections_rejected: shared.slots.refused(),
+            connections_evicted: shared.slots.evicted(),
             max_connections: shared.options.max_connections,
         },
         since_start,

@@ -7,11 +7,10 @@ use hyper::body::{Bytes, Incoming};
 use hyper::header::{self, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode};
 
-use super::{metrics, report, Shared};
+use super::{metrics, negotiate, report, Shared};
 
 const TEXT: &str = "text/plain; charset=utf-8";
 const JSON: &str = "application/json";
-const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
 /// The answer to `request`. The body of a request is never read: no route
 /// takes one.
@@ -51,9 +50,19 @@ pub(super) fn answer(shared: &Arc<Shared>, request: &Request<Incoming>) -> Respo
             with_type(StatusCode::OK, JSON, json)
         }
         _ => {
+            let accept = request.headers().get_all(header::ACCEPT);
+            let format = negotiate::metrics_format(accept.iter().map(HeaderValue::as_bytes));
             let stats = shared.handle.stats();
-            match metrics::encode(shared, stats) {
-                Ok(text) => with_type(StatusCode::OK, OPENMETRICS, text),
+            match metrics::encode(shared, stats, format) {
+                Ok(text) => {
+                    let mut response = with_type(StatusCode::OK, format.content_type(), text);
+                    // Caches between a scraper and the endpoint must not
+                    // answer one format for the other.
+                    response
+                        .headers_mut()
+                        .insert(header::VARY, HeaderValue::from_static("accept"));
+                    response
+                }
                 Err(_) => plain(
                     StatusCode::INTERNAL_SERVER_ERROR,
                     "metrics could not be encoded\n",

@@ -4,6 +4,9 @@
 
 use keel::{Runtime, SpinPolicy};
 
+pub mod alloc;
+pub mod http;
+
 /// Every spin policy a runtime test runs under.
 pub const SPINS: [SpinPolicy; 4] = [
     SpinPolicy::None,
