@@ -6,7 +6,7 @@
 //! unloaded latency), then under load: 4 connections download a 1 MiB
 //! object in a loop (bulk), 20 clients open a new connection per request
 //! for an empty object (connection rate), and an admin request every
-//! 100 ms is timed end to end. Three proxies are measured: keel with
+//! 20 ms is timed end to end. Three proxies are measured: keel with
 //! classes (admin urgent, accept and setup normal, forwarding bulk), keel
 //! with everything in one class, and tokio.
 //!
