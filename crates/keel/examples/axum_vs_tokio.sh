@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The axum example on keel against the same app on tokio (`axum::serve`),
 # both with 2 workers: wrk with 60 keep-alive connections, rounds
-# interleaved (keel, tokio, keel, tokio, ...), requests/s and p99 of each.
+# interleaved with the order alternating (keel then tokio in odd rounds,
+# tokio then keel in even ones, so neither always runs on a warmer or
+# cooler host), requests/s and p99 of each.
 #
 #   bash crates/keel/examples/axum_vs_tokio.sh [ROUNDS] [SECONDS]
 #
@@ -29,7 +31,9 @@ done
 
 summary=""
 for round in $(seq "$rounds"); do
-    for runtime in keel tokio; do
+    order="keel tokio"
+    [ $((round % 2)) = 0 ] && order="tokio keel"
+    for runtime in $order; do
         addr=$keel_addr
         [ "$runtime" = tokio ] && addr=$tokio_addr
         echo "== round $round, $runtime ($addr)"
