@@ -25,8 +25,9 @@
 //! - `sched`: the worker loop, class selection, queues, parking.
 //! - [`task`]: tasks on `async-task`, [`JoinHandle`], [`yield_now`],
 //!   [`task::JoinSet`].
-//! - [`net`]: TCP and UDP sockets; TCP input delivered in batches rather
-//!   than per packet when asked ([`net::batch`]).
+//! - [`net`]: TCP, UDP and Unix sockets, name lookups on the blocking
+//!   pool; TCP input delivered in batches rather than per packet when
+//!   asked ([`net::batch`]).
 //! - [`stats`]: per-worker state accounting and snapshots.
 //! - [`time`]: `sleep`, `timeout`, `interval` on a timer wheel.
 //! - [`wal`]: a group-commit log, [`wal::Log`], that acknowledges only
@@ -34,8 +35,8 @@
 //! - [`blocking`]: the pool for blocking closures, [`spawn_blocking`] and
 //!   [`blocking::unblock`].
 //! - [`fs`]: files, on the blocking pool.
-//! - [`compat`]: other crates' runtime traits on keel (hyper 1.x, with
-//!   the `hyper` feature).
+//! - [`compat`]: other crates' traits on keel: hyper 1.x's runtime
+//!   traits (feature `hyper`), tokio's IO traits (feature `tokio-io`).
 //! - `admin` (feature `admin`): the built-in admin endpoint, `/metrics`,
 //!   `/stats`, `/status` and `/health` over HTTP, in the urgent class.
 //! - [`signal`]: `SIGTERM`, Ctrl-C and other signals as futures, for a

@@ -2,8 +2,10 @@
 //!
 //! S5's figures are only meaningful against the disk's own speed: a group
 //! commit can never acknowledge more than `clients` records per
-//! `fdatasync`, so `clients / median sync latency` is the physical limit
-//! the log is judged against. The latency is measured here the plainest
+//! `fdatasync`, so `clients / median sync latency` is an open-loop limit
+//! (reported as `limit_records_per_s`). The log is judged against the
+//! closed-loop ceiling, which adds the clients' round trip to the sync
+//! (see `s5.rs`). The latency is measured here the plainest
 //! way (append 512 bytes, `fdatasync`, repeat) in the directory the log
 //! will use. A directory on tmpfs syncs in nanoseconds and would make
 //! every figure a fiction, so it is detected and reported.

@@ -144,7 +144,7 @@ pub fn to_markdown(report: &Report) -> String {
         report.machine.cores,
         report.machine.kernel,
         if report.quick {
-            " Quick run: sizes too small for the verdicts to mean anything; they are not judged."
+            " Quick run: sizes too small for the timing verdicts to mean anything; they are not judged (counts of lost or damaged records are)."
         } else {
             ""
         },

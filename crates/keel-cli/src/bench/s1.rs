@@ -18,7 +18,8 @@
 //!
 //! keel also runs a third variant, `unaccounted`: the same server with the
 //! runtime's accounting switched off (a hidden switch that exists for this
-//! measurement), right after keel's default in every round. Its slices per
+//! measurement), next to keel's default in every round (after it in odd
+//! rounds, before it in even ones, as the order alternates). Its slices per
 //! second and latencies beside keel's are what the accounting costs on a
 //! server's work, reported without a goal.
 

@@ -20,7 +20,8 @@
 //!   the end of the stream, which also checks that the proxy passes the
 //!   backend's close on. The backend closes first, so TIME_WAIT does not
 //!   pile up on this side's ephemeral ports.
-//! - **admin probe**: on a fixed grid (100 ms by default), it opens a new
+//! - **admin probe**: on a fixed grid (100 ms by default for `keel load
+//!   s3`; `keel bench` asks for 20 ms), it opens a new
 //!   connection to the admin endpoint, sends `GET /status` and reads the
 //!   whole answer, timed from before the connect to the last byte. The
 //!   answer carries the proxy's clock as it was produced (see

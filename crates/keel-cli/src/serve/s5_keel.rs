@@ -6,8 +6,9 @@
 //! every pending record, writes them at once and syncs once per batch,
 //! so the workers stay free for the echo service, which is S1's.
 //!
-//! Two settings differ from the defaults, each the one a keel user would
-//! choose for such a node:
+//! Two settings matter here, each the one a keel user would choose for
+//! such a node (the first differs from the defaults, the second keeps
+//! one):
 //!
 //! - The log connections run in the `bulk` class and the echo service in
 //!   `normal`: log traffic is the bulk work here, and a ping that wakes
@@ -15,9 +16,10 @@
 //!   the CPU by shares, so when both are busy the log still gets 50 of
 //!   the 83 shares in play, some 60% of it, and all of it when the echo
 //!   service is idle).
-//! - Workers do not spin before parking: the node shares its cores with
-//!   the load generator, and a worker that spins takes from the clients
-//!   the CPU they need to send the next record. Measured here, spinning
+//! - Workers do not spin before parking (the default, kept on purpose):
+//!   the node shares its cores with the load generator, and a worker
+//!   that spins takes from the clients the CPU they need to send the
+//!   next record. Measured here, spinning
 //!   raised the loaded ping p99 by about a third at the same record rate.
 
 use std::sync::atomic::Ordering;

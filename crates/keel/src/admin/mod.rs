@@ -16,7 +16,7 @@
 //! | route | answer |
 //! |---|---|
 //! | `GET /health` | `200`, `ok\n`: the runtime runs and polls the admin class |
-//! | `GET /status` | `200`, a plain-text summary of a few hundred bytes: uptime, workers, live tasks, utilization and spin since start, each class's CPU share beside its configured share |
+//! | `GET /status` | `200`, a plain-text summary of a few hundred bytes: uptime, workers, live tasks, utilization and spin since start, each class's share of the poll time beside its configured share and its queue-delay p99, then the application's lines ([`AdminOptions::status_section`]) |
 //! | `GET /stats` | `200`, a JSON snapshot (`application/json`); its fields are listed [below](#stats-json) |
 //! | `GET /metrics` | `200`, the [Prometheus families](#metrics), built from a fresh [`Stats`](crate::stats::Stats) snapshot at each scrape, in the format the `Accept` header asks for: the Prometheus text format 0.0.4 by default (`text/plain; version=0.0.4; charset=utf-8`), OpenMetrics 1.0.0 when the client weighs `application/openmetrics-text` above it (`application/openmetrics-text; version=1.0.0; charset=utf-8`), as Prometheus servers do; see [Metrics](#metrics) |
 //!
@@ -33,9 +33,12 @@
 //! Prometheus, or a load balancer's health check) asks when the server is
 //! in trouble, and trouble usually means every worker is busy. Its tasks
 //! (the accept loop and one task per connection) run in
-//! [`Class::URGENT`] by default, so that under any load they wait at most
-//! one task poll plus one IO interval for a worker, and a health check does
-//! not time out just because bulk work fills the queues. The class is a
+//! [`Class::URGENT`] by default, so that under load they are picked ahead
+//! of the bulk and normal queues whenever their class is behind on its
+//! share, and a health check does not time out just because bulk work
+//! fills the queues. This is a scheduling preference, not a hard bound: a
+//! task already running keeps its worker until it yields or its coop budget
+//! is spent, and the OS may preempt the worker itself. The class is a
 //! knob ([`AdminOptions::class`]) so that a benchmark can run the endpoint
 //! in [`Class::NORMAL`] and measure what the urgent class buys.
 //!

@@ -6,7 +6,9 @@
 //! - *without blocking*, between two task polls, once `io_interval` has
 //!   passed since its own last poll, or after `io_every` task polls,
 //!   whichever comes first (see
-//!   [`worker`](crate::sched)); and when it runs out of tasks;
+//!   [`worker`](crate::sched)); when it runs out of tasks, only if
+//!   `io_interval` has passed too (a system call each time a queue runs
+//!   dry would cost a message hop more than it buys);
 //! - *blocking*, when it parks: at most one parked worker blocks in
 //!   `epoll_wait` at a time (the *blocker*); the others sleep on their
 //!   parker. A notification for a blocker writes to the reactor's

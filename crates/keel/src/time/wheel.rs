@@ -4,7 +4,7 @@
 //! [`LEVELS`] levels of [`SLOTS`] slots. A slot of level `L` spans
 //! `SLOTS^L` ticks, so level 0 holds the next 64 ticks one per slot,
 //! level 1 the next 4096 ticks 64 per slot, and so on: six levels cover
-//! 64^6 ticks (over two thousand years at 1 ms). Inserting and cancelling
+//! 64^6 ticks (about two years at 1 ms). Inserting and cancelling
 //! are O(1); advancing visits only occupied slots, found through one
 //! occupancy bitmap per level.
 //!

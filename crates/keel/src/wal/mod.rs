@@ -41,7 +41,11 @@
 //! futures. The records that arrive while it syncs form the next batch, so
 //! batches grow with the load by themselves and the cost of a sync is
 //! shared by everything that was waiting for it. [`Options::commit_delay`]
-//! can make a batch wait for more records, but the default is not to wait.
+//! can make every batch wait for more records; its default is not to wait.
+//! [`Options::regroup`] (on by default) waits only after a batch of more
+//! than one record, for the appenders it just answered to come back, for
+//! at most the last write-and-sync time and never more than
+//! [`MAX_REGROUP_WAIT`].
 //!
 //! # Why a failed sync closes the log
 //!

@@ -266,8 +266,10 @@ impl BatchPolicy {
     }
 
     /// Batches whose size follows the stream: immediate delivery while the
-    /// stream is idle, slow or answered (request/response), batches that
-    /// fill in about half of `max_delay` while small deliveries come fast.
+    /// stream is idle, slow or answered (request/response), batches sized
+    /// from the stream's pace while small deliveries come fast (so a steady
+    /// stream is released by its `max_delay` deadline, and streams share the
+    /// timer's ticks).
     /// No read waits more than `max_delay`; see the
     /// [module docs](self#adaptive-mode) for the rule.
     pub const fn adaptive(max_delay: Duration) -> BatchPolicy {

@@ -24,8 +24,8 @@ use crate::sched::Shared;
 ///
 /// One task may read while another writes (both traits are implemented for
 /// `&TcpStream`, and [`TcpStream::into_split`] gives owned halves); two
-/// tasks reading at once would race for the bytes, and only the last to
-/// wait is woken.
+/// tasks reading at once would race for the bytes: readiness wakes every
+/// waiting reader, one of them gets the bytes, and the others wait again.
 ///
 /// Reads deliver input as soon as any byte is there, unless a
 /// [`BatchPolicy`] says to wait for more ([`TcpStream::set_batch`]).
