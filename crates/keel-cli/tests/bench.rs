@@ -63,7 +63,18 @@ fn quick_bench_writes_a_report_for_both_runtimes() {
         }
         assert!(scenario["noise"].is_array(), "{}", scenario["id"]);
     }
-    assert!(report["machine"]["cores"].as_u64().unwrap() >= 1);
+    let cores = report["machine"]["cores"].as_u64().unwrap();
+    assert!(cores >= 1);
+    if report["placement"]["kind"] == "isolated" {
+        // The machine's CPUs, not the harness's after it pinned itself.
+        let placed = |side: &str| report["placement"][side].as_array().unwrap().len() as u64;
+        assert_eq!(
+            cores,
+            placed("server") + placed("rest"),
+            "{}",
+            report["placement"]
+        );
+    }
     assert!(report["machine"]["kernel"].is_string());
     let ids: Vec<&str> = report["scenarios"]
         .as_array()

@@ -298,7 +298,11 @@ pub fn run(args: &BenchArgs) -> Result<(), Error> {
     } else {
         (args.runs, args.duration_s, 500)
     };
-    let placement = Placement::plan(args.placement, &CpuSet::allowed()?);
+    // The machine's CPUs are the ones the run may use, read before the
+    // harness pins itself to the load's share of them.
+    let allowed = CpuSet::allowed()?;
+    let machine = Machine::with_cores(allowed.len());
+    let placement = Placement::plan(args.placement, &allowed);
     placement.place_harness()?;
     eprintln!("placement: {}", placement.describe());
     let workers = args.workers.unwrap_or_else(|| placement.default_workers());
@@ -385,7 +389,7 @@ pub fn run(args: &BenchArgs) -> Result<(), Error> {
 
     let mut report = Report {
         started,
-        machine: Machine::this(),
+        machine,
         quick: args.quick,
         placement,
         scenarios: outcomes,

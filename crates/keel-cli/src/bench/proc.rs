@@ -78,11 +78,6 @@ pub fn kernel_release() -> String {
         .unwrap_or_else(|_| "unknown".to_string())
 }
 
-/// The CPUs this process may run on.
-pub fn cores() -> usize {
-    std::thread::available_parallelism().map_or(1, usize::from)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

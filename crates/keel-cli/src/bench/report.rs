@@ -42,17 +42,19 @@ pub struct Report {
 /// The machine a run was measured on.
 #[derive(Debug, Clone, Serialize)]
 pub struct Machine {
-    /// CPUs available to the harness.
+    /// CPUs the run could use (the harness's, before it pinned itself to
+    /// the load's CPUs).
     pub cores: usize,
     /// Kernel release.
     pub kernel: String,
 }
 
 impl Machine {
-    /// This machine.
-    pub fn this() -> Self {
+    /// This machine, with the `cores` the run may use (the harness's CPU
+    /// set before it is pinned).
+    pub fn with_cores(cores: usize) -> Self {
         Self {
-            cores: proc::cores(),
+            cores,
             kernel: proc::kernel_release(),
         }
     }
