@@ -10,20 +10,18 @@
 mod support;
 
 use std::fs::{self, OpenOptions};
-use std::future::Future;
 use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::pin::pin;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
-use std::task::{Context, Poll, Wake, Waker};
-use std::thread::{self, Thread};
+use std::thread;
 use std::time::Duration;
 
 use keel::wal::{Log, Lsn, Options, TailReason};
 use keel::Runtime;
-use support::{in_child_process, run_in_child_process, within, TEST_LIMIT};
+use support::{
+    block_on_std as block_on, in_child_process, run_in_child_process, within, TEST_LIMIT,
+};
 
 /// Bytes of a segment header.
 const HEADER: u64 = 32;
@@ -60,25 +58,6 @@ fn runtime() -> Runtime {
         .workers(2)
         .build()
         .expect("runtime builds")
-}
-
-/// Runs `future` on this thread with a waker of its own: no runtime.
-fn block_on<F: Future>(future: F) -> F::Output {
-    struct Unpark(Thread);
-    impl Wake for Unpark {
-        fn wake(self: Arc<Self>) {
-            self.0.unpark();
-        }
-    }
-    let waker = Waker::from(Arc::new(Unpark(thread::current())));
-    let mut cx = Context::from_waker(&waker);
-    let mut future = pin!(future);
-    loop {
-        if let Poll::Ready(out) = future.as_mut().poll(&mut cx) {
-            return out;
-        }
-        thread::park();
-    }
 }
 
 /// Record `i` of a test: its index, then up to 300 bytes that depend on

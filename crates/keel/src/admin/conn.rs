@@ -235,12 +235,18 @@ pub(super) trait Transport: Send + Sync + 'static {
     fn poll_read(&self, cx: &mut Context<'_>, buf: &mut [u8]) -> Poll<io::Result<usize>>;
     /// As [`AsyncWrite::poll_write`].
     fn poll_write(&self, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>>;
-    /// As [`AsyncWrite::poll_write_vectored`].
+    /// As [`AsyncWrite::poll_write_vectored`]. By default, writes the
+    /// first non-empty buffer, as a stream without vectored writes does.
     fn poll_write_vectored(
         &self,
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>>;
+    ) -> Poll<io::Result<usize>> {
+        match bufs.iter().find(|b| !b.is_empty()) {
+            Some(buf) => self.poll_write(cx, buf),
+            None => Poll::Ready(Ok(0)),
+        }
+    }
     /// As [`AsyncWrite::poll_flush`].
     fn poll_flush(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>>;
     /// Shuts down the sending side.
@@ -457,17 +463,6 @@ mod tests {
         fn poll_write(&self, _cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
             self.output.lock().unwrap().extend_from_slice(buf);
             Poll::Ready(Ok(buf.len()))
-        }
-
-        fn poll_write_vectored(
-            &self,
-            cx: &mut Context<'_>,
-            bufs: &[io::IoSlice<'_>],
-        ) -> Poll<io::Result<usize>> {
-            match bufs.iter().find(|b| !b.is_empty()) {
-                Some(buf) => self.poll_write(cx, buf),
-                None => Poll::Ready(Ok(0)),
-            }
         }
 
         fn poll_flush(&self, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {

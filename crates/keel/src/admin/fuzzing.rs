@@ -105,17 +105,6 @@ impl Transport for Pipe {
         Poll::Ready(Ok(n))
     }
 
-    fn poll_write_vectored(
-        &self,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        match bufs.iter().find(|b| !b.is_empty()) {
-            Some(buf) => self.poll_write(cx, buf),
-            None => Poll::Ready(Ok(0)),
-        }
-    }
-
     fn poll_flush(&self, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         Poll::Ready(Ok(()))
     }
