@@ -275,7 +275,9 @@ impl Builder {
     /// benchmark (`cargo bench -p keel --bench rt`, group `accounting`) can
     /// measure what the accounting costs, side by side in one run; keel's
     /// stats, the class shares' reports and the admin endpoint all assume it
-    /// is on. Default: on.
+    /// is on. The scheduler is the same either way (the rescue of a stuck
+    /// worker reads a state word that is kept regardless), so the benchmark
+    /// compares the accounting alone. Default: on.
     #[doc(hidden)]
     pub fn accounting(&mut self, on: bool) -> &mut Builder {
         self.accounting = on;

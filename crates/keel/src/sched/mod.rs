@@ -26,7 +26,7 @@
 //! would cost a futex wake and a cross-core hand-off per message. A task
 //! already in the slot is displaced to the back of its class's deque, and
 //! then a sibling is notified, since there is surplus work to share. At
-//! most [`worker::LIFO_STREAK`] slot tasks run in a row before the slot is
+//! most [`policy::LIFO_STREAK`] slot tasks run in a row before the slot is
 //! flushed to the deque, so two tasks messaging each other cannot starve
 //! the rest. A task that yields goes to the back of its yields lane
 //! instead. A newly spawned task goes to the back of its events lane, so
@@ -47,6 +47,7 @@ pub(crate) mod lanes;
 #[cfg(all(test, loom))]
 mod loom_tests;
 pub(crate) mod park;
+mod policy;
 mod worker;
 
 pub use class::{Class, MAX_CLASSES};

@@ -14,7 +14,9 @@
 //!    picks or [`STEAL_CHECK_NS`], in a sibling's lanes (steal half).
 //!    Before all that, every [`RESCUE_CHECK_NS`], from a sibling that has
 //!    not changed state for [`STUCK_NS`]: it is preempted or blocked, and
-//!    its queue would wait for it (see `Worker::rescue`).
+//!    its queue would wait for it (see `Worker::rescue`). Which of these
+//!    a pick does is decided by the [`policy`](super::policy), which sees
+//!    no queue; the worker carries its plan out.
 //!    Classes found empty on the way are pulled up to the picked class's
 //!    virtual time if they lag (see [`class`](super::class)).
 //! 3. **Run.** Poll the task once (or drop it if it was aborted), with
@@ -61,7 +63,9 @@ use std::time::{Duration, Instant};
 
 use super::class::CHARGE_WINDOW_NS;
 use super::lanes::Lane;
-use super::lanes::EVENT_STREAK;
+use super::policy::{PickPolicy, Plan, Source};
+#[cfg(doc)]
+use super::policy::{INJECTOR_INTERVAL, RESCUE_CHECK_NS, STEAL_CHECK_NS, STEAL_INTERVAL, STUCK_NS};
 use super::{Deques, Local, Shared, Watch, MAX_CLASSES};
 use crate::loom::lock;
 use crate::loom::sync::atomic::{fence, Ordering};
@@ -71,10 +75,6 @@ use crate::task::{coop, Runnable, TaskId};
 use crate::time::driver::{tick_start, NEVER};
 use crate::Class;
 use crate::Handle;
-
-/// Every this many picks, a worker looks at the class injector before its
-/// own deque. A prime, so it does not fall in step with periodic workloads.
-const INJECTOR_INTERVAL: u32 = 61;
 
 /// Spin-loop hints between two looks at the queues while spinning: about a
 /// microsecond, short next to any spin policy, long enough that the looks
@@ -92,43 +92,6 @@ const SPINS_PER_CHECK: u32 = 128;
 /// S1's idle latency tripled). A sleeper that wakes every 5 ms costs some
 /// 200 wake-ups a second and bounds that wait to 5 ms.
 const REACTOR_CHECK_NS: u64 = 5_000_000;
-
-/// Every this many picks, a worker looks at its siblings' deques for the
-/// classes that are owed CPU before running local work of a class that is
-/// not (see `Worker::pick`). Checking a sibling's deque costs a fence, so
-/// not on every pick; 8 keeps the global split within a few polls.
-const STEAL_INTERVAL: u32 = 8;
-
-/// A worker also looks at its siblings' deques first once this long (100
-/// µs) has passed since it last did, however few picks that was.
-///
-/// Counting picks alone fails when polls are long: behind eight bulk
-/// polls of a coop quota each, an urgent task queued on a sibling that
-/// the kernel has preempted waits 4 ms, although its class is owed the
-/// CPU. In S3 (a proxy beside its clients on two cores), a worker kept
-/// picking its own bulk and normal tasks while admin tasks of the urgent
-/// class, first in its order, sat on its sibling; their queue delay
-/// reached 2–8 ms. Bounded in time, the wait is one poll; the look costs
-/// a fence per sibling and class at most every 100 µs.
-const STEAL_CHECK_NS: u64 = 100_000;
-
-/// How long a sibling may stay in one state other than parked before a
-/// worker takes work from its queues ahead of its own (1 ms; see
-/// `Worker::rescue`). Longer than the coop quota (500 µs by default), so a
-/// sibling in an ordinary poll is left alone: one that has not moved for
-/// this long is off its core (the kernel preempted it) or in a poll that
-/// blocks.
-const STUCK_NS: u64 = 1_000_000;
-
-/// How often a worker looks whether a sibling is stuck (250 µs of its own
-/// time). Each look reads every sibling's state word, a cache line the
-/// sibling writes twice a poll: not on every pick.
-const RESCUE_CHECK_NS: u64 = 250_000;
-
-/// Most LIFO-slot tasks a worker runs in a row before it moves the slot's
-/// task to the back of its deque (see the LIFO slot in `sched`). Small: the
-/// slot exists for the hand-off of one message, not to run a chain.
-pub(crate) const LIFO_STREAK: u32 = 3;
 
 /// The body of worker thread `index`.
 pub(crate) fn run_worker(shared: Arc<Shared>, index: usize, queues: Deques) {
@@ -155,9 +118,8 @@ pub(crate) fn run_worker(shared: Arc<Shared>, index: usize, queues: Deques) {
         now,
         shared.config.accounting,
     );
-    // Rescues read the state words the accounting keeps, and need a
-    // sibling (see `Worker::rescue`).
-    let rescues = shared.config.workers > 1 && shared.config.accounting;
+    // Rescues need a sibling (see `Worker::rescue`).
+    let rescues = shared.config.workers > 1;
     let mut worker = Worker {
         shared,
         local,
@@ -166,15 +128,11 @@ pub(crate) fn run_worker(shared: Arc<Shared>, index: usize, queues: Deques) {
         pending: [0; MAX_CLASSES],
         window_start: now,
         searching: false,
-        ticks: 0,
-        lifo_streak: 0,
-        event_streak: 0,
+        policy: PickPolicy::new(now, rescues),
         polls_since_io: 0,
         last_io: now,
         woken: Vec::new(),
         last_now: now,
-        next_rescue: if rescues { now } else { u64::MAX },
-        last_steal_look: now,
         rng: 0x9E37_79B9_7F4A_7C15 ^ (index as u64 + 1),
     };
     worker.run();
@@ -198,11 +156,8 @@ struct Worker {
     window_start: u64,
     /// Whether this worker is counted as searching in `Idle`.
     searching: bool,
-    ticks: u32,
-    /// LIFO-slot tasks run in a row.
-    lifo_streak: u32,
-    /// Picks in a row that passed over a non-empty yields lane.
-    event_streak: u32,
+    /// Decides where each pick looks (see [`policy`](super::policy)).
+    policy: PickPolicy,
     /// Task polls since this worker last polled the reactor.
     polls_since_io: u32,
     /// When this worker last polled the reactor (or woke from blocking in
@@ -212,22 +167,7 @@ struct Worker {
     woken: Vec<Waker>,
     /// The latest time this worker read (the end of its last poll).
     last_now: u64,
-    /// When this worker next looks for a stuck sibling; never with one
-    /// worker or without the accounting.
-    next_rescue: u64,
-    /// When this worker last looked at its siblings' deques before its own
-    /// (see [`STEAL_CHECK_NS`]).
-    last_steal_look: u64,
     rng: u64,
-}
-
-/// Where [`Worker::find`] found a task.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Source {
-    Lifo,
-    Yields,
-    /// The events lane, the injector or a sibling.
-    Other,
 }
 
 impl Worker {
@@ -280,35 +220,25 @@ impl Worker {
                     clocks.cost(class, pending)
                 };
         }
-        let mut order = [0usize; MAX_CLASSES];
-        for (i, slot) in order.iter_mut().enumerate().take(classes) {
-            *slot = i;
-        }
-        order[..classes].sort_unstable_by_key(|&c| vtime[c]);
-
-        self.ticks = self.ticks.wrapping_add(1);
-        let injector_first =
-            self.ticks.is_multiple_of(INJECTOR_INTERVAL) || self.local.yielded.take();
-        if self.lifo_streak >= LIFO_STREAK {
-            self.lifo_streak = 0;
+        let yielded = self.local.yielded.take();
+        let plan = self.policy.plan(&vtime[..classes], yielded, self.last_now);
+        if plan.flush_lifo {
             if let Some(runnable) = self.local.lifo.take() {
                 self.local.queues[runnable.metadata().class.index()].push(runnable, Lane::Events);
             }
         }
-        let yields_first = self.event_streak >= EVENT_STREAK;
-        let steal_first = self.ticks.is_multiple_of(STEAL_INTERVAL)
-            || self.last_now.saturating_sub(self.last_steal_look) >= STEAL_CHECK_NS;
-        if steal_first {
-            self.last_steal_look = self.last_now;
-        }
-        if self.last_now >= self.next_rescue {
-            if let Some(runnable) = self.rescue(&order[..classes]) {
-                self.lifo_streak = 0;
-                self.event_streak = 0;
+        if plan.rescue {
+            if let Some(runnable) = self.rescue(plan.order()) {
+                // A rescued task waited for an event: it ends both streaks.
+                self.policy.picked(Source::Other, false);
                 return Some(runnable);
             }
         }
-        let passes: &[bool] = if steal_first { &[true] } else { &[false, true] };
+        let passes: &[bool] = if plan.steal_first {
+            &[true]
+        } else {
+            &[false, true]
+        };
         for &steal in passes {
             // The first sibling to steal from; drawn only when stealing.
             let start = if steal {
@@ -316,25 +246,14 @@ impl Worker {
             } else {
                 0
             };
-            for (rank, &class) in order[..classes].iter().enumerate() {
-                let Some((runnable, source)) =
-                    self.find(class, injector_first, yields_first, steal, start)
-                else {
+            for (rank, &class) in plan.order().iter().enumerate() {
+                let Some((runnable, source)) = self.find(class, &plan, steal, start) else {
                     continue;
                 };
-                self.lifo_streak = if source == Source::Lifo {
-                    self.lifo_streak + 1
-                } else {
-                    0
-                };
-                self.event_streak =
-                    if source == Source::Yields || self.local.queues[class].yields.is_empty() {
-                        0
-                    } else {
-                        self.event_streak + 1
-                    };
+                let yields_waiting = !self.local.queues[class].yields.is_empty();
+                self.policy.picked(source, yields_waiting);
                 // Classes ranked before the one picked had nothing here.
-                for &idle in &order[..rank] {
+                for &idle in &plan.order()[..rank] {
                     self.shared.clocks.pull_up(idle, vtime[class]);
                 }
                 return Some(runnable);
@@ -368,20 +287,17 @@ impl Worker {
     /// classes are tried in `order` (by virtual time), and the rescue stops
     /// at the first class this worker has work of.
     ///
-    /// The state word is the one the accounting keeps, so with the
-    /// accounting switched off (a benchmark-only setting) nobody is
-    /// rescued.
+    /// The state word read here is kept whether or not the accounting is
+    /// on (see `crate::stats::account`), so switching the accounting off
+    /// leaves the scheduler as it is.
     fn rescue(&mut self, order: &[usize]) -> Option<Runnable> {
         let first = self.next_random() as usize;
         let shared = &*self.shared;
         let now = shared.clock.now();
-        self.next_rescue = now + RESCUE_CHECK_NS;
+        self.policy.rescue_looked(now);
         let workers = shared.config.workers;
         let stuck = |victim: usize| {
-            victim != self.index
-                && shared.metrics[victim]
-                    .busy_since()
-                    .is_some_and(|since| now.saturating_sub(since) >= STUCK_NS)
+            victim != self.index && PickPolicy::is_stuck(shared.metrics[victim].busy_since(), now)
         };
         for &class in order {
             let lanes = &self.local.queues[class];
@@ -421,19 +337,18 @@ impl Worker {
     fn find(
         &self,
         class: usize,
-        injector_first: bool,
-        yields_first: bool,
+        plan: &Plan,
         steal: bool,
         start: usize,
     ) -> Option<(Runnable, Source)> {
         let shared = &*self.shared;
         let lanes = &self.local.queues[class];
-        if yields_first {
+        if plan.yields_first {
             if let Some(runnable) = lanes.yields.pop() {
                 return Some((runnable, Source::Yields));
             }
         }
-        if injector_first {
+        if plan.injector_first {
             if let Some(runnable) = shared.steal_injector(class, lanes) {
                 return Some((runnable, Source::Other));
             }

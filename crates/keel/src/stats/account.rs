@@ -17,6 +17,13 @@
 //! cooperation, and the only error is the attribution of at most one
 //! publication interval.
 //!
+//! The state word is the one part kept even when the accounting is off
+//! (`Builder::accounting(false)`, for the overhead benchmark): the
+//! scheduler reads it to find a sibling stuck in one state (see the
+//! rescue in `sched::policy`), so the accounting can be switched off
+//! without switching the rescue off with it, and the benchmark compares
+//! two equal schedulers.
+//!
 //! Beside the states, a worker samples the CPU time the kernel charged to
 //! its thread (`CLOCK_THREAD_CPUTIME_ID`) on the parks it times (below),
 //! when it publishes once it has been awake (in any state but parked) for
@@ -397,14 +404,18 @@ impl Account {
 
     /// Enters `state` at `now`, charging the time since the last change to
     /// the state being left.
+    ///
+    /// The state word is stored even with the accounting off: the
+    /// scheduler's rescue reads it (see [`WorkerMetrics::busy_since`]), and
+    /// switching the accounting off must not change the scheduler.
     pub(crate) fn switch(&mut self, state: State, now: u64) {
+        self.shared.current.store(encode(state, now), Relaxed);
         if !self.enabled {
             return;
         }
         self.times[self.state.slot()] += now.saturating_sub(self.since);
         self.state = state;
         self.since = now;
-        self.shared.current.store(encode(state, now), Relaxed);
     }
 
     /// Counts one poll of `class` that waited `delay_ns` in its queue.
@@ -442,10 +453,10 @@ impl Account {
     /// parked: the publication, the system calls that put it to sleep and
     /// woke it, the kernel's switches.
     pub(crate) fn park(&mut self, now: u64) {
+        self.switch(State::Parked, now);
         if !self.enabled {
             return;
         }
-        self.switch(State::Parked, now);
         self.parks += 1;
         if self.sample_this_park() {
             let cpu = thread_cpu_ns();
@@ -618,6 +629,22 @@ mod tests {
         let mut account = Account::start(Arc::clone(&shared), 1, 0, true);
         account.park_sample_one_in = 1;
         (shared, account)
+    }
+
+    #[test]
+    fn the_state_word_is_kept_with_the_accounting_off() {
+        for enabled in [true, false] {
+            let shared = Arc::new(WorkerMetrics::new(Arc::new(ClassDelays::new(1))));
+            let mut account = Account::start(Arc::clone(&shared), 1, 10, enabled);
+            assert_eq!(shared.busy_since(), Some(10), "enabled {enabled}");
+            account.switch(State::Task(0), 20);
+            assert_eq!(shared.busy_since(), Some(20), "enabled {enabled}");
+            account.park(30);
+            assert_eq!(shared.busy_since(), None, "enabled {enabled}");
+            account.unparked();
+            account.switch(State::Search, 40);
+            assert_eq!(shared.busy_since(), Some(40), "enabled {enabled}");
+        }
     }
 
     /// Keeps this thread on a core for `cpu` of its own CPU time.
