@@ -1,8 +1,9 @@
 //! keel: an async runtime for network servers that stays responsive under
 //! any mix of load.
 //!
-//! Tasks run in *classes* that share the CPU by *shares* measured in CPU
-//! time, so bulk work cannot starve the control plane; every worker
+//! Tasks run in *classes* that share the workers by *shares* of their
+//! polling time (each poll is charged its wall time on its worker), so
+//! bulk work cannot starve the control plane; every worker
 //! accounts where its wall time goes, so utilization figures are true.
 //!
 //! ```
@@ -29,6 +30,8 @@
 //!   pool; TCP input delivered in batches rather than per packet when
 //!   asked ([`net::batch`]).
 //! - [`stats`]: per-worker state accounting and snapshots.
+//! - `util`: the nanosecond clock and the random generator the rest
+//!   shares.
 //! - [`time`]: `sleep`, `timeout`, `interval` on a timer wheel.
 //! - [`wal`]: a group-commit log, [`wal::Log`], that acknowledges only
 //!   durable records.
@@ -70,6 +73,7 @@ pub mod signal;
 pub mod stats;
 pub mod task;
 pub mod time;
+pub(crate) mod util;
 #[cfg(unix)]
 pub mod wal;
 

@@ -10,12 +10,24 @@ use std::task::Waker;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use crate::runtime::config::BlockingConfig;
 use crate::runtime::context;
-use crate::stats::clock::Clock;
 use crate::stats::BlockingStats;
 use crate::task::Runnable;
+use crate::util::clock::Clock;
 use crate::Handle;
+
+/// The blocking pool's limits (see [`crate::blocking`]).
+#[derive(Debug, Clone)]
+pub(crate) struct BlockingConfig {
+    /// Most pool threads alive at once; at least 1.
+    pub(crate) max_threads: usize,
+    /// Most jobs waiting for a busy thread; may be 0.
+    pub(crate) queue: usize,
+    /// How long an idle pool thread waits for a job before it exits.
+    pub(crate) keep_alive: Duration,
+    /// Name of the pool threads.
+    pub(crate) thread_name: String,
+}
 
 /// The blocking pool of one runtime. Lives in the runtime's shared state;
 /// its threads hold a [`Handle`] and reach it through that.

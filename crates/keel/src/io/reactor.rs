@@ -50,7 +50,6 @@ use slab::Slab;
 
 use super::lock;
 use super::readiness::{Event, ScheduledIo};
-use crate::stats::deliveries::DeliveryCounters;
 
 /// The token of the reactor's own waker.
 const WAKER_TOKEN: Token = Token(usize::MAX);
@@ -88,9 +87,6 @@ pub(crate) struct Reactor {
     blocked: AtomicBool,
     entries: Mutex<Slab<Entry>>,
     next_generation: AtomicU64,
-    /// Reads of TCP streams that returned data, per batch mode; any task
-    /// adds, `Handle::stats` reads (see [`crate::stats::deliveries`]).
-    pub(crate) deliveries: DeliveryCounters,
 }
 
 impl Reactor {
@@ -108,7 +104,6 @@ impl Reactor {
             blocked: AtomicBool::new(false),
             entries: Mutex::new(Slab::new()),
             next_generation: AtomicU64::new(0),
-            deliveries: DeliveryCounters::default(),
         })
     }
 

@@ -3,8 +3,9 @@
 use std::io;
 use std::time::Duration;
 
-use super::config::{BlockingConfig, ClassConfig, Config};
+use super::config::{ClassConfig, Config};
 use super::Runtime;
+use crate::blocking::pool::BlockingConfig;
 use crate::sched::{idle::MAX_WORKERS, MAX_CLASSES};
 
 /// Shares of the `urgent` class by default. With `normal` 33 and `bulk` 50,

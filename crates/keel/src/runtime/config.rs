@@ -34,18 +34,5 @@ pub(crate) struct Config {
     /// benchmark; see `Builder::accounting`).
     pub(crate) accounting: bool,
     /// The blocking pool's limits.
-    pub(crate) blocking: BlockingConfig,
-}
-
-/// The blocking pool's limits (see [`crate::blocking`]).
-#[derive(Debug, Clone)]
-pub(crate) struct BlockingConfig {
-    /// Most pool threads alive at once; at least 1.
-    pub(crate) max_threads: usize,
-    /// Most jobs waiting for a busy thread; may be 0.
-    pub(crate) queue: usize,
-    /// How long an idle pool thread waits for a job before it exits.
-    pub(crate) keep_alive: Duration,
-    /// Name of the pool threads.
-    pub(crate) thread_name: String,
+    pub(crate) blocking: crate::blocking::pool::BlockingConfig,
 }

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use super::context;
 use crate::blocking::{self, Unblock};
 use crate::sched::{Class, Shared};
-use crate::stats::{self, Stats};
+use crate::stats::Stats;
 use crate::JoinHandle;
 
 /// A reference to a running runtime. Clone it freely and send it to other
@@ -129,7 +129,7 @@ impl Handle {
     /// pool's threads, queue and busy time; TCP read deliveries per batch
     /// mode.
     pub fn stats(&self) -> Stats {
-        stats::snapshot(&self.shared)
+        self.shared.stats()
     }
 
     /// Makes this runtime the current one of the calling thread until the

@@ -42,12 +42,14 @@
 //! one with the least virtual time among classes with work ([`class`]).
 
 pub(crate) mod class;
+mod gather;
 pub(crate) mod idle;
 pub(crate) mod lanes;
 #[cfg(all(test, loom))]
 mod loom_tests;
 pub(crate) mod park;
 mod policy;
+pub(crate) mod timers;
 mod worker;
 
 pub use class::{Class, MAX_CLASSES};
@@ -69,14 +71,16 @@ use crate::loom::sync::Mutex;
 use crate::runtime::config::Config;
 use crate::runtime::context;
 use crate::stats::account::{ClassDelays, WorkerMetrics};
-use crate::stats::clock::Clock;
+use crate::stats::deliveries::DeliveryCounters;
 use crate::task::registry::Registry;
 use crate::task::{Guarded, JoinHandle, Runnable, TaskId, TaskMeta};
 use crate::time::driver::{TimerDriver, NEVER};
+use crate::util::clock::Clock;
 use class::ClassClocks;
 use idle::Idle;
 use lanes::{settle, Lane, LaneStealers, Lanes};
 use park::Parker;
+use timers::TimerHandle;
 
 /// A worker's own queues, one per class. Lives in the worker thread's
 /// context so the schedule function can reach it; only that thread pushes
@@ -152,10 +156,15 @@ pub(crate) struct Shared {
     pub(crate) metrics: Box<[Arc<WorkerMetrics>]>,
     /// Queue-delay histograms, one per class, shared by the workers.
     pub(crate) delays: Arc<ClassDelays>,
-    /// The timer wheel; see [`crate::time`].
-    pub(crate) timers: TimerDriver,
+    /// The timer wheel; see [`crate::time`]. Private to the scheduler:
+    /// everyone else files through [`Shared::timers`], which keeps the
+    /// filer's half of the protocol.
+    timer_driver: TimerDriver,
     /// The epoll instance; see [`crate::io`].
     pub(crate) reactor: Reactor,
+    /// Reads of TCP streams that returned data, per batch mode; any task
+    /// adds, `Handle::stats` reads (see [`crate::stats::deliveries`]).
+    pub(crate) deliveries: DeliveryCounters,
     /// The threads for blocking work; see [`crate::blocking`].
     pub(crate) blocking: Pool,
     /// Which parked worker watches which timer tick (see `Worker::park`).
@@ -193,11 +202,12 @@ impl Shared {
             parkers: (0..config.workers).map(|_| Parker::new()).collect(),
             registry: Arc::new(Registry::new()),
             metrics: (0..config.workers)
-                .map(|_| Arc::new(WorkerMetrics::new(delays.clone())))
+                .map(|_| Arc::new(WorkerMetrics::new(delays.clone(), classes)))
                 .collect(),
             delays,
-            timers: TimerDriver::new(clock.clone()),
+            timer_driver: TimerDriver::new(clock.clone()),
             reactor: Reactor::new()?,
+            deliveries: DeliveryCounters::default(),
             blocking: Pool::new(&config.blocking, clock.clone()),
             watch: Mutex::new(Watch {
                 worker: None,
@@ -395,9 +405,15 @@ impl Shared {
         }
     }
 
+    /// The runtime's timers, for filing and cancelling (see [`timers`]).
+    pub(crate) fn timers(&self) -> TimerHandle<'_> {
+        TimerHandle::new(self)
+    }
+
     /// Called after a timer became the earliest: makes sure a worker will
     /// fire it (the filer's half of the timer protocol in `crate::time`).
-    pub(crate) fn timer_filed(&self) {
+    /// Only [`TimerHandle::file`] calls it.
+    fn timer_filed(&self) {
         // Orders the new earliest tick before the reads of the watch and of
         // the idle state.
         fence(Ordering::SeqCst);
@@ -489,7 +505,7 @@ impl Shared {
         }
         // Timers filed by futures outside any task (held by the user) still
         // hold wakers; drop them outside the wheel's lock.
-        drop(self.timers.clear());
+        drop(self.timer_driver.clear());
     }
 
     /// Drops what `queues` (an exiting worker's own) still hold, if the
@@ -531,16 +547,4 @@ impl Shared {
 /// Drops a task without running it, containing a panic in its destructor.
 fn drop_task(runnable: Runnable) {
     let _ = catch_unwind(AssertUnwindSafe(|| drop(runnable)));
-}
-
-/// xorshift64: advances `state`, which must not be zero, and returns its
-/// new value. Cheap, and random enough to spread steal victims and to
-/// pick the parks the accounting times.
-pub(crate) fn xorshift64(state: &mut u64) -> u64 {
-    let mut x = *state;
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    *state = x;
-    x
 }

@@ -73,6 +73,7 @@ use crate::runtime::context;
 use crate::stats::account::{Account, State};
 use crate::task::{coop, Runnable, TaskId};
 use crate::time::driver::{tick_start, NEVER};
+use crate::util::rng::xorshift64;
 use crate::Class;
 use crate::Handle;
 
@@ -426,7 +427,7 @@ impl Worker {
         if self.polls_since_io >= self.shared.config.io_every || self.io_interval_passed(end) {
             self.poll_io(Some(end));
         }
-        if self.shared.timers.may_be_due(end) {
+        if self.shared.timer_driver.may_be_due(end) {
             self.fire_timers(end);
         }
     }
@@ -513,7 +514,7 @@ impl Worker {
     fn fire_timers(&mut self, now: u64) {
         self.account.switch(State::Timers, now);
         dispatching(&self.local, now, || {
-            self.shared.timers.fire_due();
+            self.shared.timer_driver.fire_due();
         });
         self.account.switch(State::Search, self.shared.clock.now());
     }
@@ -654,7 +655,7 @@ impl Worker {
         let now = shared.clock.now();
         self.account.switch(State::Search, now);
         // A watcher that woke fires on the timers' own clock, not the hint.
-        if watched || shared.timers.may_be_due(now) {
+        if watched || shared.timer_driver.may_be_due(now) {
             self.fire_timers(now);
         }
     }
@@ -674,7 +675,7 @@ impl Worker {
     /// watcher), otherwise until notified.
     fn watch_timers(&self) -> Option<Duration> {
         let shared = &*self.shared;
-        let tick = shared.timers.next_tick();
+        let tick = shared.timer_driver.next_tick();
         if tick == NEVER {
             return None;
         }
@@ -686,13 +687,13 @@ impl Worker {
             worker: Some(self.index),
             tick,
         };
-        let wait_ns = tick_start(tick).saturating_sub(shared.timers.now());
+        let wait_ns = tick_start(tick).saturating_sub(shared.timer_driver.now());
         Some(Duration::from_nanos(wait_ns))
     }
 
     /// The next number of this worker's generator (spreads steal victims).
     fn next_random(&mut self) -> u64 {
-        super::xorshift64(&mut self.rng)
+        xorshift64(&mut self.rng)
     }
 }
 

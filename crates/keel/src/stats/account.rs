@@ -78,7 +78,7 @@ use hdrhistogram::Histogram;
 use crate::loom::lock;
 use crate::loom::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use crate::loom::sync::Mutex;
-use crate::sched::{xorshift64, MAX_CLASSES};
+use crate::util::rng::xorshift64;
 
 /// How often a busy worker publishes its state counters (1 ms: a snapshot
 /// is at most that stale, at the cost of one uncontended lock per ms).
@@ -127,14 +127,14 @@ pub(crate) enum State {
     Io,
 }
 
-const SEARCH_SLOT: usize = MAX_CLASSES;
-const SPIN_SLOT: usize = MAX_CLASSES + 1;
-const PARKED_SLOT: usize = MAX_CLASSES + 2;
-const TIMERS_SLOT: usize = MAX_CLASSES + 3;
-const IO_SLOT: usize = MAX_CLASSES + 4;
-/// Number of counters: one per class, then search, spin, parked, timers,
-/// io.
-pub(crate) const SLOTS: usize = MAX_CLASSES + 5;
+const SEARCH_SLOT: usize = 0;
+const SPIN_SLOT: usize = 1;
+const PARKED_SLOT: usize = 2;
+const TIMERS_SLOT: usize = 3;
+const IO_SLOT: usize = 4;
+/// The first class's slot: the counters are search, spin, parked, timers,
+/// io, then one per class (as many as the runtime has).
+const TASK_SLOT: usize = 5;
 
 /// Bits of [`WorkerMetrics::current`] that hold the start instant; the
 /// state's slot sits above them. 2^56 ns is over two years of uptime.
@@ -144,7 +144,7 @@ const SINCE_MASK: u64 = (1 << SINCE_BITS) - 1;
 impl State {
     fn slot(self) -> usize {
         match self {
-            State::Task(class) => class,
+            State::Task(class) => TASK_SLOT + class,
             State::Search => SEARCH_SLOT,
             State::Spin => SPIN_SLOT,
             State::Parked => PARKED_SLOT,
@@ -166,11 +166,11 @@ pub(crate) struct Published {
     /// Nanoseconds since the runtime epoch when the worker started.
     pub(crate) started: u64,
     /// Nanoseconds per state slot, accounted up to `since`.
-    pub(crate) times: [u64; SLOTS],
+    pub(crate) times: Box<[u64]>,
     /// Polls per class.
-    pub(crate) polls: [u64; MAX_CLASSES],
+    pub(crate) polls: Box<[u64]>,
     /// Stalls (polls longer than the stall threshold) per class.
-    pub(crate) stalls: [u64; MAX_CLASSES],
+    pub(crate) stalls: Box<[u64]>,
     /// The state the worker was in at `since`.
     pub(crate) state: State,
     /// When `state` began: the end of what `times` covers.
@@ -193,14 +193,14 @@ pub(crate) struct Published {
 impl Published {
     /// Nanoseconds per slot up to `now`, given the worker's `current`
     /// state word (see the module docs).
-    pub(crate) fn times_at(&self, current: u64, now: u64) -> [u64; SLOTS] {
-        let mut times = self.times;
+    pub(crate) fn times_at(&self, current: u64, now: u64) -> Box<[u64]> {
+        let mut times = self.times.clone();
         if self.stopped {
             return times;
         }
         let slot = (current >> SINCE_BITS) as usize;
         let since = current & SINCE_MASK;
-        if since >= self.since && slot < SLOTS {
+        if since >= self.since && slot < times.len() {
             times[self.state.slot()] += since - self.since;
             times[slot] += now.saturating_sub(since);
         } else {
@@ -210,24 +210,29 @@ impl Published {
         times
     }
 
-    pub(crate) fn search_ns(times: &[u64; SLOTS]) -> u64 {
+    pub(crate) fn search_ns(times: &[u64]) -> u64 {
         times[SEARCH_SLOT]
     }
 
-    pub(crate) fn spin_ns(times: &[u64; SLOTS]) -> u64 {
+    pub(crate) fn spin_ns(times: &[u64]) -> u64 {
         times[SPIN_SLOT]
     }
 
-    pub(crate) fn parked_ns(times: &[u64; SLOTS]) -> u64 {
+    pub(crate) fn parked_ns(times: &[u64]) -> u64 {
         times[PARKED_SLOT]
     }
 
-    pub(crate) fn timers_ns(times: &[u64; SLOTS]) -> u64 {
+    pub(crate) fn timers_ns(times: &[u64]) -> u64 {
         times[TIMERS_SLOT]
     }
 
-    pub(crate) fn io_ns(times: &[u64; SLOTS]) -> u64 {
+    pub(crate) fn io_ns(times: &[u64]) -> u64 {
         times[IO_SLOT]
+    }
+
+    /// Nanoseconds polling each class, by class index.
+    pub(crate) fn task_ns(times: &[u64]) -> &[u64] {
+        &times[TASK_SLOT..]
     }
 }
 
@@ -279,14 +284,15 @@ pub(crate) struct WorkerMetrics {
 }
 
 impl WorkerMetrics {
-    pub(crate) fn new(delays: Arc<ClassDelays>) -> WorkerMetrics {
+    /// The shared side of a worker of a runtime with `classes` classes.
+    pub(crate) fn new(delays: Arc<ClassDelays>, classes: usize) -> WorkerMetrics {
         WorkerMetrics {
             delays,
             published: Mutex::new(Published {
                 started: 0,
-                times: [0; SLOTS],
-                polls: [0; MAX_CLASSES],
-                stalls: [0; MAX_CLASSES],
+                times: zeros(TASK_SLOT + classes),
+                polls: zeros(classes),
+                stalls: zeros(classes),
                 state: State::Search,
                 since: 0,
                 stopped: false,
@@ -313,6 +319,11 @@ impl WorkerMetrics {
     }
 }
 
+/// `n` zeroed counters.
+fn zeros(n: usize) -> Box<[u64]> {
+    vec![0; n].into_boxed_slice()
+}
+
 fn encode(state: State, since: u64) -> u64 {
     ((state.slot() as u64) << SINCE_BITS) | (since & SINCE_MASK)
 }
@@ -321,9 +332,9 @@ fn encode(state: State, since: u64) -> u64 {
 #[derive(Debug)]
 pub(crate) struct Account {
     shared: Arc<WorkerMetrics>,
-    times: [u64; SLOTS],
-    polls: [u64; MAX_CLASSES],
-    stalls: [u64; MAX_CLASSES],
+    times: Box<[u64]>,
+    polls: Box<[u64]>,
+    stalls: Box<[u64]>,
     /// Queue delays (ns) per class, not yet published.
     delays: Vec<Vec<u64>>,
     state: State,
@@ -379,9 +390,9 @@ impl Account {
         shared.current.store(encode(State::Search, now), Relaxed);
         Account {
             shared,
-            times: [0; SLOTS],
-            polls: [0; MAX_CLASSES],
-            stalls: [0; MAX_CLASSES],
+            times: zeros(TASK_SLOT + classes),
+            polls: zeros(classes),
+            stalls: zeros(classes),
             delays: vec![Vec::new(); classes],
             state: State::Search,
             since: now,
@@ -544,9 +555,9 @@ impl Account {
             self.last_cpu = cpu;
         }
         let mut published = lock(&self.shared.published);
-        published.times = self.times;
-        published.polls = self.polls;
-        published.stalls = self.stalls;
+        published.times.copy_from_slice(&self.times);
+        published.polls.copy_from_slice(&self.polls);
+        published.stalls.copy_from_slice(&self.stalls);
         published.state = self.state;
         published.since = self.since;
         published.io_gap_max = self.io_gap_max;
@@ -625,7 +636,7 @@ mod tests {
 
     /// An account for one class that times every park.
     fn account_timing_every_park() -> (Arc<WorkerMetrics>, Account) {
-        let shared = Arc::new(WorkerMetrics::new(Arc::new(ClassDelays::new(1))));
+        let shared = Arc::new(WorkerMetrics::new(Arc::new(ClassDelays::new(1)), 1));
         let mut account = Account::start(Arc::clone(&shared), 1, 0, true);
         account.park_sample_one_in = 1;
         (shared, account)
@@ -634,7 +645,7 @@ mod tests {
     #[test]
     fn the_state_word_is_kept_with_the_accounting_off() {
         for enabled in [true, false] {
-            let shared = Arc::new(WorkerMetrics::new(Arc::new(ClassDelays::new(1))));
+            let shared = Arc::new(WorkerMetrics::new(Arc::new(ClassDelays::new(1)), 1));
             let mut account = Account::start(Arc::clone(&shared), 1, 10, enabled);
             assert_eq!(shared.busy_since(), Some(10), "enabled {enabled}");
             account.switch(State::Task(0), 20);

@@ -6,8 +6,9 @@
 //! returned data. Relaxed is enough: the counters are independent tallies,
 //! read by [`DeliveryCounters::snapshot`] one by one, and a snapshot is
 //! allowed to see a delivery's count without its bytes for an instant.
-//! The counters live on the reactor (`io::reactor`), next to the sockets
-//! they count.
+//! The counters live in the runtime's shared state, beside the scheduler's
+//! other subsystems; the reactor only reports readiness and knows nothing
+//! of what the reads that follow return.
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 

@@ -30,7 +30,7 @@ use crate::loom::sync::atomic::{
     Ordering::{Relaxed, SeqCst},
 };
 use crate::loom::sync::Mutex;
-use crate::stats::clock::Clock;
+use crate::util::clock::Clock;
 
 /// One tick: 1 ms, the resolution of every timer.
 pub(crate) const TICK_NS: u64 = 1_000_000;
@@ -112,8 +112,8 @@ impl TimerDriver {
 
     /// Files (or re-files) a timer due at `deadline_ns` that wakes `waker`.
     /// Returns its key, and whether the earliest pending tick moved earlier
-    /// (then the caller must make sure a worker watches it:
-    /// `Shared::timer_filed`). That includes a timer already overdue, which
+    /// (then a worker must be made to watch it: `TimerHandle::file`, the
+    /// only caller outside the scheduler's own, does that). That includes a timer already overdue, which
     /// the wheel keeps at its current tick.
     pub(crate) fn file(
         &self,

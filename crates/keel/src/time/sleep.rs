@@ -96,7 +96,7 @@ impl Sleep {
 
     fn cancel(&mut self) {
         if let (Some(key), Some(handle)) = (self.key.take(), &self.handle) {
-            handle.shared.timers.cancel(key);
+            handle.shared.timers().cancel(key);
         }
     }
 }
@@ -111,12 +111,9 @@ impl Future for Sleep {
             return Poll::Ready(());
         }
         let shared = self.runtime().shared.clone();
-        let deadline = shared.timers.ns_at(self.deadline);
-        let (key, earliest) = shared.timers.file(self.key, deadline, cx.waker());
-        self.key = Some(key);
-        if earliest {
-            shared.timer_filed();
-        }
+        let timers = shared.timers();
+        let deadline = timers.ns_at(self.deadline);
+        self.key = Some(timers.file(self.key, deadline, cx.waker()));
         Poll::Pending
     }
 }

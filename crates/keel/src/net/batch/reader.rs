@@ -287,7 +287,7 @@ impl BatchReader {
             self.fit_to_buffer(socket)?;
             return Ok(self.release(queued, Cause::Kernel));
         }
-        let now = self.shared.timers.now();
+        let now = self.shared.timers().now();
         match self.phase {
             Phase::Gathering { deadline } if now >= deadline => {
                 if queued > 0 {
@@ -344,12 +344,7 @@ impl BatchReader {
     /// batch size, the timer at the deadline.
     fn gather(&mut self, socket: &TcpStream, deadline: u64, waker: &Waker) -> io::Result<()> {
         self.set_low_water(socket, self.target)?;
-        let timers = &self.shared.timers;
-        let (key, earliest) = timers.file(self.timer, deadline, waker);
-        self.timer = Some(key);
-        if earliest {
-            self.shared.timer_filed();
-        }
+        self.timer = Some(self.shared.timers().file(self.timer, deadline, waker));
         Ok(())
     }
 
@@ -361,7 +356,7 @@ impl BatchReader {
             self.finish();
             return;
         }
-        self.shared.reactor.deliveries.record(self.mode, n);
+        self.shared.deliveries.record(self.mode, n);
         self.released = self.released.saturating_sub(n);
         let bytes = match self.cause {
             // Handing out a released batch: nothing new to learn.
@@ -377,7 +372,7 @@ impl BatchReader {
         if self.mode == BatchMode::Adaptive {
             let sample = Sample {
                 bytes,
-                now: self.shared.timers.now(),
+                now: self.shared.timers().now(),
                 answered: wrote.swap(false, Relaxed),
                 timed_out: self.cause == Cause::Deadline,
             };
@@ -395,7 +390,7 @@ impl BatchReader {
 
     fn cancel_timer(&mut self) {
         if let Some(key) = self.timer.take() {
-            self.shared.timers.cancel(key);
+            self.shared.timers().cancel(key);
         }
     }
 

@@ -277,7 +277,7 @@ impl TcpStream {
         }
         let result = self.io.poll_stream_read(cx, len, read);
         if let Poll::Ready(Ok(n)) = result {
-            let deliveries = &self.io.runtime().reactor.deliveries;
+            let deliveries = &self.io.runtime().deliveries;
             deliveries.record(BatchMode::Off, n);
         }
         result

@@ -1,0 +1,76 @@
+//! Gathers a [`Stats`] snapshot: what every worker published, the class
+//! clocks' queue delays, the timers, the blocking pool and the delivery
+//! counters, read at one instant.
+//!
+//! It lives with the scheduler, which owns all of those, so that the
+//! accounting (`crate::stats`) holds counters and types and never reads
+//! the scheduler back.
+
+use std::time::Duration;
+
+use super::Shared;
+use crate::stats::account::Published;
+use crate::stats::{ClassStats, QueueDelay, Stats, WorkerStats};
+
+impl Shared {
+    /// Builds a snapshot from every worker's publication.
+    pub(crate) fn stats(&self) -> Stats {
+        let shared = self;
+        let read: Vec<(Published, u64)> = shared.metrics.iter().map(|m| m.read()).collect();
+        // Taken after the reads, so no published instant lies in the future.
+        let now = shared.clock.now();
+
+        let workers = read
+            .iter()
+            .enumerate()
+            .map(|(index, (p, current))| {
+                let times = p.times_at(*current, now);
+                WorkerStats {
+                    index,
+                    started: Duration::from_nanos(p.started),
+                    task: Published::task_ns(&times)
+                        .iter()
+                        .map(|&ns| Duration::from_nanos(ns))
+                        .collect(),
+                    search: Duration::from_nanos(Published::search_ns(&times)),
+                    spin: Duration::from_nanos(Published::spin_ns(&times)),
+                    parked: Duration::from_nanos(Published::parked_ns(&times)),
+                    timers: Duration::from_nanos(Published::timers_ns(&times)),
+                    io: Duration::from_nanos(Published::io_ns(&times)),
+                    polls: p.polls.to_vec(),
+                    cpu: Duration::from_nanos(p.cpu),
+                    io_poll_gap_max: Duration::from_nanos(p.io_gap_max),
+                    rescues: p.rescues,
+                    park_cpu: Duration::from_nanos(p.park_cpu),
+                }
+            })
+            .collect::<Vec<_>>();
+
+        let classes = shared
+            .config
+            .classes
+            .iter()
+            .enumerate()
+            .map(|(index, class)| {
+                let histogram = shared.delays.read(index);
+                ClassStats {
+                    name: class.name.clone(),
+                    shares: class.shares,
+                    busy: workers.iter().map(|w| w.task[index]).sum(),
+                    polls: workers.iter().map(|w| w.polls[index]).sum(),
+                    stalls: read.iter().map(|(p, _)| p.stalls[index]).sum(),
+                    queue_delay: QueueDelay { histogram },
+                }
+            })
+            .collect();
+
+        Stats {
+            elapsed: Duration::from_nanos(now),
+            workers,
+            classes,
+            pending_timers: shared.timer_driver.len(),
+            blocking: shared.blocking.stats(),
+            deliveries: shared.deliveries.snapshot(),
+        }
+    }
+}
