@@ -10,7 +10,7 @@
 #[macro_use]
 mod support;
 
-use support::{block_on_std, drop_within, threads_named, wait_until, DropFlag, WATCHDOG};
+use support::{block_on, drop_within, threads_named, wait_until, DropFlag, WATCHDOG};
 
 use std::future::Future;
 use std::io;
@@ -594,10 +594,10 @@ fn shutdown_cancels_queued_jobs_finishes_running_ones_and_joins_every_thread() {
     });
     assert_eq!(finished.load(SeqCst), 2);
     for (i, job) in running.into_iter().enumerate() {
-        assert_eq!(block_on_std(job).unwrap(), i);
+        assert_eq!(block_on(job).unwrap(), i);
     }
     for job in queued {
-        assert!(block_on_std(job).unwrap_err().is_cancelled());
+        assert!(block_on(job).unwrap_err().is_cancelled());
     }
     assert_eq!(ran.load(SeqCst), 0, "a queued job ran during shutdown");
 }
@@ -618,7 +618,7 @@ fn shutdown_answers_callers_waiting_for_room() {
     let busy = occupy(&rt, 1, &gate);
     let waiter = rt.handle().unblock(|| 1);
     let (result_tx, result) = mpsc::channel();
-    let caller = thread::spawn(move || result_tx.send(block_on_std(waiter)).unwrap());
+    let caller = thread::spawn(move || result_tx.send(block_on(waiter)).unwrap());
     wait_until("the caller waits in line", || {
         rt.stats().blocking.waiting == 1
     });
@@ -632,7 +632,7 @@ fn shutdown_answers_callers_waiting_for_room() {
     gate.open();
     dropper.join().unwrap();
     caller.join().unwrap();
-    assert!(block_on_std(busy.into_iter().next().unwrap()).is_ok());
+    assert!(block_on(busy.into_iter().next().unwrap()).is_ok());
 }
 
 #[test]
@@ -643,8 +643,8 @@ fn spawning_blocking_work_after_shutdown_cancels_it_unrun() {
     let ran = Arc::new(AtomicBool::new(false));
     let flag = ran.clone();
     let job = handle.spawn_blocking(move || flag.store(true, SeqCst));
-    assert!(block_on_std(job).unwrap_err().is_cancelled());
-    let error = block_on_std(handle.unblock(|| 1)).unwrap_err();
+    assert!(block_on(job).unwrap_err().is_cancelled());
+    let error = block_on(handle.unblock(|| 1)).unwrap_err();
     assert_eq!(error.kind(), io::ErrorKind::Other);
     assert!(!ran.load(SeqCst));
 }
@@ -657,8 +657,8 @@ fn a_closure_may_drop_its_own_runtime() {
         drop(rt);
         "dropped"
     });
-    assert_eq!(block_on_std(job).unwrap(), "dropped");
-    assert!(block_on_std(handle.spawn_blocking(|| ()))
+    assert_eq!(block_on(job).unwrap(), "dropped");
+    assert!(block_on(handle.spawn_blocking(|| ()))
         .unwrap_err()
         .is_cancelled());
 }
@@ -682,7 +682,7 @@ fn a_keep_alive_of_duration_max_never_retires_and_never_strands_a_job() {
     let job = rt.spawn_blocking(|| 2);
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
-        let _ = tx.send(block_on_std(job).map_err(|e| e.to_string()));
+        let _ = tx.send(block_on(job).map_err(|e| e.to_string()));
     });
     let out = rx
         .recv_timeout(Duration::from_secs(10))

@@ -18,7 +18,7 @@ use hyper::{Request, Response, StatusCode};
 use keel::compat::hyper::{HyperExecutor, HyperIo, HyperTimer};
 use keel::net::{TcpListener, TcpStream};
 use keel::{Class, Runtime};
-use support::within;
+use support::{runtime, within};
 
 /// Echoes the request's method, path and body, and names the class the
 /// handler ran in.
@@ -32,13 +32,6 @@ async fn echo(request: Request<Incoming>) -> Result<Response<Full<Bytes>>, hyper
     let mut answer = format!("{head} {class} ").into_bytes();
     answer.extend_from_slice(&body);
     Ok(Response::new(Full::new(Bytes::from(answer))))
-}
-
-fn runtime() -> Runtime {
-    Runtime::builder()
-        .workers(2)
-        .build()
-        .expect("runtime builds")
 }
 
 async fn post(

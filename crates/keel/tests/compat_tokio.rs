@@ -5,15 +5,13 @@ use std::sync::Arc;
 
 use futures_util::{SinkExt, StreamExt};
 use keel::net::{TcpListener, TcpStream, UnixStream};
-use keel::Runtime;
+use support::runtime;
+
+mod support;
 use rustls::pki_types::{PrivateKeyDer, PrivatePkcs8KeyDer, ServerName};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio_rustls::{TlsAcceptor, TlsConnector};
 use tokio_util::codec::{Framed, LinesCodec, LinesCodecError};
-
-fn runtime() -> Runtime {
-    Runtime::builder().workers(2).build().unwrap()
-}
 
 /// No tokio runtime is around: whatever works here works on keel alone.
 fn assert_no_tokio() {

@@ -4,38 +4,12 @@
 
 use std::io::{self, SeekFrom};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 
 use keel::fs::{self, File, OpenOptions, MAX_CHUNK};
 use keel::Runtime;
+use support::{runtime, TempDir};
 
-/// A directory of its own under the system's temporary directory, removed
-/// when dropped.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(test: &str) -> TempDir {
-        static NEXT: AtomicUsize = AtomicUsize::new(0);
-        let n = NEXT.fetch_add(1, SeqCst);
-        let path = std::env::temp_dir().join(format!("keel-fs-{}-{test}-{n}", std::process::id()));
-        std::fs::create_dir_all(&path).unwrap();
-        TempDir(path)
-    }
-
-    fn join(&self, name: &str) -> PathBuf {
-        self.0.join(name)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-fn runtime() -> Runtime {
-    Runtime::builder().workers(2).build().unwrap()
-}
+mod support;
 
 /// Reads `file` to its end through `File::read`, in reads of `chunk` bytes.
 async fn read_to_end(file: &mut File, chunk: usize) -> io::Result<Vec<u8>> {

@@ -7,17 +7,15 @@ use std::path::PathBuf;
 
 use keel::io::{AsyncReadExt, AsyncWriteExt};
 use keel::net::{UnixListener, UnixStream};
-use keel::Runtime;
+use support::runtime;
+
+mod support;
 
 /// A fresh socket path in the temporary directory, removed first.
 fn socket_path(name: &str) -> PathBuf {
     let path = std::env::temp_dir().join(format!("keel-{}-{name}.sock", std::process::id()));
     let _ = std::fs::remove_file(&path);
     path
-}
-
-fn runtime() -> Runtime {
-    Runtime::builder().workers(2).build().unwrap()
 }
 
 #[test]

@@ -43,7 +43,7 @@ fn shutdown_timeout_is_clean_when_nothing_is_stuck() {
     // A timeout past the clock's range is bad input: it means "no limit".
     assert!(rt.shutdown_timeout(Duration::MAX));
     // The sleeping task was dropped, so its handle resolves.
-    let error = support::block_on_std(parked).unwrap_err();
+    let error = support::block_on(parked).unwrap_err();
     assert!(error.is_cancelled());
 }
 

@@ -28,7 +28,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use keel::{Class, Runtime};
-use support::{busy_for, Signal};
+use support::{busy_for, wait_until, Signal};
 
 const POLL: Duration = Duration::from_micros(100);
 const WAKES: usize = 1000;
@@ -93,8 +93,14 @@ fn urgent_queue_delay_stays_far_below_the_bulk_queue() {
         }
     });
     rt.block_on(urgent).unwrap();
-    // Histograms are published every 10 ms by busy workers.
-    std::thread::sleep(Duration::from_millis(50));
+    // Histograms are published every 10 ms by busy workers: wait until
+    // every urgent poll's delay is in.
+    let urgent_count =
+        |stats: &keel::stats::Stats| stats.classes[Class::URGENT.index()].queue_delay.count();
+    let urgent_before = urgent_count(&before);
+    wait_until("the urgent delays are published", || {
+        urgent_count(&rt.stats()) - urgent_before >= WAKES as u64
+    });
     let after = rt.stats();
     let polls_per_bulk_task: Vec<u64> = bulk_polls
         .iter()

@@ -124,7 +124,17 @@ fn yielding_tasks_spread_to_an_idle_worker() {
         .spin(SpinPolicy::None)
         .build()
         .unwrap();
-    std::thread::sleep(Duration::from_millis(20)); // both workers parked
+    // Both workers idle: parked time grows on each.
+    let parking = |stats: &keel::stats::Stats| -> Vec<Duration> {
+        stats.workers.iter().map(|w| w.parked).collect()
+    };
+    let start = parking(&rt.stats());
+    wait_until("both workers park", || {
+        parking(&rt.stats())
+            .iter()
+            .zip(&start)
+            .all(|(now, then)| now > then)
+    });
     let before = rt.stats();
     rt.block_on(rt.spawn(async {
         let other = keel::spawn(async {

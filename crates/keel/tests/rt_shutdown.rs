@@ -13,7 +13,7 @@
 #[macro_use]
 mod support;
 
-use support::{block_on_std, drop_within, threads_named, wait_until, DropFlag, WATCHDOG};
+use support::{block_on, drop_within, threads_named, wait_until, DropFlag, WATCHDOG};
 
 use std::future::Future;
 use std::pin::Pin;
@@ -32,7 +32,7 @@ use keel::{Class, Handle, JoinHandle, Runtime};
 /// Asserts that `handle` resolves to a cancelled `JoinError`.
 fn assert_cancelled<T>(handle: JoinHandle<T>) {
     let id = handle.id();
-    match block_on_std(handle) {
+    match block_on(handle) {
         Ok(_) => panic!("task {id} completed; expected it to be cancelled"),
         Err(error) => {
             assert!(error.is_cancelled(), "task {id}: {error}");
@@ -351,7 +351,7 @@ rt_builder_test! {
         finished
             .recv_timeout(WATCHDOG)
             .expect("a task dropping its own runtime finishes");
-        assert_eq!(block_on_std(dropper).ok(), Some(()));
+        assert_eq!(block_on(dropper).ok(), Some(()));
         assert_eq!(dropped.load(SeqCst), OTHERS, "other tasks' futures leaked");
         for other in others {
             assert_cancelled(other);

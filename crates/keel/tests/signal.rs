@@ -6,17 +6,15 @@ use std::time::Duration;
 
 use keel::signal::unix::{signal, SignalKind};
 use keel::time::timeout;
-use keel::Runtime;
+use support::runtime;
+
+mod support;
 
 /// Sends `signum` to this process.
 fn raise(signum: i32) {
     // SAFETY: raise(3) has no memory-safety preconditions; every test
     // installs a listener for the signal before raising it.
     assert_eq!(unsafe { libc::raise(signum) }, 0);
-}
-
-fn runtime() -> Runtime {
-    Runtime::builder().workers(2).build().unwrap()
 }
 
 /// Long enough to be sure on a loaded machine.

@@ -13,52 +13,18 @@ use std::fs::{self, OpenOptions};
 use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::thread;
 use std::time::Duration;
 
 use keel::wal::{Log, Lsn, Options, TailReason};
-use keel::Runtime;
 use support::{
-    block_on_std as block_on, in_child_process, run_in_child_process, within, TEST_LIMIT,
+    block_on, in_child_process, run_in_child_process, runtime, within, TempDir, TEST_LIMIT,
 };
 
 /// Bytes of a segment header.
 const HEADER: u64 = 32;
 /// Bytes of a record's frame (length and checksum).
 const FRAME: u64 = 8;
-
-/// A fresh directory under the system's temporary directory, removed on
-/// drop.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(name: &str) -> TempDir {
-        static NEXT: AtomicU64 = AtomicU64::new(0);
-        let n = NEXT.fetch_add(1, Ordering::Relaxed);
-        let path =
-            std::env::temp_dir().join(format!("keel-wal-test-{name}-{}-{n}", std::process::id()));
-        let _ = fs::remove_dir_all(&path);
-        TempDir(path)
-    }
-
-    fn path(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = fs::remove_dir_all(&self.0);
-    }
-}
-
-fn runtime() -> Runtime {
-    Runtime::builder()
-        .workers(2)
-        .build()
-        .expect("runtime builds")
-}
 
 /// Record `i` of a test: its index, then up to 300 bytes that depend on
 /// it, so a record in the wrong place or with wrong bytes shows.
@@ -547,7 +513,7 @@ fn a_directory_is_locked_against_other_processes() {
         assert!(error.to_string().contains("another process"), "{error}");
         return;
     }
-    let dir = TempDir(dir_of(std::process::id()));
+    let dir = TempDir::at(dir_of(std::process::id()));
     let log = Log::open(dir.path(), Options::default()).unwrap();
     run_in_child_process("a_directory_is_locked_against_other_processes");
     log.close().unwrap();

@@ -5,9 +5,8 @@
 use std::error::Error;
 use std::future::Future;
 use std::io;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::pin::pin;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Wake, Waker};
 use std::thread::{self, Thread};
@@ -17,49 +16,13 @@ use super::format::{segment_name, FRAME_LEN, HEADER_LEN};
 use super::writer::PREPARE_AHEAD;
 use super::{lock, Log, Options};
 
-/// Runs `future` to completion on this thread, parking between polls.
-fn block_on<F: Future>(future: F) -> F::Output {
-    struct Unpark(Thread);
-    impl Wake for Unpark {
-        fn wake(self: Arc<Self>) {
-            self.0.unpark();
-        }
-    }
-    let waker = Waker::from(Arc::new(Unpark(thread::current())));
-    let mut cx = Context::from_waker(&waker);
-    let mut future = pin!(future);
-    loop {
-        if let Poll::Ready(out) = future.as_mut().poll(&mut cx) {
-            return out;
-        }
-        thread::park();
-    }
-}
-
-/// A fresh directory under the system's temporary directory, removed on
-/// drop.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(name: &str) -> TempDir {
-        static NEXT: AtomicU64 = AtomicU64::new(0);
-        let n = NEXT.fetch_add(1, Ordering::Relaxed);
-        let path =
-            std::env::temp_dir().join(format!("keel-wal-unit-{name}-{}-{n}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&path);
-        TempDir(path)
-    }
-
-    fn path(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
+// One definition of each helper for the unit and the integration tests.
+#[path = "../../tests/support/block_on.rs"]
+mod block_on;
+#[path = "../../tests/support/temp_dir.rs"]
+mod temp_dir;
+use block_on::block_on;
+use temp_dir::TempDir;
 
 /// A log in `dir` whose writer uses a faulty disk, and that disk's faults.
 fn faulty_log(dir: &Path, opts: Options) -> (Log, Arc<Mutex<Faults>>) {

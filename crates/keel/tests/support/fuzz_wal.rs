@@ -31,15 +31,18 @@
 
 use std::collections::BTreeMap;
 use std::fs;
-use std::future::Future;
 use std::io;
 use std::path::Path;
-use std::pin::pin;
-use std::sync::Arc;
-use std::task::{Context, Poll, Wake, Waker};
-use std::thread::{self, Thread};
 
 use keel::wal::{Log, Options};
+
+// Included by path here too, so the fuzz target (which includes this file
+// alone) shares the tests' executor; a test that also has `support` loads
+// it twice, which is harmless.
+#[allow(clippy::duplicate_mod)]
+#[path = "block_on.rs"]
+mod block_on;
+use block_on::block_on;
 
 /// The `max_record` the log is opened with: small, so that valid records
 /// over it are easy to make.
@@ -278,25 +281,6 @@ fn expected(files: &BTreeMap<u64, Vec<u8>>) -> Expected {
         first_lsn,
         next_lsn: next.unwrap_or(1),
         torn,
-    }
-}
-
-/// Runs `future` on this thread, parking while it is pending.
-fn block_on<F: Future>(future: F) -> F::Output {
-    struct Unpark(Thread);
-    impl Wake for Unpark {
-        fn wake(self: Arc<Self>) {
-            self.0.unpark();
-        }
-    }
-    let waker = Waker::from(Arc::new(Unpark(thread::current())));
-    let mut cx = Context::from_waker(&waker);
-    let mut future = pin!(future);
-    loop {
-        if let Poll::Ready(out) = future.as_mut().poll(&mut cx) {
-            return out;
-        }
-        thread::park();
     }
 }
 

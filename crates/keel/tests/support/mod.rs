@@ -5,7 +5,15 @@
 use keel::{Runtime, SpinPolicy};
 
 pub mod alloc;
+mod block_on;
 pub mod http;
+mod temp_dir;
+
+// Not every test uses both.
+#[allow(unused_imports)]
+pub use block_on::block_on;
+#[allow(unused_imports)]
+pub use temp_dir::TempDir;
 
 /// Every spin policy a runtime test runs under.
 pub const SPINS: [SpinPolicy; 4] = [
@@ -143,10 +151,10 @@ pub fn run_in_child_process(name: &str) {
 }
 
 use std::future::Future;
-use std::pin::{pin, Pin};
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{mpsc, Arc, Mutex};
-use std::task::{Context, Poll, Wake, Waker};
+use std::sync::{mpsc, Mutex};
+use std::task::{Context, Poll, Waker};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -284,30 +292,6 @@ pub fn drop_within(rt: Runtime) {
     }
 }
 
-/// A minimal executor for the test thread: polls `future` to completion,
-/// parking between wake-ups; fails the test after [`WATCHDOG`]. Used to
-/// await `JoinHandle`s once their runtime is gone.
-pub fn block_on_std<F: Future>(future: F) -> F::Output {
-    struct Unparker(thread::Thread);
-    impl Wake for Unparker {
-        fn wake(self: Arc<Self>) {
-            self.0.unpark();
-        }
-    }
-    let waker = Waker::from(Arc::new(Unparker(thread::current())));
-    let mut cx = Context::from_waker(&waker);
-    let mut future = pin!(future);
-    let deadline = Instant::now() + WATCHDOG;
-    loop {
-        if let Poll::Ready(output) = future.as_mut().poll(&mut cx) {
-            return output;
-        }
-        let now = Instant::now();
-        assert!(now < deadline, "future still pending after {WATCHDOG:?}");
-        thread::park_timeout(deadline - now);
-    }
-}
-
 /// Threads of this process whose name (`comm`, at most 15 bytes) starts
 /// with `prefix`.
 pub fn threads_named(prefix: &str) -> usize {
@@ -316,4 +300,13 @@ pub fn threads_named(prefix: &str) -> usize {
         .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("comm")).ok())
         .filter(|comm| comm.trim_end().starts_with(prefix))
         .count()
+}
+
+/// A runtime of two workers with every default, for the tests that need
+/// one and nothing particular about it.
+pub fn runtime() -> Runtime {
+    Runtime::builder()
+        .workers(2)
+        .build()
+        .expect("a default runtime builds")
 }
