@@ -518,6 +518,7 @@ fn metrics_parse_back_in_both_formats() {
             ("keel_worker_state_seconds", "counter"),
             ("keel_worker_park_cpu_seconds", "counter"),
             ("keel_worker_rescues", "counter"),
+            ("keel_class_wall_seconds", "counter"),
             ("keel_class_cpu_seconds", "counter"),
             ("keel_class_polls", "counter"),
             ("keel_class_stalls", "counter"),
@@ -566,13 +567,13 @@ fn metrics_parse_back_in_both_formats() {
             assert!(wall > 0.0, "worker {worker} accounted no time");
         }
         for class in ["urgent", "normal", "bulk"] {
-            let cpu = value_of(
+            let wall = value_of(
                 &families,
-                "keel_class_cpu_seconds_total",
+                "keel_class_wall_seconds_total",
                 &[("class", class)],
             );
             // 4 tasks x 20 polls x 200 µs of work each.
-            assert!(cpu >= 0.010, "{class}: {cpu} s of CPU");
+            assert!(wall >= 0.010, "{class}: {wall} s of polls");
             let polls = value_of(&families, "keel_class_polls_total", &[("class", class)]);
             assert!(polls >= 80.0, "{class}: {polls} polls");
             let delays = value_of(
@@ -736,8 +737,8 @@ fn stats_json_has_the_documented_fields() {
             assert_eq!(integer(class, "index"), i as u64);
             integer(class, "shares");
             configured += number(class, "configured_share_pct");
-            received += number(class, "cpu_share_pct");
-            assert!(number(class, "cpu_s") > 0.0);
+            received += number(class, "wall_share_pct");
+            assert!(number(class, "wall_s") > 0.0);
             assert!(integer(class, "polls") >= 80);
             integer(class, "stalls");
             assert!(integer(class, "queue_delay.count") >= 1);
@@ -839,6 +840,176 @@ fn stats_json_has_the_documented_fields() {
             last > 0.0 && last < start,
             "since_last {last} vs since_start {start}"
         );
+    });
+}
+
+/// Every leaf of a JSON value by its path (`classes.1.wall_s`).
+fn leaves(value: &Value, path: &str, out: &mut BTreeMap<String, Value>) {
+    let join = |key: &str| {
+        if path.is_empty() {
+            key.to_owned()
+        } else {
+            format!("{path}.{key}")
+        }
+    };
+    match value {
+        Value::Object(fields) => {
+            for (key, field) in fields {
+                leaves(field, &join(key), out);
+            }
+        }
+        Value::Array(items) => {
+            for (i, item) in items.iter().enumerate() {
+                leaves(item, &join(&i.to_string()), out);
+            }
+        }
+        leaf => {
+            out.insert(path.to_owned(), leaf.clone());
+        }
+    }
+}
+
+/// A real runtime's `/stats` answer deserializes into
+/// [`admin::StatsDocument`] with its figures in place, and written again it
+/// is the same document: the same fields, the same values (to a float's
+/// last digit, which JSON parsing may round).
+#[test]
+fn stats_document_round_trips() {
+    within(TEST_LIMIT, || {
+        let rt = runtime();
+        let server = admin::serve("127.0.0.1:0", rt.handle()).unwrap();
+        let addr = server.local_addr();
+        exercise(&rt);
+        let body = get(addr, "/stats").body;
+        let doc = admin::StatsDocument::from_json(body.as_bytes()).expect("a /stats document");
+
+        assert!(doc.uptime_s > 0.0);
+        assert_eq!(doc.workers, 2);
+        assert_eq!(doc.worker_states.len(), 2);
+        for (i, worker) in doc.worker_states.iter().enumerate() {
+            assert_eq!(worker.worker, i);
+            assert!(worker.wall_s > 0.0, "{worker:?}");
+            let states = worker.task_s
+                + worker.io_s
+                + worker.timers_s
+                + worker.search_s
+                + worker.spin_s
+                + worker.parked_s;
+            assert!((states - worker.wall_s).abs() < 1e-3, "{worker:?}");
+            // This server writes every later figure.
+            assert!(
+                worker.cpu_s.is_some() && worker.park_cpu_s.is_some(),
+                "{worker:?}"
+            );
+            assert!(
+                worker.preempted_s.is_some() && worker.rescues.is_some(),
+                "{worker:?}"
+            );
+            assert!(worker.io_poll_gap_max_us.is_some(), "{worker:?}");
+        }
+        let names: Vec<&str> = doc.classes.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(names, ["urgent", "normal", "bulk"]);
+        let mut received = 0.0;
+        for (i, class) in doc.classes.iter().enumerate() {
+            assert_eq!(class.index, i);
+            // 4 tasks x 20 polls x 200 µs of work each.
+            assert!(class.wall_s >= 0.010, "{class:?}");
+            assert!(class.polls >= 80, "{class:?}");
+            assert!(class.queue_delay.count >= 1, "{class:?}");
+            received += class.wall_share_pct;
+        }
+        assert!((received - 100.0).abs() < 1e-6);
+        assert_eq!(doc.classes[0].shares, 16);
+        assert!(doc.blocking.completed >= 1);
+        assert_eq!(doc.admin.class, "urgent");
+        assert_eq!(doc.admin.connections_evicted, Some(0));
+        assert_eq!(doc.admin.max_connections, 16);
+        for window in [&doc.since_start, &doc.since_last] {
+            assert!(window.busy_s >= 0.030, "{window:?}");
+            assert!(window.process_cpu_s.is_some(), "{window:?}");
+            assert!(window.workers_cpu_s.is_some(), "{window:?}");
+        }
+
+        let mut sent = BTreeMap::new();
+        leaves(&serde_json::from_str(&body).unwrap(), "", &mut sent);
+        let mut again = BTreeMap::new();
+        leaves(
+            &serde_json::from_str(&doc.to_json()).unwrap(),
+            "",
+            &mut again,
+        );
+        assert_eq!(
+            sent.keys().collect::<Vec<_>>(),
+            again.keys().collect::<Vec<_>>()
+        );
+        for (path, value) in &sent {
+            match (value.as_f64(), again[path].as_f64()) {
+                (Some(a), Some(b)) => assert!(
+                    (a - b).abs() <= a.abs() * 1e-12,
+                    "{path}: sent {a}, written again {b}"
+                ),
+                _ => assert_eq!(value, &again[path], "{path}"),
+            }
+        }
+    });
+}
+
+/// The deprecated names carry the same figures as their replacements: in
+/// `/stats`, every class's `cpu_s` and `cpu_share_pct` are its `wall_s`
+/// and `wall_share_pct`; in `/metrics`, in both formats, the samples of
+/// `keel_class_cpu_seconds` are those of `keel_class_wall_seconds`, and
+/// the old family's HELP says it is deprecated and names the new one.
+#[test]
+fn deprecated_names_equal_their_replacements() {
+    within(TEST_LIMIT, || {
+        let rt = runtime();
+        let server = admin::serve("127.0.0.1:0", rt.handle()).unwrap();
+        let addr = server.local_addr();
+        exercise(&rt);
+
+        let stats: Value = serde_json::from_str(&get(addr, "/stats").body).unwrap();
+        let classes = stats["classes"].as_array().expect("classes");
+        assert_eq!(classes.len(), 3);
+        for class in classes {
+            assert!(class["wall_s"].as_f64().unwrap() > 0.0, "{class}");
+            assert_eq!(class["cpu_s"], class["wall_s"], "{class}");
+            assert_eq!(class["cpu_share_pct"], class["wall_share_pct"], "{class}");
+        }
+
+        for (accept, format) in [
+            ("", Format::Text),
+            (
+                "accept: application/openmetrics-text; version=1.0.0\r\n",
+                Format::OpenMetrics,
+            ),
+        ] {
+            let families = parse_exposition(&get_with(addr, "/metrics", accept).body, format);
+            let (old, new) = match format {
+                Format::Text => (
+                    "keel_class_cpu_seconds_total",
+                    "keel_class_wall_seconds_total",
+                ),
+                Format::OpenMetrics => ("keel_class_cpu_seconds", "keel_class_wall_seconds"),
+            };
+            let (old, new) = (&families[old], &families[new]);
+            assert_eq!((&old.kind, &old.unit), (&new.kind, &new.unit), "{format:?}");
+            let samples = |family: &Family| {
+                family
+                    .samples
+                    .iter()
+                    .map(|s| (s.labels["class"].clone(), s.value))
+                    .collect::<Vec<_>>()
+            };
+            assert_eq!(samples(old).len(), 3, "{format:?}");
+            assert_eq!(samples(old), samples(new), "{format:?}");
+            let help = old.help.as_deref().unwrap();
+            assert!(
+                help.starts_with("Deprecated, use keel_class_wall_seconds"),
+                "{format:?}: {help}"
+            );
+            let help = new.help.as_deref().unwrap();
+            assert!(!help.contains("eprecated"), "{format:?}: {help}");
+        }
     });
 }
 

@@ -121,7 +121,7 @@ pub fn draw(frame: &mut Frame<'_>, screen: &Screen<'_>) {
 
     let class_block = Block::bordered().title(Line::from(vec![
         Span::styled(" classes ", bold()),
-        Span::raw("· CPU share over the span (█ got, │ owed) · queue delay since start "),
+        Span::raw("· share of poll time over the span (█ got, │ owed) · queue delay since start "),
     ]));
     let inner = class_block.inner(classes);
     frame.render_widget(
@@ -345,11 +345,11 @@ fn class_lines(view: &View, width: u16) -> Vec<Line<'static>> {
         .unwrap_or(0)
         .max(6);
     // Three spaces: before the name, after it, and before the bar.
-    let figures = 7 + 7 + 7 + 7 + 9 + 7 + 9 + 9;
+    let figures = 7 + 7 + 7 + 8 + 9 + 7 + 9 + 9;
     let bar = usize::from(width).saturating_sub(name + 3 + figures).max(5);
     let header = format!(
-        " {:<name$} {:>7}{:>7}{:>7} {:<bar$}{:>7}{:>9}{:>7}{:>9}{:>9}",
-        "class", "shares", "owed", "got", "", "cores", "polls/s", "stalls", "q p99", "q max",
+        " {:<name$} {:>7}{:>7}{:>7} {:<bar$}{:>8}{:>9}{:>7}{:>9}{:>9}",
+        "class", "shares", "owed", "got", "", "workers", "polls/s", "stalls", "q p99", "q max",
     );
     let mut lines = vec![Line::styled(header, bold())];
     for class in &view.classes {
@@ -361,7 +361,7 @@ fn class_lines(view: &View, width: u16) -> Vec<Line<'static>> {
 /// One class: configured against received share, and its queue delay.
 fn class_line(class: &ClassRow, name: usize, bar: usize) -> Line<'static> {
     let got = class
-        .cpu_share_pct
+        .wall_share_pct
         .map_or_else(|| "-".to_owned(), |p| format!("{p:.1}%"));
     let head = format!(
         " {:<name$} {:>7}{:>7}{:>7} ",
@@ -370,7 +370,7 @@ fn class_line(class: &ClassRow, name: usize, bar: usize) -> Line<'static> {
         format!("{:.1}%", class.configured_pct),
         got,
     );
-    let filled = class.cpu_share_pct.map_or(0, |p| {
+    let filled = class.wall_share_pct.map_or(0, |p| {
         (p.clamp(0.0, 100.0) / 100.0 * bar as f64).round() as usize
     });
     let owed = ((class.configured_pct.clamp(0.0, 100.0) / 100.0 * bar as f64).round() as usize)
@@ -393,8 +393,8 @@ fn class_line(class: &ClassRow, name: usize, bar: usize) -> Line<'static> {
     }
     let delay = |us: Option<f64>| us.map_or_else(|| "-".to_owned(), micros);
     spans.push(Span::raw(format!(
-        "{:>7.2}{:>9}{:>7}{:>9}{:>9}",
-        class.cpu_workers,
+        "{:>8.2}{:>9}{:>7}{:>9}{:>9}",
+        class.workers_held,
         rate(class.polls_per_s),
         class.stalls,
         delay(class.queue_p99_us),

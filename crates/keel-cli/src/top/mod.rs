@@ -28,10 +28,12 @@ mod term;
 
 use std::time::Duration;
 
+use keel::admin::StatsDocument;
+
 use crate::error::Error;
 use draw::Screen;
 use fetch::Endpoint;
-use model::{Snapshot, View};
+use model::View;
 
 /// The limit of each step of one request (connect, write, read): a server
 /// slower than this to answer a small document is shown as not answering.
@@ -106,9 +108,9 @@ pub fn run(args: &TopArgs) -> Result<(), Error> {
 }
 
 /// One `/stats` document from `endpoint`.
-fn fetch(endpoint: &Endpoint) -> Result<Snapshot, Error> {
+fn fetch(endpoint: &Endpoint) -> Result<StatsDocument, Error> {
     let body = endpoint.get("/stats")?;
-    Snapshot::parse(&body).map_err(|error| error.context(endpoint.authority()))
+    model::parse(&body).map_err(|error| error.context(endpoint.authority()))
 }
 
 #[cfg(test)]
@@ -200,11 +202,11 @@ mod tests {
             assert_eq!(words[at + 1..at + 3], shares, "{row}");
             // The row fits, to its largest delay (`-` before any wake).
             assert!(row.ends_with("s│") || row.ends_with("-│"), "{row}");
-            let cores = words[at + 3..]
+            let held = words[at + 3..]
                 .iter()
                 .find_map(|w| w.parse::<f64>().ok())
                 .unwrap();
-            assert!(cores >= 0.0, "{row}");
+            assert!(held >= 0.0, "{row}");
         }
         for name in ["urgent", "normal", "bulk"] {
             assert!(text.contains(&format!(" {name} ")), "{name}:\n{text}");

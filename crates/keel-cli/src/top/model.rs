@@ -2,10 +2,11 @@
 //! terminal in sight.
 //!
 //! A `/stats` document is mostly cumulative: seconds per worker state,
-//! CPU seconds per class, deliveries since the runtime started. A figure
+//! seconds of poll wall time per class, deliveries since the runtime
+//! started. A figure
 //! that says how the server is doing *now* is the difference between two
 //! documents divided by the time between them, so the [`View`] is built
-//! from the newest [`Snapshot`] and the one before it. The first view has
+//! from the newest [`StatsDocument`] and the one before it. The first view has
 //! no previous document and shows the averages since the start instead,
 //! and says so.
 //!
@@ -17,171 +18,26 @@
 //! Queue delays are cumulative histograms whose percentiles cannot be
 //! subtracted; they are shown as they are, since the start.
 
-use serde::Deserialize;
+use keel::admin::{CountBytes, DeliveryFigures, StatsDocument, WorkerFigures};
 
 use crate::error::Error;
 
-/// One `/stats` document: the fields the view needs (the admin module of
-/// the keel library lists them all). Unknown fields are ignored, so a
-/// newer server still works.
-#[derive(Debug, Clone, Deserialize)]
-pub struct Snapshot {
-    /// Time since the runtime was built.
-    pub uptime_s: f64,
-    /// Live tasks now.
-    pub live_tasks: u64,
-    /// Timers pending now.
-    pub pending_timers: u64,
-    /// One entry per worker.
-    pub worker_states: Vec<WorkerSample>,
-    /// One entry per class.
-    pub classes: Vec<ClassSample>,
-    /// The blocking pool.
-    pub blocking: BlockingSample,
-    /// TCP read deliveries per batch mode.
-    pub deliveries: Deliveries,
-    /// Accounting against process CPU since the endpoint started.
-    pub since_start: WindowSample,
-}
-
-/// A worker's cumulative accounting.
-#[derive(Debug, Clone, Deserialize)]
-pub struct WorkerSample {
-    /// The worker's index.
-    pub worker: usize,
-    /// Polling tasks.
-    pub task_s: f64,
-    /// Polling the reactor.
-    pub io_s: f64,
-    /// Firing timers.
-    pub timers_s: f64,
-    /// Looking for work to steal.
-    pub search_s: f64,
-    /// Spinning before parking.
-    pub spin_s: f64,
-    /// Parked.
-    pub parked_s: f64,
-    /// Task polls.
-    pub polls: u64,
-    /// The longest gap between two looks at socket readiness, if the
-    /// server reports it (servers that do not leave the field out).
-    #[serde(default)]
-    pub io_poll_gap_max_us: Option<f64>,
-}
-
-/// A class's configuration and cumulative accounting.
-#[derive(Debug, Clone, Deserialize)]
-pub struct ClassSample {
-    /// Its name.
-    pub name: String,
-    /// Its configured shares.
-    pub shares: u64,
-    /// Its shares over all classes' shares, in percent.
-    pub configured_share_pct: f64,
-    /// Worker time its polls took.
-    pub cpu_s: f64,
-    /// Polls.
-    pub polls: u64,
-    /// Polls longer than the stall threshold.
-    pub stalls: u64,
-    /// Wake-to-poll delay, since the start.
-    pub queue_delay: QueueDelaySample,
-}
-
-/// A class's queue-delay summary.
-#[derive(Debug, Clone, Deserialize)]
-pub struct QueueDelaySample {
-    /// Delays recorded.
-    pub count: u64,
-    /// The 99th percentile.
-    pub p99_us: f64,
-    /// The largest.
-    pub max_us: f64,
-}
-
-/// The blocking pool: gauges and counters.
-#[derive(Debug, Clone, Deserialize)]
-pub struct BlockingSample {
-    /// Threads alive.
-    pub threads: u64,
-    /// Of those, idle.
-    pub idle: u64,
-    /// Jobs waiting for a thread.
-    pub queued: u64,
-    /// Callers waiting for room in the queue.
-    pub waiting: u64,
-    /// Jobs finished.
-    pub completed: u64,
-    /// Jobs refused.
-    pub rejected: u64,
-    /// Run time of finished jobs.
-    pub busy_s: f64,
-    /// The thread limit.
-    pub max_threads: u64,
-    /// The queue limit.
-    pub queue_capacity: u64,
-}
-
-/// Deliveries per batch mode.
-#[derive(Debug, Clone, Deserialize)]
-pub struct Deliveries {
-    /// Unbatched.
-    pub off: CountBytes,
-    /// Fixed batches.
-    pub fixed: CountBytes,
-    /// Adaptive batches.
-    pub adaptive: CountBytes,
-}
-
-impl Deliveries {
-    /// All modes together.
-    fn total(&self) -> CountBytes {
-        CountBytes {
-            count: self.off.count + self.fixed.count + self.adaptive.count,
-            bytes: self.off.bytes + self.fixed.bytes + self.adaptive.bytes,
-        }
-    }
-}
-
-/// A delivery counter.
-#[derive(Debug, Clone, Copy, Deserialize)]
-pub struct CountBytes {
-    /// Deliveries.
-    pub count: u64,
-    /// Bytes delivered.
-    pub bytes: u64,
-}
-
-/// The cumulative parts of the `since_start` window.
-#[derive(Debug, Clone, Deserialize)]
-pub struct WindowSample {
-    /// Worker wall time accounted, all workers together.
-    pub worker_wall_s: f64,
-    /// Task + IO + timers.
-    pub busy_s: f64,
-    /// Spinning.
-    pub spin_s: f64,
-    /// What should have cost CPU: busy + search + spin + blocking.
-    pub accounted_cpu_s: f64,
-    /// Process CPU by `getrusage`, if the server could read it.
-    pub process_cpu_s: Option<f64>,
-}
-
-impl Snapshot {
-    /// Parses a `/stats` body.
-    ///
-    /// # Errors
-    ///
-    /// If `body` is not JSON, or lacks a field the view needs; the message
-    /// says which.
-    pub fn parse(body: &[u8]) -> Result<Snapshot, Error> {
-        serde_json::from_slice(body).map_err(|error| {
-            Error::new(format!(
-                "not a keel /stats document ({error}): {}",
-                super::fetch::preview(body)
-            ))
-        })
-    }
+/// Parses a `/stats` body into the document type the keel library
+/// serializes: fields a newer server adds are ignored, and the figures an
+/// older one lacks read as `None` (see [`StatsDocument`]), so `top` works
+/// with either.
+///
+/// # Errors
+///
+/// If `body` is not JSON, or lacks a field every `/stats` document has;
+/// the message says which.
+pub fn parse(body: &[u8]) -> Result<StatsDocument, Error> {
+    StatsDocument::from_json(body).map_err(|error| {
+        Error::new(format!(
+            "not a keel /stats document ({error}): {}",
+            super::fetch::preview(body)
+        ))
+    })
 }
 
 /// The worker states, in the order the view stacks them.
@@ -252,13 +108,15 @@ pub struct ClassRow {
     pub name: String,
     /// Its configured shares.
     pub shares: u64,
-    /// The CPU share it is owed when every class has work, in percent.
+    /// The share of worker time it is owed when every class has work, in
+    /// percent.
     pub configured_pct: f64,
-    /// The share of all classes' CPU it received over the span, in
-    /// percent; `None` if no class ran.
-    pub cpu_share_pct: Option<f64>,
-    /// Its CPU over the span as a number of workers kept busy.
-    pub cpu_workers: f64,
+    /// Its share of all classes' poll wall time over the span, in percent;
+    /// `None` if no class ran.
+    pub wall_share_pct: Option<f64>,
+    /// Its polls' wall time over the span as a number of workers they
+    /// held.
+    pub workers_held: f64,
     /// Polls per second.
     pub polls_per_s: f64,
     /// Stalls over the span.
@@ -297,7 +155,7 @@ impl View {
     /// The view of `now`, with rates over the span since `before`; with
     /// no `before`, or one from a later uptime (the server restarted),
     /// averages since the start.
-    pub fn new(before: Option<&Snapshot>, now: &Snapshot) -> View {
+    pub fn new(before: Option<&StatsDocument>, now: &StatsDocument) -> View {
         let before = before.filter(|b| b.uptime_s < now.uptime_s);
         let since_start = before.is_none();
         let span_s = match before {
@@ -322,25 +180,25 @@ impl View {
             })
             .collect();
 
-        let class_cpu: Vec<f64> = now
+        let class_wall: Vec<f64> = now
             .classes
             .iter()
             .enumerate()
             .map(|(i, c)| {
-                c.cpu_s
+                c.wall_s
                     - before
                         .and_then(|b| b.classes.get(i))
-                        .map_or(0.0, |t| t.cpu_s)
+                        .map_or(0.0, |t| t.wall_s)
             })
             .map(|d| d.max(0.0))
             .collect();
-        let total_cpu: f64 = class_cpu.iter().sum();
+        let total_wall: f64 = class_wall.iter().sum();
         let classes = now
             .classes
             .iter()
-            .zip(&class_cpu)
+            .zip(&class_wall)
             .enumerate()
-            .map(|(i, (c, &cpu))| {
+            .map(|(i, (c, &wall))| {
                 let then = before
                     .and_then(|b| b.classes.get(i))
                     .filter(|t| t.name == c.name);
@@ -349,8 +207,8 @@ impl View {
                     name: c.name.clone(),
                     shares: c.shares,
                     configured_pct: c.configured_share_pct,
-                    cpu_share_pct: (total_cpu > 0.0).then(|| cpu / total_cpu * 100.0),
-                    cpu_workers: if span_s > 0.0 { cpu / span_s } else { 0.0 },
+                    wall_share_pct: (total_wall > 0.0).then(|| wall / total_wall * 100.0),
+                    workers_held: if span_s > 0.0 { wall / span_s } else { 0.0 },
                     polls_per_s: per_s(c.polls.saturating_sub(then.map_or(0, |t| t.polls))),
                     stalls: c.stalls.saturating_sub(then.map_or(0, |t| t.stalls)),
                     queue_p99_us: recorded.then_some(c.queue_delay.p99_us),
@@ -359,17 +217,16 @@ impl View {
             })
             .collect();
 
-        let zero = CountBytes { count: 0, bytes: 0 };
         let delta = |now: CountBytes, then: Option<CountBytes>| {
-            let then = then.unwrap_or(zero);
-            CountBytes {
-                count: now.count.saturating_sub(then.count),
-                bytes: now.bytes.saturating_sub(then.bytes),
-            }
+            let then = then.unwrap_or_default();
+            CountBytes::new(
+                now.count.saturating_sub(then.count),
+                now.bytes.saturating_sub(then.bytes),
+            )
         };
         let d = &now.deliveries;
         let t = before.map(|b| &b.deliveries);
-        let total = delta(d.total(), t.map(Deliveries::total));
+        let total = delta(d.total(), t.map(DeliveryFigures::total));
         let by_mode = [
             delta(d.off, t.map(|t| t.off)),
             delta(d.fixed, t.map(|t| t.fixed)),
@@ -440,12 +297,12 @@ impl View {
 
 /// A worker's row: its state shares over the span since `then`.
 fn worker_row(
-    then: Option<&WorkerSample>,
-    now: &WorkerSample,
+    then: Option<&WorkerFigures>,
+    now: &WorkerFigures,
     per_s: &dyn Fn(u64) -> f64,
 ) -> WorkerRow {
     let since = |now: f64, then: f64| (now - then).max(0.0);
-    let states = |w: &WorkerSample| {
+    let states = |w: &WorkerFigures| {
         [
             w.task_s, w.io_s, w.timers_s, w.search_s, w.spin_s, w.parked_s,
         ]
@@ -477,8 +334,27 @@ pub mod tests {
 
     /// A `/stats` document shaped like the server's, with two workers and
     /// the three default classes; `t` scales the cumulative figures, as if
-    /// `t` seconds had passed at a steady load.
+    /// `t` seconds had passed at a steady load. The classes' poll time is
+    /// under both its names, as servers write it now.
     pub fn document(t: f64, gap: Option<f64>) -> String {
+        document_named(t, gap, |wall| {
+            format!(
+                r#""wall_s": {wall}, "wall_share_pct": 0.0, "cpu_s": {wall}, "cpu_share_pct": 0.0"#
+            )
+        })
+    }
+
+    /// [`document`] as a server before the rename wrote it: the classes'
+    /// poll time only as `cpu_s` and `cpu_share_pct`.
+    pub fn old_document(t: f64) -> String {
+        document_named(t, None, |wall| {
+            format!(r#""cpu_s": {wall}, "cpu_share_pct": 0.0"#)
+        })
+    }
+
+    /// [`document`] with each class's poll time (in seconds) written by
+    /// `class_time`.
+    fn document_named(t: f64, gap: Option<f64>, class_time: fn(f64) -> String) -> String {
         let gap = gap.map_or(String::new(), |g| format!(r#", "io_poll_gap_max_us": {g}"#));
         let worker = |i: usize| {
             format!(
@@ -494,13 +370,13 @@ pub mod tests {
                 polls = (1000.0 * t) as u64,
             )
         };
-        let class = |i: usize, name: &str, shares: u64, pct: f64, cpu: f64| {
+        let class = |i: usize, name: &str, shares: u64, pct: f64, wall: f64| {
             format!(
                 r#"{{"name": "{name}", "index": {i}, "shares": {shares}, "configured_share_pct": {pct},
-                    "cpu_s": {cpu}, "cpu_share_pct": 0.0, "polls": {polls}, "stalls": 0,
+                    {time}, "polls": {polls}, "stalls": 0,
                     "queue_delay": {{"count": {count}, "mean_us": 5.0, "p50_us": 4.0, "p90_us": 9.0,
                     "p99_us": 42.0, "p999_us": 80.0, "max_us": 95.5}}}}"#,
-                cpu = cpu * t,
+                time = class_time(wall * t),
                 polls = (100.0 * t) as u64,
                 count = if t > 0.0 { 10 } else { 0 },
             )
@@ -543,8 +419,8 @@ pub mod tests {
     }
 
     /// Parses [`document`].
-    pub fn snapshot(t: f64, gap: Option<f64>) -> Snapshot {
-        Snapshot::parse(document(t, gap).as_bytes()).expect("the test document parses")
+    pub fn snapshot(t: f64, gap: Option<f64>) -> StatsDocument {
+        parse(document(t, gap).as_bytes()).expect("the test document parses")
     }
 
     /// Two snapshots a second apart give per-second rates and shares of
@@ -564,8 +440,8 @@ pub mod tests {
         assert!((w.polls_per_s - 1000.0).abs() < 1e-6);
         let bulk = &view.classes[2];
         assert_eq!((bulk.name.as_str(), bulk.shares), ("bulk", 1));
-        assert!((bulk.cpu_share_pct.unwrap() - 60.0).abs() < 1e-6);
-        assert!((bulk.cpu_workers - 0.6).abs() < 1e-6);
+        assert!((bulk.wall_share_pct.unwrap() - 60.0).abs() < 1e-6);
+        assert!((bulk.workers_held - 0.6).abs() < 1e-6);
         assert_eq!(bulk.queue_p99_us, Some(42.0));
         assert!((view.deliveries_per_s - 200.0).abs() < 1e-6);
         assert_eq!(view.bytes_per_delivery, Some(512.0));
@@ -598,7 +474,7 @@ pub mod tests {
         let mut later = same.clone();
         later.uptime_s += 1.0;
         let view = View::new(Some(&same), &later);
-        assert!(view.classes.iter().all(|c| c.cpu_share_pct.is_none()));
+        assert!(view.classes.iter().all(|c| c.wall_share_pct.is_none()));
         assert_eq!(view.bytes_per_delivery, None);
         assert_eq!(view.deliveries_per_s, 0.0);
         assert!(view.workers.iter().all(|w| w.state_pct == [0.0; 6]));
@@ -608,14 +484,29 @@ pub mod tests {
     /// with a message that says so.
     #[test]
     fn bad_documents_are_refused() {
-        let error = Snapshot::parse(b"<html>hello</html>")
-            .unwrap_err()
-            .to_string();
+        let error = parse(b"<html>hello</html>").unwrap_err().to_string();
         assert!(error.starts_with("not a keel /stats document"), "{error}");
         assert!(error.contains("<html>"), "{error}");
-        let error = Snapshot::parse(br#"{"uptime_s": 1.0}"#)
-            .unwrap_err()
-            .to_string();
+        let error = parse(br#"{"uptime_s": 1.0}"#).unwrap_err().to_string();
         assert!(error.contains("missing field"), "{error}");
+    }
+
+    /// A server from before the classes' poll time was renamed sends it
+    /// only as `cpu_s`: the view is the same as from a server of today.
+    #[test]
+    fn an_older_server_gives_the_same_view() {
+        let old = |t: f64| parse(old_document(t).as_bytes()).expect("the old document parses");
+        let new = View::new(Some(&snapshot(10.0, None)), &snapshot(11.0, None));
+        let view = View::new(Some(&old(10.0)), &old(11.0));
+        for (old, new) in view.classes.iter().zip(&new.classes) {
+            assert_eq!(old.name, new.name);
+            assert_eq!(old.wall_share_pct, new.wall_share_pct, "{}", old.name);
+            assert_eq!(old.workers_held, new.workers_held, "{}", old.name);
+        }
+        assert!((view.classes[2].wall_share_pct.unwrap() - 60.0).abs() < 1e-6);
+        // Figures that server did not have yet are absent, not zero.
+        let before = old(10.0);
+        assert_eq!(before.worker_states[0].cpu_s, None);
+        assert_eq!(before.admin.connections_evicted, None);
     }
 }

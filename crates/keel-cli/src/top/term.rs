@@ -23,6 +23,7 @@ use std::sync::{Arc, Once};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use keel::admin::StatsDocument;
 use ratatui::backend::CrosstermBackend;
 use ratatui::crossterm::event::{self, Event, KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
 use ratatui::crossterm::{cursor, execute, terminal};
@@ -30,7 +31,7 @@ use ratatui::Terminal;
 
 use super::draw::{self, Screen};
 use super::fetch::Endpoint;
-use super::model::{Snapshot, View};
+use super::model::View;
 use crate::error::{Context as _, Error};
 
 /// How long the loop waits for a key before it looks for a new answer.
@@ -46,7 +47,7 @@ static TAKEN: AtomicBool = AtomicBool::new(false);
 ///
 /// If stdout is not a terminal, or the terminal cannot be driven; the
 /// terminal is restored before the error is returned.
-pub fn run(endpoint: Endpoint, first: Snapshot, interval: Duration) -> Result<(), Error> {
+pub fn run(endpoint: Endpoint, first: StatsDocument, interval: Duration) -> Result<(), Error> {
     if !std::io::stdout().is_terminal() {
         return Err(Error::new(
             "stdout is not a terminal; use --once to print a frame as text",
@@ -136,7 +137,10 @@ fn quits(key: &KeyEvent) -> bool {
 /// Starts the thread that asks `endpoint` for `/stats` every `interval`
 /// and sends each snapshot, or the error as text. The thread ends at the
 /// first send after the receiver is gone.
-fn spawn_fetcher(endpoint: Endpoint, interval: Duration) -> Receiver<Result<Snapshot, String>> {
+fn spawn_fetcher(
+    endpoint: Endpoint,
+    interval: Duration,
+) -> Receiver<Result<StatsDocument, String>> {
     let (sender, receiver) = mpsc::channel();
     thread::Builder::new()
         .name("keel-top-fetch".into())

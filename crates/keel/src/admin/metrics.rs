@@ -174,8 +174,20 @@ fn families(shared: &Shared, stats: &Stats) -> Vec<Family> {
     let class = |name: &str| vec![("class", name.to_owned())];
     families.extend([
         labelled(
+            "class_wall",
+            "Wall time the polls of each class's tasks took on their workers, from each poll's start to its end, preemption and blocking included: what the shares divide.",
+            Some(Unit::Seconds),
+            Counter,
+            stats
+                .classes
+                .iter()
+                .map(|c| (class(&c.name), seconds(c.busy))),
+        ),
+        // The same samples under the old name, kept for one release so
+        // that dashboards and alerts can move.
+        labelled(
             "class_cpu",
-            "Worker time the polls of each class's tasks took: what the shares divide.",
+            "Deprecated, use keel_class_wall_seconds (the same samples): a class is charged its polls' wall time, not CPU time. This family goes away in the next release.",
             Some(Unit::Seconds),
             Counter,
             stats

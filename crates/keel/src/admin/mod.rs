@@ -124,6 +124,12 @@
 //!
 //! # `/stats` JSON
 //!
+//! The document is [`StatsDocument`]: the endpoint serializes it, and a
+//! client deserializes the answer into it (`keel top` does), which also
+//! copes with servers older or newer than the client (see [its
+//! docs](StatsDocument)). Pretty-printed, with the fields in the order
+//! below.
+//!
 //! Names carry their unit as a suffix: `_s` seconds, `_us` microseconds,
 //! `_pct` percent (0–100; per-worker and window figures are percent of
 //! worker time, so they never exceed 100). Names without a suffix are
@@ -152,9 +158,11 @@
 //! | `classes[]` | array | one object per class, by index: |
 //! | `classes[].name`, `.index` | string, integer | the class |
 //! | `classes[].shares` | integer | its configured shares |
-//! | `classes[].configured_share_pct` | number | its shares over all classes' shares: the CPU share it is owed when every class has work |
-//! | `classes[].cpu_s` | number | worker time its polls took |
-//! | `classes[].cpu_share_pct` | number | its `cpu_s` over all classes' `cpu_s`: the share it received |
+//! | `classes[].configured_share_pct` | number | its shares over all classes' shares: the share of worker time it is owed when every class has work |
+//! | `classes[].wall_s` | number | wall time its polls took on their workers, from each poll's start to its end (preemption and blocking included, so not CPU time): what the shares divide |
+//! | `classes[].wall_share_pct` | number | its `wall_s` over all classes' `wall_s`: the share it received |
+//! | `classes[].cpu_s` | number | **deprecated**, goes away in the next release: the same value as `wall_s`, under its old name |
+//! | `classes[].cpu_share_pct` | number | **deprecated**, goes away in the next release: the same value as `wall_share_pct`, under its old name |
 //! | `classes[].polls`, `.stalls` | integer | polls, and polls longer than the stall threshold |
 //! | `classes[].queue_delay` | object | wake → first poll: `count` (integer), `mean_us`, `p50_us`, `p90_us`, `p99_us`, `p999_us`, `max_us` (numbers) |
 //! | `blocking` | object | the blocking pool: `threads`, `idle`, `queued`, `waiting`, `completed`, `rejected`, `max_threads`, `queue_capacity` (integers), `busy_s` (number); see [`BlockingStats`](crate::stats::BlockingStats) |
@@ -162,6 +170,14 @@
 //! | `admin` | object | this endpoint: `class` (string, the class the answering task ran in), `connections_open` (integer, connections holding a slot), `connections_rejected` (integer, 503s since it started), `connections_evicted` (integer, connections closed to make room since it started), `max_connections` (integer) |
 //! | `since_start` | window | accounting against process CPU since the endpoint started ([`serve`] took a baseline) |
 //! | `since_last` | window | the same since the previous `/stats` answer of this endpoint (the first: since it started) |
+//!
+//! A class is charged the wall time of its polls: a poll that blocks, or
+//! whose worker the kernel preempts, pays for all the worker time it
+//! holds. The workers' CPU time is `worker_states[].cpu_s` (their thread
+//! clocks), and the windows below compare the two. The class figures
+//! used to be named `cpu_s` and `cpu_share_pct`; the old names are still
+//! written beside the new ones, with the same values, for one more
+//! release.
 //!
 //! A *window* compares what the workers accounted with what the kernel
 //! charged the process over the same span, so anyone can check that they
@@ -227,7 +243,8 @@
 //! | `keel_worker_state_seconds` | counter | `worker`, `state` (`task`, `io`, `timers`, `search`, `spin`, `parked`) |
 //! | `keel_worker_park_cpu_seconds` | counter | `worker` |
 //! | `keel_worker_rescues` | counter | `worker` |
-//! | `keel_class_cpu_seconds` | counter | `class` |
+//! | `keel_class_wall_seconds` | counter | `class`; wall time of the class's polls (what the shares divide) |
+//! | `keel_class_cpu_seconds` | counter | `class`; **deprecated**, goes away in the next release: the same samples as `keel_class_wall_seconds`, under its old name |
 //! | `keel_class_polls` | counter | `class` |
 //! | `keel_class_stalls` | counter | `class` |
 //! | `keel_class_shares` | gauge | `class` |
@@ -248,6 +265,7 @@
 //! and the `_sum` is the mean times the count.
 
 mod conn;
+mod document;
 mod exposition;
 #[cfg(any(test, fuzzing))]
 #[doc(hidden)]
@@ -269,6 +287,11 @@ use crate::net::TcpListener;
 use crate::runtime::context;
 use crate::{Class, Handle, JoinHandle};
 use slots::Slots;
+
+pub use document::{
+    AdminFigures, BlockingFigures, ClassFigures, CountBytes, DeliveryFigures, QueueDelayFigures,
+    StatsDocument, WindowFigures, WorkerFigures,
+};
 
 /// Default [`AdminOptions::max_connections`]: 16.
 pub const DEFAULT_MAX_CONNECTIONS: usize = 16;

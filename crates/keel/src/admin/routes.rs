@@ -46,7 +46,7 @@ pub(super) fn answer(shared: &Arc<Shared>, request: &Request<Incoming>) -> Respo
         }
         "/stats" => {
             let stats = shared.handle.stats();
-            let json = report::stats_json(shared, &stats);
+            let json = report::stats_document(shared, &stats).to_json();
             with_type(StatusCode::OK, JSON, json)
         }
         _ => {
