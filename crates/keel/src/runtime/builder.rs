@@ -185,8 +185,9 @@ impl Builder {
     /// [16](DEFAULT_URGENT_SHARES), `normal` [33](DEFAULT_NORMAL_SHARES),
     /// `bulk` [50](DEFAULT_BULK_SHARES).
     ///
-    /// When every class has work, each receives CPU time in proportion to
-    /// its shares, so bulk traffic cannot starve the control plane; a class
+    /// When every class has work, each receives polling time on the
+    /// workers (each poll charged its wall time) in proportion to its
+    /// shares, so bulk traffic cannot starve the control plane; a class
     /// with no work leaves its part to the others.
     pub fn class(&mut self, name: &str, shares: u32) -> &mut Builder {
         match self.classes.iter_mut().find(|c| c.name == name) {

@@ -125,7 +125,8 @@ impl Handle {
     }
 
     /// A snapshot of the runtime's accounting: per worker, where its wall
-    /// time went; per class, CPU time, polls and queue delay; the blocking
+    /// time went; per class, the wall time of its polls, polls and queue
+    /// delay; the blocking
     /// pool's threads, queue and busy time; TCP read deliveries per batch
     /// mode.
     pub fn stats(&self) -> Stats {

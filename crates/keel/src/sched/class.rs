@@ -1,4 +1,5 @@
-//! Classes and their virtual clocks: how CPU is shared by shares.
+//! Classes and their virtual clocks: how the workers' time is shared by
+//! shares.
 //!
 //! Every task belongs to a [`Class`]. Each class has *shares* and a
 //! *virtual time*; running a task of class `c` for `elapsed` nanoseconds
@@ -54,12 +55,13 @@ const SCALE: u64 = 1 << 10;
 pub(crate) const CHARGE_WINDOW_NS: u64 = 100_000;
 
 /// How far (in virtual time) an idle class may lag before the picker pulls
-/// it up: about 200 µs of CPU at 100 shares. Lagging less than this is
+/// it up: about 200 µs of polling at 100 shares. Lagging less than this is
 /// harmless; clamping on every pick would write the shared clock each time.
 pub(crate) const IDLE_LAG: u64 = 200_000 * SCALE / 100;
 
-/// A scheduling class: a set of tasks that shares the CPU with other
-/// classes in proportion to its shares.
+/// A scheduling class: a set of tasks that shares the workers' polling
+/// time (each poll charged its wall time) with other classes in
+/// proportion to its shares.
 ///
 /// The three default classes exist in every runtime: [`Class::URGENT`]
 /// (16 shares, for the control plane), [`Class::NORMAL`] (33, the default)
@@ -124,7 +126,7 @@ impl ClassClocks {
         self.shares.len()
     }
 
-    /// Virtual time `ns` of CPU costs `class`.
+    /// Virtual time `ns` of polling costs `class`.
     pub(crate) fn cost(&self, class: usize, ns: u64) -> u64 {
         ns.saturating_mul(SCALE) / self.shares[class]
     }

@@ -27,7 +27,7 @@
 //!   while its yields lane held work takes the next one from the yields
 //!   lane. Yielding tasks get at least one poll in `EVENT_STREAK + 1`.
 //! - Between classes nothing changes: the lanes only order tasks within a
-//!   class, and the shares divide CPU time between classes as before.
+//!   class, and the shares divide polling time between classes as before.
 //!
 //! # Alternatives
 //!

@@ -21,7 +21,7 @@
 //! - **Yields first** after [`EVENT_STREAK`] picks from elsewhere while the
 //!   yields lane held work: a flood of events cannot starve yielders.
 //! - **Siblings first** every [`STEAL_INTERVAL`] picks or [`STEAL_CHECK_NS`]:
-//!   work of a class that is owed CPU but queued on a busy sibling is
+//!   work of a class that is owed time but queued on a busy sibling is
 //!   taken here too, so the split is global, not per worker.
 //! - **LIFO flush** after [`LIFO_STREAK`] slot tasks in a row: two tasks
 //!   messaging each other cannot starve the rest.
@@ -37,7 +37,7 @@ use super::lanes::EVENT_STREAK;
 pub(crate) const INJECTOR_INTERVAL: u32 = 61;
 
 /// Every this many picks, a worker looks at its siblings' deques for the
-/// classes that are owed CPU before running local work of a class that is
+/// classes that are owed time before running local work of a class that is
 /// not. Checking a sibling's deque costs a fence, so not on every pick; 8
 /// keeps the global split within a few polls.
 pub(crate) const STEAL_INTERVAL: u32 = 8;

@@ -206,7 +206,7 @@ impl Worker {
     /// injectors. The second also steals from siblings; it runs when the
     /// first found nothing, and every [`STEAL_INTERVAL`] picks (or
     /// [`STEAL_CHECK_NS`], whichever comes first) so that work
-    /// of a class that is owed CPU but queued on a busy sibling is taken
+    /// of a class that is owed time but queued on a busy sibling is taken
     /// here too, which keeps the split global rather than per worker.
     fn pick(&mut self) -> Option<Runnable> {
         let classes = self.shared.clocks.len();
@@ -284,7 +284,7 @@ impl Worker {
     /// stolen as usual by a worker that runs dry; taking them too would
     /// let a class whose polls block chase its work from worker to worker
     /// (the shares charge a blocking poll only when it ends, so for its
-    /// length the class looks owed CPU). And the shares still hold:
+    /// length the class looks owed time). And the shares still hold:
     /// classes are tried in `order` (by virtual time), and the rescue stops
     /// at the first class this worker has work of.
     ///
