@@ -1,4 +1,4 @@
-//! The control protocol between `keel bench` and a server process.
+//! The control protocol between `keel-bench bench` and a server process.
 //!
 //! It is line-based JSON over the child's stdin and stdout, because that
 //! needs no port, no extra dependency and no runtime on either side, and a

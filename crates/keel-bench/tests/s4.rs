@@ -1,4 +1,4 @@
-//! `keel serve s4` driven by hand: the stream service under each spin
+//! `keel-bench serve s4` driven by hand: the stream service under each spin
 //! setting counts what it receives and reports the spin state, tokio
 //! refuses a spin setting, and a bad setting is a usage error.
 

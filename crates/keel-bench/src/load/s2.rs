@@ -45,7 +45,7 @@ pub struct StormOpts {
     pub io_timeout: Duration,
 }
 
-/// The JSON line `keel load s2` prints.
+/// The JSON line `keel-bench load s2` prints.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct StormSummary {
     /// Connections that were open for the whole run.
@@ -62,7 +62,7 @@ pub struct StormSummary {
     pub errors: u64,
 }
 
-/// The JSON line `keel load s2` prints once every connection is open,
+/// The JSON line `keel-bench load s2` prints once every connection is open,
 /// before it starts writing.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct StormReady {
@@ -199,7 +199,7 @@ pub struct ApiOpts {
     pub realtime: bool,
 }
 
-/// The JSON line `keel load api` prints.
+/// The JSON line `keel-bench load api` prints.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ApiSummary {
     /// Latency of the calls, send to last byte of the answer.

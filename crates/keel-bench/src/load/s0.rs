@@ -101,7 +101,7 @@ pub struct HttpLoadOpts {
     pub io_timeout: Duration,
 }
 
-/// The JSON line `keel load s0` prints.
+/// The JSON line `keel-bench load s0` prints.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct HttpLoadSummary {
     /// Keep-alive or short.

@@ -1,4 +1,4 @@
-//! `keel serve s1` driven by hand over its control protocol.
+//! `keel-bench serve s1` driven by hand over its control protocol.
 
 mod support;
 

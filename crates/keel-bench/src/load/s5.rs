@@ -14,7 +14,7 @@
 //! What a client reports is exactly what it was promised: the last
 //! sequence number acknowledged, the LSN of that acknowledgement, and
 //! whether another record was in flight (sent, not yet answered) when the
-//! connection ended. `keel bench s5 --crash` holds the log to those
+//! connection ended. `keel-bench bench s5 --crash` holds the log to those
 //! promises after each `kill -9`.
 //!
 //! Loops are bounded by time, by a record count and by an error, and
@@ -74,7 +74,7 @@ pub struct ClientResult {
     pub error: Option<String>,
 }
 
-/// The JSON line `keel load s5` prints.
+/// The JSON line `keel-bench load s5` prints.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct LogLoadSummary {
     /// Acknowledgements received inside the measured window.

@@ -35,7 +35,7 @@ pub const BUFFER: usize = 64 * 1024;
 /// How long a backend connect may take before the client is dropped.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// Flags of `keel serve proxy`.
+/// Flags of `keel-bench serve proxy`.
 #[derive(Debug, Args)]
 pub struct ServeProxyArgs {
     /// The runtime to serve on.
@@ -60,7 +60,7 @@ pub struct ServeProxyArgs {
     pub single_class: bool,
 }
 
-/// Runs `keel serve proxy` until `stop` or the end of stdin.
+/// Runs `keel-bench serve proxy` until `stop` or the end of stdin.
 pub fn run(args: &ServeProxyArgs) -> Result<(), Error> {
     let opts = ProxyOpts {
         workers: usize::try_from(args.workers).unwrap_or(usize::MAX),

@@ -1,5 +1,5 @@
-//! `keel serve proxy`, `keel serve s3-backend` and `keel load s3` driven
-//! by hand: the proxy forwards a large transfer both ways without losing
+//! `keel-bench serve proxy`, `keel-bench serve s3-backend` and
+//! `keel-bench load s3` driven by hand: the proxy forwards a large transfer both ways without losing
 //! or changing a byte, passes each side's EOF on and closes, survives a
 //! backend that refuses, answers `/status` on both runtimes, the backend
 //! holds requests to its size limit exactly, the load produces its
@@ -52,7 +52,7 @@ fn expected(offset: u64, len: usize) -> &'static [u8] {
     &PATTERN[start..start + len]
 }
 
-/// Starts `keel serve proxy --runtime runtime` with 2 workers and an
+/// Starts `keel-bench serve proxy --runtime runtime` with 2 workers and an
 /// admin endpoint, forwarding to `backend`.
 fn proxy(runtime: &str, backend: SocketAddr, extra: &[&str]) -> Node {
     let backend = backend.to_string();
@@ -358,7 +358,7 @@ fn admin_answers_status() {
     }
 }
 
-/// `keel load s3` through a real backend and proxy produces every figure,
+/// `keel-bench load s3` through a real backend and proxy produces every figure,
 /// without errors, and `--no-load` times the admin endpoint alone.
 #[test]
 fn load_produces_figures() {
@@ -496,7 +496,7 @@ fn limited_proxy(runtime: &str, backend: SocketAddr, limit: u32) -> (Child, Sock
     let mut child = Command::new("sh")
         .arg("-c")
         .arg(format!("ulimit -n {limit} && exec \"$0\" \"$@\""))
-        .arg(env!("CARGO_BIN_EXE_keel"))
+        .arg(env!("CARGO_BIN_EXE_keel-bench"))
         .args(["serve", "proxy", "--runtime", runtime, "--workers", "2"])
         .args(["--backend", &backend.to_string()])
         .stdin(Stdio::piped())

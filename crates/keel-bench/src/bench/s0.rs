@@ -1,7 +1,7 @@
 //! S0, the HTTP throughput baseline: hyper on keel against hyper on tokio.
 //!
-//! The same minimal HTTP/1.1 server (`keel serve s0`, a 13-byte answer to
-//! every request) is loaded two ways by `keel load s0`: 60 keep-alive
+//! The same minimal HTTP/1.1 server (`keel-bench serve s0`, a 13-byte answer to
+//! every request) is loaded two ways by `keel-bench load s0`: 60 keep-alive
 //! connections in a closed loop for the phase's duration (requests per
 //! second, latency p50/p99), and 60 clients that open a new connection
 //! per request until 50,000 requests are answered (requests per second;

@@ -26,7 +26,7 @@ use clap::{Args, Subcommand};
 
 use crate::error::Error;
 
-/// `keel load <scenario>`.
+/// `keel-bench load <scenario>`.
 #[derive(Debug, Subcommand)]
 pub enum LoadCommand {
     /// S0: closed-loop HTTP/1.1 clients on keep-alive or short
@@ -47,7 +47,7 @@ pub enum LoadCommand {
     S3(s3::LoadS3Args),
 }
 
-/// Flags of `keel load s0`.
+/// Flags of `keel-bench load s0`.
 #[derive(Debug, Args)]
 pub struct LoadS0Args {
     /// The HTTP service (a loopback address).
@@ -83,7 +83,7 @@ pub struct LoadS0Args {
     pub timeout_ms: u64,
 }
 
-/// Flags of `keel load s2`.
+/// Flags of `keel-bench load s2`.
 #[derive(Debug, Args)]
 pub struct LoadS2Args {
     /// The stream service (a loopback address).
@@ -103,7 +103,7 @@ pub struct LoadS2Args {
     pub duration_s: f64,
 }
 
-/// Flags of `keel load api`.
+/// Flags of `keel-bench load api`.
 #[derive(Debug, Args)]
 pub struct LoadApiArgs {
     /// The API service (a loopback address).
@@ -136,7 +136,7 @@ pub fn parse_rate(text: &str) -> Result<f64, String> {
     Ok(value)
 }
 
-/// Flags of `keel load s5`.
+/// Flags of `keel-bench load s5`.
 #[derive(Debug, Args)]
 pub struct LoadS5Args {
     /// The log service (a loopback address).
@@ -164,7 +164,7 @@ pub struct LoadS5Args {
     pub timeout_ms: u64,
 }
 
-/// Flags of `keel load s1`.
+/// Flags of `keel-bench load s1`.
 #[derive(Debug, Args)]
 pub struct LoadS1Args {
     /// The echo server to probe (a loopback address).
@@ -206,7 +206,7 @@ pub fn parse_seconds(text: &str) -> Result<f64, String> {
     Ok(value)
 }
 
-/// Runs `keel load ...` and prints its JSON line.
+/// Runs `keel-bench load ...` and prints its JSON line.
 pub fn run(command: &LoadCommand) -> Result<(), Error> {
     match command {
         LoadCommand::S0(args) => {

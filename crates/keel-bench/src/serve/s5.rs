@@ -4,7 +4,7 @@
 //! measures it) and a log service where each client sends a record and
 //! waits for its acknowledgement. The node acknowledges a record only once
 //! it is durable (written and `fdatasync`ed), so the acknowledgement is a
-//! promise that survives `kill -9`; `keel bench s5 --crash` holds every
+//! promise that survives `kill -9`; `keel-bench bench s5 --crash` holds every
 //! variant that claims it to that promise.
 //!
 //! # Wire protocol of the log service

@@ -451,7 +451,7 @@ fn measure(
     })
 }
 
-/// The arguments of `keel serve s5` for `runtime` in `mode` on `dir`.
+/// The arguments of `keel-bench serve s5` for `runtime` in `mode` on `dir`.
 pub fn node_args(runtime: RuntimeKind, mode: LogMode, workers: u64, dir: &Path) -> Vec<String> {
     vec![
         "serve".into(),

@@ -1,4 +1,4 @@
-//! Scenario servers, run as their own process by `keel bench`.
+//! Scenario servers, run as their own process by `keel-bench bench`.
 //!
 //! Each scenario has one server written twice: once on keel and once on
 //! tokio, the way a competent tokio user would write it. Both variants sit
@@ -66,7 +66,7 @@ impl fmt::Display for RuntimeKind {
     }
 }
 
-/// `keel serve <scenario>`.
+/// `keel-bench serve <scenario>`.
 #[derive(Debug, Subcommand)]
 pub enum ServeCommand {
     /// S0: a minimal HTTP/1.1 server (hyper) answering every request with
@@ -90,7 +90,7 @@ pub enum ServeCommand {
     S3Backend(s3_backend::ServeS3BackendArgs),
 }
 
-/// Flags of `keel serve s0`.
+/// Flags of `keel-bench serve s0`.
 #[derive(Debug, Args)]
 pub struct ServeS0Args {
     /// The runtime to serve on.
@@ -107,7 +107,7 @@ pub struct ServeS0Args {
     pub addr: SocketAddr,
 }
 
-/// Flags of `keel serve s1`.
+/// Flags of `keel-bench serve s1`.
 #[derive(Debug, Args)]
 pub struct ServeS1Args {
     /// The runtime to serve on.
@@ -119,19 +119,20 @@ pub struct ServeS1Args {
     /// CPU tasks that loop forever doing slices of arithmetic.
     #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u64).range(0..=4096))]
     pub cpu_tasks: u64,
-    /// Iterations of one CPU slice (see `keel bench`, which calibrates it).
+    /// Iterations of one CPU slice (see `keel-bench bench`, which
+    /// calibrates it).
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     pub slice_iters: u64,
     /// Address to bind the echo service to.
     #[arg(long, default_value = "127.0.0.1:0")]
     pub addr: SocketAddr,
     /// keel only: run with the runtime's accounting off, to measure what
-    /// it costs (`keel bench s1` runs this variant beside the default).
+    /// it costs (`keel-bench bench s1` runs this variant beside the default).
     #[arg(long, hide = true)]
     pub no_accounting: bool,
 }
 
-/// Flags of `keel serve s2`.
+/// Flags of `keel-bench serve s2`.
 #[derive(Debug, Args)]
 pub struct ServeS2Args {
     /// The runtime to serve on.
@@ -144,7 +145,7 @@ pub struct ServeS2Args {
     /// Worker threads of the runtime.
     #[arg(long, default_value_t = default_workers(), value_parser = clap::value_parser!(u64).range(1..=1024))]
     pub workers: u64,
-    /// Lines of the API job's configuration (see `keel bench`, which
+    /// Lines of the API job's configuration (see `keel-bench bench`, which
     /// calibrates it to about 20 ms).
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..=100_000_000))]
     pub job_lines: u64,
@@ -162,7 +163,7 @@ pub struct ServeS2Args {
     pub api_addr: SocketAddr,
 }
 
-/// Flags of `keel serve s4`.
+/// Flags of `keel-bench serve s4`.
 #[derive(Debug, Args)]
 pub struct ServeS4Args {
     /// The runtime to serve on.
@@ -225,7 +226,7 @@ impl fmt::Display for Spin {
     }
 }
 
-/// Flags of `keel serve s5`.
+/// Flags of `keel-bench serve s5`.
 #[derive(Debug, Args)]
 pub struct ServeS5Args {
     /// The runtime to serve on.
@@ -313,7 +314,7 @@ pub fn s1_start(runtime: RuntimeKind) -> S1Start {
     }
 }
 
-/// Runs `keel serve ...` until `stop` or the end of stdin.
+/// Runs `keel-bench serve ...` until `stop` or the end of stdin.
 pub fn run(command: &ServeCommand) -> Result<(), Error> {
     match command {
         ServeCommand::S0(args) => {

@@ -1,4 +1,4 @@
-//! `keel bench` end to end: a quick run (what CI runs) must produce every
+//! `keel-bench bench` end to end: a quick run (what CI runs) must produce every
 //! figure for keel and tokio and a report, and scenarios that do not exist
 //! must be usage errors.
 
@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use support::{keel, scratch_dir};
 
-/// `keel bench --quick` exits 0, prints the table, and ends with the path
+/// `keel-bench bench --quick` exits 0, prints the table, and ends with the path
 /// of a report.json that holds every scenario's figures for both runtimes.
 #[test]
 fn quick_bench_writes_a_report_for_both_runtimes() {

@@ -300,7 +300,7 @@ fn measure(config: &S3Config, variant: Variant, bar: &PhaseBar) -> Result<PhaseR
     })
 }
 
-/// Runs `keel load s3` (the probe alone with `alone`) and reads its line.
+/// Runs `keel-bench load s3` (the probe alone with `alone`) and reads its line.
 fn load(
     config: &S3Config,
     proxy: &str,

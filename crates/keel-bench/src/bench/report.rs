@@ -24,7 +24,7 @@ use super::proc;
 use super::table;
 use crate::error::{Context, Error};
 
-/// The whole report of one `keel bench` run.
+/// The whole report of one `keel-bench bench` run.
 #[derive(Debug, Clone, Serialize)]
 pub struct Report {
     /// When the run started, UTC, RFC 3339.

@@ -1,4 +1,4 @@
-//! `keel serve s2` driven by hand: the stream service counts what it
+//! `keel-bench serve s2` driven by hand: the stream service counts what it
 //! receives, the API answers with the job's own time, bad requests get
 //! their documented answers (the size limit exactly), and modes are
 //! checked per runtime.
@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use support::{keel, Node};
 
-/// Starts `keel serve s2` with 2 workers, a small job and a 20 ms delay.
+/// Starts `keel-bench serve s2` with 2 workers, a small job and a 20 ms delay.
 fn s2_node(runtime: &str, mode: &str) -> Node {
     Node::start(&[
         "s2",

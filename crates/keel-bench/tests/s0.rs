@@ -1,7 +1,7 @@
-//! S0 end to end: `keel serve s0` answers HTTP/1.1 on both runtimes,
-//! `keel load s0` measures it in both modes without errors, `keel bench
-//! s0 --quick` reports the documented metrics, and bad flags are usage
-//! errors.
+//! S0 end to end: `keel-bench serve s0` answers HTTP/1.1 on both
+//! runtimes, `keel-bench load s0` measures it in both modes without
+//! errors, `keel-bench bench s0 --quick` reports the documented metrics,
+//! and bad flags are usage errors.
 
 mod support;
 
@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use support::{keel, scratch_dir, Node};
 
-/// Starts `keel serve s0` on `runtime` with 2 workers.
+/// Starts `keel-bench serve s0` on `runtime` with 2 workers.
 fn s0_node(runtime: &str) -> Node {
     Node::start(&["s0", "--runtime", runtime, "--workers", "2"])
 }
@@ -103,7 +103,7 @@ fn tokio_server_answers_hello() {
     answers_hello("tokio");
 }
 
-/// Runs `keel load s0` in `mode` against `addr`; returns its JSON line.
+/// Runs `keel-bench load s0` in `mode` against `addr`; returns its JSON line.
 fn load(addr: SocketAddr, mode: &str) -> serde_json::Value {
     let addr = addr.to_string();
     let run = keel(
@@ -131,7 +131,7 @@ fn load(addr: SocketAddr, mode: &str) -> serde_json::Value {
     serde_json::from_str(lines[0]).unwrap()
 }
 
-/// `keel load s0` against a server of `runtime`, in both modes: requests
+/// `keel-bench load s0` against a server of `runtime`, in both modes: requests
 /// answered, a rate, no errors, every documented field.
 fn load_measures(runtime: &str) {
     let node = s0_node(runtime);
@@ -168,7 +168,7 @@ fn load_measures_tokio() {
     load_measures("tokio");
 }
 
-/// `keel bench s0 --quick` writes both runtimes' S0 figures under the
+/// `keel-bench bench s0 --quick` writes both runtimes' S0 figures under the
 /// documented names, and the two keel/tokio verdicts.
 #[test]
 fn quick_bench_reports_s0() {

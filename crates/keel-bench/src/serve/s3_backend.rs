@@ -86,7 +86,7 @@ fn answer(status: &str, body: &[u8], close: bool) -> Vec<u8> {
 const TOO_LARGE: &[u8] =
     b"HTTP/1.1 413 Payload Too Large\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
 
-/// Flags of `keel serve s3-backend`.
+/// Flags of `keel-bench serve s3-backend`.
 #[derive(Debug, Args)]
 pub struct ServeS3BackendArgs {
     /// Worker threads of its tokio runtime (one serves far more than a
@@ -98,7 +98,7 @@ pub struct ServeS3BackendArgs {
     pub addr: SocketAddr,
 }
 
-/// Runs `keel serve s3-backend` until `stop` or the end of stdin.
+/// Runs `keel-bench serve s3-backend` until `stop` or the end of stdin.
 pub fn run(args: &ServeS3BackendArgs) -> Result<(), Error> {
     let opts = BackendOpts {
         workers: usize::try_from(args.workers).unwrap_or(usize::MAX),

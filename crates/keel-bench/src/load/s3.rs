@@ -20,8 +20,8 @@
 //!   the end of the stream, which also checks that the proxy passes the
 //!   backend's close on. The backend closes first, so TIME_WAIT does not
 //!   pile up on this side's ephemeral ports.
-//! - **admin probe**: on a fixed grid (100 ms by default for `keel load
-//!   s3`; `keel bench` asks for 20 ms), it opens a new
+//! - **admin probe**: on a fixed grid (100 ms by default for `keel-bench load
+//!   s3`; `keel-bench bench` asks for 20 ms), it opens a new
 //!   connection to the admin endpoint, sends `GET /status` and reads the
 //!   whole answer, timed from before the connect to the last byte. The
 //!   answer carries the proxy's clock as it was produced (see
@@ -65,7 +65,7 @@ const BULK_BUFFER: usize = 256 * 1024;
 /// The longest answer head accepted, bytes.
 const MAX_HEAD: usize = 8 * 1024;
 
-/// Flags of `keel load s3`.
+/// Flags of `keel-bench load s3`.
 #[derive(Debug, Args)]
 pub struct LoadS3Args {
     /// The proxy (a loopback address); not needed with `--no-load`.
@@ -102,7 +102,7 @@ pub struct LoadS3Args {
     pub realtime: bool,
 }
 
-/// Runs `keel load s3` and prints its JSON line.
+/// Runs `keel-bench load s3` and prints its JSON line.
 pub fn command(args: &LoadS3Args) -> Result<(), Error> {
     let opts = S3LoadOpts {
         proxy: args.proxy,
@@ -146,7 +146,7 @@ pub struct S3LoadOpts {
     pub realtime: bool,
 }
 
-/// The JSON line `keel load s3` prints.
+/// The JSON line `keel-bench load s3` prints.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct S3LoadSummary {
     /// Seconds of the measured window.

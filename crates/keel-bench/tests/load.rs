@@ -1,4 +1,4 @@
-//! `keel load s1` against a tiny std echo server on loopback.
+//! `keel-bench load s1` against a tiny std echo server on loopback.
 
 mod support;
 

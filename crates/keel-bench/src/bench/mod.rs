@@ -1,12 +1,13 @@
-//! `keel bench`: run the seed-suite scenarios and report.
+//! `keel-bench bench`: run the seed-suite scenarios and report.
 //!
 //! The harness itself measures nothing in-process except the CPU slice
 //! calibration: every server and every probe is a child process (this same
-//! executable, `keel serve ...` and `keel load ...`), so that the server's
-//! CPU time can be read from `/proc`, the probe never shares a scheduler
-//! with what it measures, and a misbehaving server can be killed. A run
-//! prints one table per scenario, writes `report.json` and `report.md`,
-//! and prints the path of `report.json` last.
+//! executable, `keel-bench serve ...` and `keel-bench load ...`, found
+//! with `std::env::current_exe()`), so that the server's CPU time can be
+//! read from `/proc`, the probe never shares a scheduler with what it
+//! measures, and a misbehaving server can be killed. A run prints one
+//! table per scenario, writes `report.json` and `report.md`, and prints
+//! the path of `report.json` last.
 //!
 //! What makes a verdict worth reading on a small machine:
 //! - [`placement`]: the server under test alone on its CPUs, everything
@@ -138,7 +139,7 @@ impl RunSpec {
 /// Scenarios that can run in this build.
 pub const AVAILABLE: &[&str] = &["s0", "s1", "s2", "s3", "s4", "s5"];
 
-/// Flags of `keel bench`.
+/// Flags of `keel-bench bench`.
 #[derive(Debug, Args)]
 pub struct BenchArgs {
     /// Scenarios to run (s0 to s5); all available ones when none is given.
@@ -278,7 +279,7 @@ pub fn select(names: &[String]) -> Result<Vec<&'static str>, Error> {
     Ok(chosen)
 }
 
-/// Runs `keel bench`.
+/// Runs `keel-bench bench`.
 pub fn run(args: &BenchArgs) -> Result<(), Error> {
     let mut scenarios = select(&args.scenarios)?;
     if args.crash.is_some() {
@@ -291,7 +292,7 @@ pub fn run(args: &BenchArgs) -> Result<(), Error> {
     let mut runtimes = args.runtimes.clone();
     runtimes.sort();
     runtimes.dedup();
-    let exe = std::env::current_exe().context(|| "finding the keel executable")?;
+    let exe = std::env::current_exe().context(|| "finding the keel-bench executable")?;
     let started = report::rfc3339(SystemTime::now());
     let (runs, duration_s, warmup_ms) = if args.quick {
         (1, 1.0, 200)

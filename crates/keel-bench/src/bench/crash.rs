@@ -1,4 +1,4 @@
-//! `keel bench s5 --crash N`: nothing acknowledged is ever lost.
+//! `keel-bench bench s5 --crash N`: nothing acknowledged is ever lost.
 //!
 //! The keel log node runs under the S5 clients and is killed with SIGKILL
 //! at a random moment, N times, each time restarted on the same log. A

@@ -1,4 +1,4 @@
-//! `keel serve s5` driven by hand: the log service acknowledges records
+//! `keel-bench serve s5` driven by hand: the log service acknowledges records
 //! with increasing LSNs once durable, on every runtime and mode, survives
 //! bad clients, and keel's log carries on after a restart.
 
@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use support::{keel, scratch_dir, Node};
 
-/// Starts `keel serve s5` with 2 workers on `dir`.
+/// Starts `keel-bench serve s5` with 2 workers on `dir`.
 fn s5_node(runtime: &str, mode: &str, dir: &Path) -> Node {
     let dir = dir.to_str().unwrap();
     Node::start(&[
@@ -190,7 +190,7 @@ fn keel_refuses_other_modes() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
-/// `keel bench s5 --crash 2 --quick` kills the node twice and finds every
+/// `keel-bench bench s5 --crash 2 --quick` kills the node twice and finds every
 /// acknowledged record.
 #[test]
 fn crash_check_finds_every_acknowledged_record() {
