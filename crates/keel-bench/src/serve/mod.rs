@@ -4,13 +4,17 @@
 //! tokio, the way a competent tokio user would write it. Both variants sit
 //! behind the same function signature (see [`S1Start`]) so the harness
 //! treats them identically: same process layout, same flags, same control
-//! protocol ([`control`]), same CPU work ([`cpu`]). A server runs in its
+//! protocol ([`control`]), same CPU work ([`cpu`]), and the same
+//! runtime, listener, accept loop and accounting for every scenario
+//! ([`node_keel`] and its tokio twin [`node_tokio`]). A server runs in its
 //! own process so its CPU time can be read from `/proc` and so it never
 //! shares a scheduler with the load generator or the harness.
 
 pub mod control;
 pub mod cpu;
 pub mod job;
+pub mod node_keel;
+pub mod node_tokio;
 pub mod s0;
 pub mod s0_keel;
 pub mod s0_tokio;

@@ -14,14 +14,14 @@ use hyper::service::service_fn;
 use keel::net::TcpStream;
 use serde_json::Value;
 
+use super::node_keel::{accept_each, bind, stats_json};
 use super::s0::{hello, report_connection_error, S0Opts};
-use super::s1_keel::{accept_each, bind, stats_json};
 use super::Running;
 use crate::error::Error;
 
 /// Starts the keel S0 server; returns once it is bound.
 pub fn start(opts: &S0Opts) -> Result<Running, Error> {
-    let rt = super::s1_keel::runtime(opts.workers, opts.spin)?;
+    let rt = super::node_keel::runtime(opts.workers, opts.spin)?;
     let (listener, addr) = bind(&rt, opts.addr)?;
     rt.spawn(accept_each(listener, serve));
     let handle = rt.handle().clone();

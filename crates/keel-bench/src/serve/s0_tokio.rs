@@ -15,8 +15,8 @@ use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 
+use super::node_tokio::{accept_each, bind, tokio_stats_json, Guard};
 use super::s0::{hello, report_connection_error, S0Opts};
-use super::s1_tokio::{accept_each, bind, tokio_stats_json, Guard};
 use super::Running;
 use crate::error::Error;
 
@@ -27,7 +27,7 @@ pub fn start(opts: &S0Opts) -> Result<Running, Error> {
             "tokio has no spin setting (asked for {spin:?}); leave --spin out"
         )));
     }
-    let rt = super::s1_tokio::runtime(opts.workers)?;
+    let rt = super::node_tokio::runtime(opts.workers)?;
     let (listener, addr) = bind(&rt, opts.addr)?;
     rt.spawn(accept_each(listener, serve));
     let handle = rt.handle().clone();

@@ -2,23 +2,20 @@
 //!
 //! A runtime with `opts.workers` workers and every other setting at its
 //! default, except that `--no-accounting` turns the runtime's accounting
-//! off (to measure what it costs); an accept loop with one task per connection (`TCP_NODELAY`,
-//! `read` into a 64 KiB buffer, `write_all` back, until end of stream);
-//! and `opts.cpu_tasks` tasks that loop: one CPU slice, count it,
+//! off (to measure what it costs); an accept loop with one task per
+//! connection (`TCP_NODELAY`, `read` into a 64 KiB buffer, `write_all`
+//! back, until end of stream; see [`super::node_keel::accept_echo`]); and
+//! `opts.cpu_tasks` tasks that loop: one CPU slice, count it,
 //! `keel::yield_now()`. Every task runs in the default class, as in the
 //! tokio peer: what S1 measures is the scheduler's IO policy within one
 //! class, not the classes.
 
-use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
 
-use keel::io::{AsyncReadExt, AsyncWriteExt};
-use keel::net::{TcpListener, TcpStream};
-use serde_json::{json, Value};
+use serde_json::Value;
 
-use super::stamp::stamp_echo;
+use super::node_keel::{accept_echo, bind, runtime_with, stats_json};
 use super::{cpu, Running, S1Opts};
 use crate::error::Error;
 
@@ -26,7 +23,7 @@ use crate::error::Error;
 pub fn start(opts: &S1Opts, slices: Arc<AtomicU64>) -> Result<Running, Error> {
     let rt = runtime_with(opts.workers, None, opts.accounting)?;
     let (listener, addr) = bind(&rt, opts.addr)?;
-    rt.spawn(accept_loop(listener));
+    rt.spawn(accept_echo(listener));
     for _ in 0..opts.cpu_tasks {
         rt.spawn(cpu_task(opts.slice_iters, Arc::clone(&slices)));
     }
@@ -42,85 +39,6 @@ pub fn start(opts: &S1Opts, slices: Arc<AtomicU64>) -> Result<Running, Error> {
     })
 }
 
-/// A keel runtime with `workers` workers, the spin policy `spin` (the
-/// runtime's default when `None`) and every other setting at its default.
-pub fn runtime(workers: usize, spin: Option<keel::SpinPolicy>) -> Result<keel::Runtime, Error> {
-    runtime_with(workers, spin, true)
-}
-
-/// [`runtime`], with the accounting on or off (off only to measure what
-/// it costs).
-fn runtime_with(
-    workers: usize,
-    spin: Option<keel::SpinPolicy>,
-    accounting: bool,
-) -> Result<keel::Runtime, Error> {
-    let mut builder = keel::Runtime::builder();
-    builder.workers(workers).accounting(accounting);
-    if let Some(spin) = spin {
-        builder.spin(spin);
-    }
-    builder
-        .build()
-        .map_err(|e| Error::new(format!("cannot start a keel runtime: {e}")))
-}
-
-/// Binds a listener on `rt` to `addr`; returns it and its bound address.
-pub fn bind(rt: &keel::Runtime, addr: SocketAddr) -> Result<(TcpListener, SocketAddr), Error> {
-    let listener = rt
-        .block_on(async { TcpListener::bind(addr) })
-        .map_err(|e| Error::new(format!("cannot bind {addr}: {e}")))?;
-    let local = listener
-        .local_addr()
-        .map_err(|e| Error::new(format!("cannot read the bound address: {e}")))?;
-    Ok((listener, local))
-}
-
-/// Accepts echo connections forever, one task each.
-pub async fn accept_loop(listener: TcpListener) {
-    accept_each(listener, echo).await
-}
-
-/// Accepts connections forever and spawns `serve(stream, peer)` for each.
-/// An accept that fails (out of descriptors and the like) is reported and
-/// followed by a short pause, so the loop neither dies nor spins.
-pub async fn accept_each<F, Fut>(listener: TcpListener, mut serve: F)
-where
-    F: FnMut(TcpStream, SocketAddr) -> Fut,
-    Fut: std::future::Future<Output = ()> + Send + 'static,
-{
-    loop {
-        match listener.accept().await {
-            Ok((stream, peer)) => {
-                keel::spawn(serve(stream, peer));
-            }
-            Err(error) => {
-                eprintln!("keel serve: accept failed: {error}");
-                keel::time::sleep(Duration::from_millis(10)).await;
-            }
-        }
-    }
-}
-
-/// Echoes everything a connection sends until it closes, stamping a
-/// probe's requests with the server's clock (see [`super::stamp`]).
-async fn echo(mut stream: TcpStream, peer: SocketAddr) {
-    if let Err(error) = stream.set_nodelay(true) {
-        eprintln!("keel serve: {peer}: cannot set TCP_NODELAY: {error}");
-    }
-    let mut buf = vec![0u8; 64 * 1024];
-    loop {
-        let n = match stream.read(&mut buf).await {
-            Ok(0) | Err(_) => return,
-            Ok(n) => n,
-        };
-        stamp_echo(&mut buf[..n]);
-        if stream.write_all(&buf[..n]).await.is_err() {
-            return;
-        }
-    }
-}
-
 /// One CPU task: slices forever, counting each and yielding between them.
 async fn cpu_task(iters: u64, slices: Arc<AtomicU64>) {
     loop {
@@ -130,61 +48,10 @@ async fn cpu_task(iters: u64, slices: Arc<AtomicU64>) {
     }
 }
 
-/// keel's own accounting as the `runtime` field of a `mark` answer.
-///
-/// Counters are cumulative since the runtime was built, so the harness can
-/// difference the two marks around a measured window. Durations are in
-/// seconds (`_s`) or microseconds (`_us`), as the report's metric names.
-pub fn stats_json(stats: &keel::stats::Stats) -> Value {
-    let secs = |d: Duration| d.as_secs_f64();
-    let micros = |d: Duration| d.as_secs_f64() * 1e6;
-    let workers: Vec<Value> = stats
-        .workers
-        .iter()
-        .map(|w| {
-            json!({
-                "index": w.index,
-                "busy_s": secs(w.busy()),
-                "search_s": secs(w.search),
-                "spin_s": secs(w.spin),
-                "parked_s": secs(w.parked),
-                "timers_s": secs(w.timers),
-                "io_s": secs(w.io),
-                "wall_s": secs(w.wall()),
-                "cpu_s": secs(w.cpu),
-                "park_cpu_s": secs(w.park_cpu),
-                "io_poll_gap_max_us": micros(w.io_poll_gap_max),
-                "polls": w.polls.iter().sum::<u64>(),
-            })
-        })
-        .collect();
-    let classes: Vec<Value> = stats
-        .classes
-        .iter()
-        .map(|c| {
-            json!({
-                "name": c.name,
-                "shares": c.shares,
-                "busy_s": secs(c.busy),
-                "polls": c.polls,
-                "stalls": c.stalls,
-                "queue_delay_count": c.queue_delay.count(),
-                "queue_delay_p50_us": micros(c.queue_delay.p50()),
-                "queue_delay_p99_us": micros(c.queue_delay.p99()),
-                "queue_delay_max_us": micros(c.queue_delay.max()),
-            })
-        })
-        .collect();
-    json!({
-        "elapsed_s": secs(stats.elapsed),
-        "pending_timers": stats.pending_timers,
-        "workers": workers,
-        "classes": classes,
-    })
-}
-
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
 
     /// The keel server answers an echo and runs its CPU tasks.
@@ -215,21 +82,5 @@ mod tests {
         assert!(slices.load(Ordering::Relaxed) > 0);
         let stats = (running.runtime_stats)();
         assert_eq!(stats["workers"].as_array().unwrap().len(), 2);
-    }
-
-    /// The accounting JSON of a real keel runtime has one entry per worker
-    /// and per class, with the documented field names.
-    #[test]
-    fn stats_json_shape() {
-        let rt = keel::Runtime::builder().workers(1).build().unwrap();
-        rt.block_on(async { keel::yield_now().await });
-        let value = stats_json(&rt.stats());
-        assert!(value["elapsed_s"].as_f64().unwrap() >= 0.0);
-        assert_eq!(value["workers"].as_array().unwrap().len(), 1);
-        assert!(value["workers"][0]["busy_s"].is_f64());
-        let classes = value["classes"].as_array().unwrap();
-        assert!(!classes.is_empty());
-        assert!(classes[0]["name"].is_string());
-        assert!(classes[0]["queue_delay_p99_us"].is_f64());
     }
 }

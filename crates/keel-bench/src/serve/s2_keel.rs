@@ -13,7 +13,7 @@ use std::sync::Arc;
 use keel::io::{AsyncReadExt, AsyncWriteExt};
 use keel::net::{TcpListener, TcpStream};
 
-use super::s1_keel::{accept_each, bind, stats_json};
+use super::node_keel::{accept_each, bind, stats_json};
 use super::s2::{api_step, ApiStep, S2Counters, S2Mode, S2Opts, TOO_LARGE};
 use super::Running;
 use crate::error::Error;
@@ -26,7 +26,7 @@ pub fn start(opts: &S2Opts) -> Result<Running, Error> {
             opts.mode
         )));
     }
-    let rt = super::s1_keel::runtime(opts.workers, opts.spin)?;
+    let rt = super::node_keel::runtime(opts.workers, opts.spin)?;
     let (streams, addr) = bind(&rt, opts.addr)?;
     let (api, api_addr) = bind(&rt, opts.api_addr)?;
     let counters = Arc::new(S2Counters::default());

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
-use super::s1_tokio::{accept_each, bind, tokio_stats_json, Guard};
+use super::node_tokio::{accept_each, bind, tokio_stats_json, Guard};
 use super::s2::{api_step, ApiStep, S2Counters, S2Mode, S2Opts, TOO_LARGE};
 use super::Running;
 use crate::error::Error;
@@ -27,7 +27,7 @@ pub fn start(opts: &S2Opts) -> Result<Running, Error> {
             "tokio has no spin setting (asked for {spin:?}); leave --spin out"
         )));
     }
-    let rt = super::s1_tokio::runtime(opts.workers)?;
+    let rt = super::node_tokio::runtime(opts.workers)?;
     let (streams, addr) = bind(&rt, opts.addr)?;
     let (api, api_addr) = bind(&rt, opts.api_addr)?;
     let counters = Arc::new(S2Counters::default());

@@ -24,7 +24,7 @@ use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
-use super::s1_tokio::{accept_each, bind, Guard};
+use super::node_tokio::{accept_each, bind, Guard};
 use super::s2::{next_request, Next};
 use super::{control, Running};
 use crate::error::Error;
@@ -132,7 +132,7 @@ struct Counters {
 
 /// Starts the backend.
 pub fn start(opts: &BackendOpts) -> Result<Running, Error> {
-    let rt = super::s1_tokio::runtime(opts.workers)?;
+    let rt = super::node_tokio::runtime(opts.workers)?;
     LazyLock::force(&ANSWERS);
     let (listener, addr) = bind(&rt, opts.addr)?;
     let counters = Arc::new(Counters::default());

@@ -33,7 +33,7 @@ use keel::io::{AsyncRead, AsyncWrite};
 use keel::net::{TcpListener, TcpStream};
 use keel::Class;
 
-use super::s1_keel::{accept_each, bind, stats_json};
+use super::node_keel::{accept_each, bind, stats_json};
 use super::s3::{status_text, OpenConnection, ProxyCounters, ProxyOpts, BUFFER, CONNECT_TIMEOUT};
 use super::Running;
 use crate::error::Error;
@@ -70,7 +70,7 @@ impl Classes {
 
 /// Starts the keel proxy.
 pub fn start(opts: &ProxyOpts) -> Result<Running, Error> {
-    let rt = super::s1_keel::runtime(opts.workers, None)?;
+    let rt = super::node_keel::runtime(opts.workers, None)?;
     let classes = Classes::new(opts.single_class);
     let counters = Arc::new(ProxyCounters::default());
     let (listener, addr) = bind(&rt, opts.listen)?;

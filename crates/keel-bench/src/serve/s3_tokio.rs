@@ -34,7 +34,7 @@ use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 
-use super::s1_tokio::{accept_each, bind, tokio_stats_json, Guard};
+use super::node_tokio::{accept_each, bind, tokio_stats_json, Guard};
 use super::s3::{status_text, OpenConnection, ProxyCounters, ProxyOpts, BUFFER, CONNECT_TIMEOUT};
 use super::Running;
 use crate::error::Error;
@@ -49,7 +49,7 @@ pub fn start(opts: &ProxyOpts) -> Result<Running, Error> {
             "--single-class is a keel setting: tokio has no classes",
         ));
     }
-    let rt = super::s1_tokio::runtime(opts.workers)?;
+    let rt = super::node_tokio::runtime(opts.workers)?;
     let counters = Arc::new(ProxyCounters::default());
     let (listener, addr) = bind(&rt, opts.listen)?;
     let admin_addr = match opts.admin {

@@ -30,7 +30,7 @@ use keel::net::{TcpListener, TcpStream};
 use keel::wal::{Log, Options, Recovery};
 use serde_json::{json, Value};
 
-use super::s1_keel::{accept_each, accept_loop as echo_accept_loop, bind, stats_json};
+use super::node_keel::{accept_each, accept_echo, bind, stats_json};
 use super::s5::{check_len, LogCounters, LogMode, S5Opts, READ_BUFFER};
 use super::Running;
 use crate::error::Error;
@@ -43,7 +43,7 @@ pub fn start(opts: &S5Opts) -> Result<Running, Error> {
             opts.mode
         )));
     }
-    let rt = super::s1_keel::runtime(opts.workers, Some(keel::SpinPolicy::None))?;
+    let rt = super::node_keel::runtime(opts.workers, Some(keel::SpinPolicy::None))?;
     let log = Log::open(&opts.dir, Options::default()).map_err(|e| {
         Error::new(format!(
             "cannot open the log in {}: {e}",
@@ -56,7 +56,7 @@ pub fn start(opts: &S5Opts) -> Result<Running, Error> {
     let (listener, log_addr) = bind(&rt, opts.log_addr)?;
 
     let counters = Arc::new(LogCounters::default());
-    rt.spawn(echo_accept_loop(echo));
+    rt.spawn(accept_echo(echo));
     // The accept loop's class is its connections' class: `spawn` keeps
     // the class of the task that calls it.
     rt.spawn_in(

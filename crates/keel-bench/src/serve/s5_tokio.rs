@@ -26,9 +26,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, oneshot};
 
-use super::s1_tokio::{
-    accept_each, accept_loop as echo_accept_loop, bind, tokio_stats_json, Guard,
-};
+use super::node_tokio::{accept_each, accept_echo, bind, tokio_stats_json, Guard};
 use super::s5::{check_len, frame, LogCounters, LogMode, S5Opts, READ_BUFFER};
 use super::Running;
 use crate::error::Error;
@@ -39,7 +37,7 @@ const MAX_BATCH: usize = 1024;
 
 /// Starts the tokio S5 node.
 pub fn start(opts: &S5Opts) -> Result<Running, Error> {
-    let rt = super::s1_tokio::runtime(opts.workers)?;
+    let rt = super::node_tokio::runtime(opts.workers)?;
     std::fs::create_dir_all(&opts.dir)
         .map_err(|e| Error::new(format!("cannot create {}: {e}", opts.dir.display())))?;
     let path = opts.dir.join("tokio.log");
@@ -67,7 +65,7 @@ pub fn start(opts: &S5Opts) -> Result<Running, Error> {
             Sink::Group(tx)
         }
     };
-    rt.spawn(echo_accept_loop(echo));
+    rt.spawn(accept_echo(echo));
     rt.spawn(log_accept_loop(log, sink, Arc::clone(&counters)));
 
     let handle = rt.handle().clone();
