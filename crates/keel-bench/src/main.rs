@@ -15,8 +15,9 @@
 //!
 //! Layout: [`bench`](mod@bench) drives scenarios and writes reports,
 //! [`serve`] holds the servers (a tokio peer and a keel variant behind one
-//! signature), [`load`] holds the load generators and latency probes,
-//! [`error`] the one error type.
+//! signature), [`load`] holds the load generators and latency probes and
+//! [`load::http`] the HTTP/1.1 answers they read, [`error`] the one error
+//! type.
 
 #![warn(clippy::missing_docs_in_private_items)]
 

@@ -9,9 +9,9 @@
 //! Each prints one JSON line of results ([`summary::ProbeSummary`]) for the
 //! harness to read. They only ever target loopback addresses.
 
+pub mod http;
 pub mod realtime;
 pub mod s0;
-pub mod s0_wire;
 pub mod s1;
 pub mod s2;
 pub mod s3;

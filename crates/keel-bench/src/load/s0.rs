@@ -2,9 +2,9 @@
 //! connections.
 //!
 //! The clients share the machine's two cores with the server they
-//! measure, so they are built to cost as little as possible: a
-//! hand-written client ([`super::s0_wire`]) that writes one fixed request
-//! and reads exactly the answer, and all connections of a thread driven
+//! measure, so they are built to cost as little as possible: a client
+//! that writes one fixed request and parses exactly the answer in place
+//! ([`super::http`]), and all connections of a thread driven
 //! by one current-thread tokio runtime (one thread by default, as the
 //! seed's `ab` was), not a blocking thread per connection, which would
 //! add two context switches per request on the cores the server needs.
@@ -41,10 +41,21 @@ use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use super::s0_wire::{self, MAX_HEAD};
+use super::http::{self, Limits};
 use super::summary::{new_histogram, ProbeSummary};
 use crate::error::Error;
 use crate::serve::s0::BODY;
+
+/// The longest answer head the clients accept, bytes (hyper's answer to
+/// S0 has about 80).
+const MAX_HEAD: usize = 4096;
+
+/// What the clients accept of an answer: a head of at most [`MAX_HEAD`]
+/// bytes and a body of at most 1 MiB.
+const LIMITS: Limits = Limits {
+    max_head: MAX_HEAD,
+    max_body: 1 << 20,
+};
 
 /// How long a client pauses after a failed exchange before it tries
 /// again, so a server that is gone is not hammered in a tight loop.
@@ -290,7 +301,7 @@ fn thread_main(
         .map_err(|e| Error::new(format!("cannot start a tokio runtime: {e}")))?;
     let tally = Rc::new(RefCell::new(Tally::new()));
     let local = tokio::task::LocalSet::new();
-    let request: Rc<[u8]> = s0_wire::request(opts.addr, opts.mode == S0Mode::Short).into();
+    let request: Rc<[u8]> = http::request(opts.addr, opts.mode == S0Mode::Short).into();
     let tasks: Vec<_> = (0..connections)
         .map(|_| {
             let (tally, request) = (Rc::clone(&tally), Rc::clone(&request));
@@ -456,10 +467,11 @@ impl Conn {
             .await
             .map_err(|e| format!("sending the request: {e}"))?;
         loop {
-            if let Some(answer) = s0_wire::parse(&self.buf[..self.filled])? {
+            let parsed = http::parse_response(&self.buf[..self.filled], LIMITS);
+            if let Some(answer) = parsed.map_err(|error| error.to_string())? {
                 let done = Instant::now();
-                if answer.status != 200 {
-                    return Err(format!("the server answered status {}", answer.status));
+                if answer.head.status != 200 {
+                    return Err(format!("the server answered status {}", answer.head.status));
                 }
                 let body = &self.buf[answer.body.clone()];
                 if body != BODY {
@@ -472,7 +484,7 @@ impl Conn {
                 }
                 self.buf.copy_within(answer.len..self.filled, 0);
                 self.filled -= answer.len;
-                return Ok((start, done, answer.close));
+                return Ok((start, done, answer.head.close));
             }
             if self.filled == self.buf.len() {
                 // Longer than a head and the expected body: wrong anyway.

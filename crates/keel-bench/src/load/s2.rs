@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
+use super::http::{self, Limits};
 use super::summary::{new_histogram, ProbeSummary};
 use crate::error::Error;
 
@@ -274,6 +275,16 @@ pub fn api(opts: &ApiOpts) -> Result<ApiSummary, Error> {
     })
 }
 
+/// The longest answer to `GET /job` the probe reads, head and body, bytes
+/// (the server's is under a hundred).
+const MAX_ANSWER: usize = 64 * 1024;
+
+/// What the probe accepts of an answer to `GET /job`.
+const LIMITS: Limits = Limits {
+    max_head: MAX_ANSWER,
+    max_body: MAX_ANSWER as u64,
+};
+
 /// One `GET /job` exchange; returns the job time the server reported, µs.
 fn call_job(stream: &mut TcpStream) -> std::io::Result<f64> {
     stream.write_all(b"GET /job HTTP/1.1\r\nHost: keel\r\n\r\n")?;
@@ -291,41 +302,25 @@ fn call_job(stream: &mut TcpStream) -> std::io::Result<f64> {
         if let Some(job_us) = parse_answer(&response)? {
             return Ok(job_us);
         }
-        if response.len() > 64 * 1024 {
+        if response.len() > MAX_ANSWER {
             return Err(std::io::Error::other("the answer is too long"));
         }
     }
 }
 
 /// Parses a complete answer: its `X-Job-Us`, or `None` if it is not all
-/// there yet.
+/// there yet; an error for a status other than 200.
 fn parse_answer(response: &[u8]) -> std::io::Result<Option<f64>> {
-    let Some(head_end) = response.windows(4).position(|w| w == b"\r\n\r\n") else {
+    let Some(answer) = http::parse_response(response, LIMITS)? else {
         return Ok(None);
     };
-    let head = std::str::from_utf8(&response[..head_end])
-        .map_err(|_| std::io::Error::other("the answer's head is not text"))?;
-    if !head.starts_with("HTTP/1.1 200") {
+    if answer.head.status != 200 {
         return Err(std::io::Error::other(format!(
-            "the server answered {:?}",
-            head.lines().next().unwrap_or("")
+            "the server answered status {}",
+            answer.head.status
         )));
     }
-    let header = |name: &str| {
-        head.lines().find_map(|line| {
-            let (key, value) = line.split_once(':')?;
-            key.trim()
-                .eq_ignore_ascii_case(name)
-                .then(|| value.trim().to_string())
-        })
-    };
-    let length: usize = header("content-length")
-        .and_then(|v| v.parse().ok())
-        .ok_or_else(|| std::io::Error::other("the answer has no Content-Length"))?;
-    if response.len() < head_end + 4 + length {
-        return Ok(None);
-    }
-    header("x-job-us")
+    http::header(response, "x-job-us")
         .and_then(|v| v.parse().ok())
         .map(Some)
         .ok_or_else(|| std::io::Error::other("the answer has no X-Job-Us"))
@@ -343,7 +338,11 @@ mod tests {
         assert_eq!(parse_answer(ok).unwrap(), Some(20123.0));
         assert_eq!(parse_answer(&ok[..ok.len() - 2]).unwrap(), None);
         assert_eq!(parse_answer(b"HTTP/1.1 200 OK\r\n").unwrap(), None);
-        assert!(parse_answer(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n").is_err());
+        let missing = parse_answer(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n");
+        assert!(missing.unwrap_err().to_string().contains("status 404"));
+        let no_job = parse_answer(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n");
+        assert!(no_job.unwrap_err().to_string().contains("X-Job-Us"));
+        assert!(parse_answer(b"SSH-2.0-OpenSSH_9.6\r\n").is_err());
     }
 
     /// Options off this machine or without work are refused.

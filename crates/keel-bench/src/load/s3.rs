@@ -46,6 +46,7 @@ use clap::Args;
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+use super::http::{self, Head, Limits};
 use super::realtime::{self, ProbeScheduling};
 use super::summary::{new_histogram, ProbeSummary, Quantiles};
 use super::{parse_seconds, within};
@@ -446,14 +447,17 @@ async fn download(
     expect(head.status == 200, || {
         format!("the answer is {} instead of 200", head.status)
     })?;
-    expect(head.length == BIG_LEN as u64, || {
-        format!("the body is {} bytes instead of {BIG_LEN}", head.length)
+    expect(head.content_length == BIG_LEN as u64, || {
+        format!(
+            "the body is {} bytes instead of {BIG_LEN}",
+            head.content_length
+        )
     })?;
     let mut offset = 0u64;
     let mut chunk = first;
     loop {
         let data = &buf[chunk];
-        expect(offset + data.len() as u64 <= head.length, || {
+        expect(offset + data.len() as u64 <= head.content_length, || {
             String::from("more bytes than the Content-Length arrived")
         })?;
         check_body(data, offset, full_check)?;
@@ -462,13 +466,13 @@ async fn download(
         if window.contains(now) {
             *bytes += data.len() as u64;
         }
-        if offset == head.length {
+        if offset == head.content_length {
             return Ok(true);
         }
         if now >= window.end {
             return Ok(false);
         }
-        let want = usize::try_from(head.length - offset)
+        let want = usize::try_from(head.content_length - offset)
             .unwrap_or(usize::MAX)
             .min(buf.len());
         let n = within(timeout, stream.read(&mut buf[..want])).await?;
@@ -540,11 +544,11 @@ async fn short_request(proxy: SocketAddr, timeout: Duration, buf: &mut [u8]) -> 
     .await?;
     let (head, body) = read_head_async(&mut stream, buf, timeout).await?;
     expect(
-        head.status == 200 && head.length == 0 && body.is_empty(),
+        head.status == 200 && head.content_length == 0 && body.is_empty(),
         || {
             format!(
                 "the answer is {} with {} body bytes instead of 200 with none",
-                head.status, head.length
+                head.status, head.content_length
             )
         },
     )?;
@@ -647,17 +651,17 @@ fn status_request(
     let connected_ns = stamp::monotonic_ns();
     stream.write_all(b"GET /status HTTP/1.1\r\nHost: keel\r\nConnection: close\r\n\r\n")?;
     let (head, body) = read_head(&mut stream, buf)?;
-    expect(head.status == 200 && head.length > 0, || {
+    expect(head.status == 200 && head.content_length > 0, || {
         format!(
             "the answer is {} with {} body bytes instead of 200 with a status",
-            head.status, head.length
+            head.status, head.content_length
         )
     })?;
-    expect(head.length <= MAX_STATUS_BODY, || {
-        format!("a status of {} bytes is too long", head.length)
+    expect(head.content_length <= MAX_STATUS_BODY, || {
+        format!("a status of {} bytes is too long", head.content_length)
     })?;
     let mut text = buf[body].to_vec();
-    while (text.len() as u64) < head.length {
+    while (text.len() as u64) < head.content_length {
         let n = stream.read(buf)?;
         expect(n > 0, || {
             format!("the answer ended after {} body bytes", text.len())
@@ -665,7 +669,7 @@ fn status_request(
         text.extend_from_slice(&buf[..n]);
     }
     let read_ns = stamp::monotonic_ns();
-    expect(text.len() as u64 == head.length, || {
+    expect(text.len() as u64 == head.content_length, || {
         String::from("more bytes than the Content-Length arrived")
     })?;
     Ok(StatusAnswer {
@@ -673,15 +677,6 @@ fn status_request(
         read_ns,
         clock_ns: stamp::read_status_clock(&text),
     })
-}
-
-/// The part of an answer's head the load looks at.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Head {
-    /// The status code.
-    status: u16,
-    /// The `Content-Length`.
-    length: u64,
 }
 
 /// Reads an answer's head into `buf`; returns it and where in `buf` the
@@ -720,39 +715,16 @@ async fn read_head_async(
 }
 
 /// The head in the first `filled` bytes of `buf` and where the body bytes
-/// after it are, if the head is complete; an error if it cannot be (too
-/// long, or malformed).
+/// after it are, if the head is complete; an error if it cannot be (not
+/// within [`MAX_HEAD`] bytes nor within `buf`, or malformed). The body's
+/// length is checked by the caller.
 fn head_in(buf: &[u8], filled: usize) -> io::Result<Option<(Head, Range<usize>)>> {
-    if let Some(end) = buf[..filled].windows(4).position(|w| w == b"\r\n\r\n") {
-        let head = parse_head(&buf[..end])?;
-        return Ok(Some((head, end + 4..filled)));
-    }
-    expect(filled < MAX_HEAD.min(buf.len()), || {
-        String::from("the answer's head is too long")
-    })?;
-    Ok(None)
-}
-
-/// Parses an answer's head (without its blank line).
-fn parse_head(head: &[u8]) -> io::Result<Head> {
-    let text =
-        std::str::from_utf8(head).map_err(|_| io::Error::other("the answer's head is not text"))?;
-    let mut lines = text.split("\r\n");
-    let status_line = lines.next().unwrap_or("");
-    let status = status_line
-        .strip_prefix("HTTP/1.1 ")
-        .and_then(|rest| rest.get(..3))
-        .and_then(|code| code.parse().ok())
-        .ok_or_else(|| io::Error::other(format!("bad status line {status_line:?}")))?;
-    let length = lines
-        .find_map(|line| {
-            let (name, value) = line.split_once(':')?;
-            name.trim()
-                .eq_ignore_ascii_case("content-length")
-                .then(|| value.trim().parse::<u64>().ok())?
-        })
-        .ok_or_else(|| io::Error::other("the answer has no valid Content-Length"))?;
-    Ok(Head { status, length })
+    let limits = Limits {
+        max_head: MAX_HEAD.min(buf.len()),
+        max_body: u64::MAX,
+    };
+    let head = http::parse_head(&buf[..filled], limits)?;
+    Ok(head.map(|head| (head, head.len..filled)))
 }
 
 /// An error with `why()` as its message unless `ok`.
@@ -784,24 +756,29 @@ fn connect(addr: SocketAddr, timeout: Duration) -> io::Result<TcpStream> {
 mod tests {
     use super::*;
 
-    /// Heads parse in any header case; bad ones are errors.
+    /// A head in the filled part of a buffer comes with where the body
+    /// bytes read with it are; an incomplete one needs more; one that
+    /// fills the buffer without ending, or a malformed one, is an error.
     #[test]
-    fn parses_heads() {
-        let head = parse_head(b"HTTP/1.1 200 OK\r\ncontent-length: 262\r\nX: y").unwrap();
-        assert_eq!(
-            head,
-            Head {
-                status: 200,
-                length: 262
-            }
+    fn finds_heads_in_the_buffer() {
+        let answer = b"HTTP/1.1 200 OK\r\ncontent-length: 262\r\nX: y\r\n\r\nbody";
+        let mut buf = [0u8; 64];
+        buf[..answer.len()].copy_from_slice(answer);
+        let (head, body) = head_in(&buf, answer.len()).unwrap().unwrap();
+        assert_eq!((head.status, head.content_length), (200, 262));
+        assert_eq!(&buf[body], b"body");
+        assert!(head_in(&buf, 20).unwrap().is_none());
+        let error = head_in(&buf[..20], 20).unwrap_err();
+        assert!(
+            error.to_string().contains("head is over 20 bytes"),
+            "{error}"
         );
-        let head = parse_head(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0").unwrap();
-        assert_eq!(head.status, 404);
-        assert!(parse_head(b"HTTP/1.1 200 OK\r\nX: y").is_err());
-        assert!(parse_head(b"HTTP/1.1 200 OK\r\nContent-Length: -1").is_err());
-        assert!(parse_head(b"SSH-2.0").is_err());
-        assert!(parse_head(b"HTTP/1.1 2").is_err());
-        assert!(parse_head(&[0xff, 0xfe]).is_err());
+        for bad in [
+            &b"HTTP/1.1 200 OK\r\nContent-Length: -1\r\n\r\n"[..],
+            b"SSH-2.0-OpenSSH_9.6\r\n",
+        ] {
+            assert!(head_in(bad, bad.len()).is_err());
+        }
     }
 
     /// The body check passes the pattern and catches a flipped, shifted
