@@ -7,14 +7,14 @@ mod support;
 use std::path::Path;
 use std::time::Duration;
 
-use support::{keel, scratch_dir};
+use support::{keel_bench, report, scratch_dir};
 
 /// `keel-bench bench --quick` exits 0, prints the table, and ends with the path
 /// of a report.json that holds every scenario's figures for both runtimes.
 #[test]
 fn quick_bench_writes_a_report_for_both_runtimes() {
     let out = scratch_dir("bench");
-    let run = keel(
+    let run = keel_bench(
         &["bench", "--quick", "--out", out.to_str().unwrap()],
         Duration::from_secs(300),
     );
@@ -39,8 +39,7 @@ fn quick_bench_writes_a_report_for_both_runtimes() {
     );
     assert!(path.with_file_name("report.md").is_file());
 
-    let report: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let report = report(&run);
     assert!(report["started"].as_str().unwrap().ends_with('Z'));
     // Isolated unless the machine has a single CPU, which says so.
     let placement = &report["placement"];
@@ -356,7 +355,7 @@ fn check_s1_metrics(metrics: &serde_json::Value) {
 /// An unknown scenario is a usage error that names the available ones.
 #[test]
 fn unknown_scenario_exits_2() {
-    let run = keel(&["bench", "s9"], Duration::from_secs(30));
+    let run = keel_bench(&["bench", "s9"], Duration::from_secs(30));
     assert_eq!(run.status.code(), Some(2), "{}", run.stderr);
     assert!(run.stderr.contains("unknown scenario"), "{}", run.stderr);
     assert!(
@@ -371,7 +370,7 @@ fn unknown_scenario_exits_2() {
 /// usage error, not a silent no-op.
 #[test]
 fn crash_without_s5_exits_2() {
-    let run = keel(&["bench", "s1", "--crash", "2"], Duration::from_secs(30));
+    let run = keel_bench(&["bench", "s1", "--crash", "2"], Duration::from_secs(30));
     assert_eq!(run.status.code(), Some(2), "{}", run.stderr);
     assert!(
         run.stderr.contains("--crash belongs to s5"),

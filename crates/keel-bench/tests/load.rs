@@ -2,37 +2,17 @@
 
 mod support;
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener};
+use std::net::TcpListener;
 use std::time::Duration;
 
-use support::keel;
-
-/// Serves one connection with a blocking echo, for at most `limit`.
-fn echo_server(limit: Duration) -> SocketAddr {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = listener.local_addr().unwrap();
-    std::thread::spawn(move || {
-        let Ok((mut stream, _)) = listener.accept() else {
-            return;
-        };
-        stream.set_read_timeout(Some(limit)).unwrap();
-        let mut buf = [0u8; 4096];
-        while let Ok(n) = stream.read(&mut buf) {
-            if n == 0 || stream.write_all(&buf[..n]).is_err() {
-                break;
-            }
-        }
-    });
-    addr
-}
+use support::{echo_server, keel_bench};
 
 /// The probe prints one JSON line with a sensible count and ordered
 /// quantiles.
 #[test]
 fn probes_a_std_echo_server() {
-    let addr = echo_server(Duration::from_secs(10));
-    let run = keel(
+    let addr = echo_server();
+    let run = keel_bench(
         &[
             "load",
             "s1",
@@ -69,7 +49,7 @@ fn unreachable_server_is_a_clear_error() {
         .unwrap()
         .local_addr()
         .unwrap();
-    let run = keel(
+    let run = keel_bench(
         &[
             "load",
             "s1",
@@ -87,7 +67,7 @@ fn unreachable_server_is_a_clear_error() {
 /// Only loopback is ever probed.
 #[test]
 fn refuses_other_addresses() {
-    let run = keel(
+    let run = keel_bench(
         &["load", "s1", "--addr", "192.0.2.1:7", "--duration-s", "1"],
         Duration::from_secs(30),
     );

@@ -6,52 +6,14 @@
 mod support;
 
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::SocketAddr;
 use std::time::Duration;
 
-use support::{keel, scratch_dir, Node};
+use support::{connect, keel_bench, read_answer, report, scratch_dir, Node};
 
 /// Starts `keel-bench serve s0` on `runtime` with 2 workers.
 fn s0_node(runtime: &str) -> Node {
     Node::start(&["s0", "--runtime", runtime, "--workers", "2"])
-}
-
-/// A plain blocking client connection with timeouts.
-fn connect(addr: SocketAddr) -> TcpStream {
-    let stream = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).unwrap();
-    stream
-        .set_read_timeout(Some(Duration::from_secs(10)))
-        .unwrap();
-    stream
-}
-
-/// Sends `request` and reads one answer (head and `Content-Length`
-/// bytes of body); returns the head and the body.
-fn exchange(stream: &mut TcpStream, request: &str) -> (String, Vec<u8>) {
-    stream.write_all(request.as_bytes()).unwrap();
-    let mut data = Vec::new();
-    let mut buf = [0u8; 1024];
-    loop {
-        if let Some(end) = data.windows(4).position(|w| w == b"\r\n\r\n") {
-            let head = String::from_utf8(data[..end].to_vec()).unwrap();
-            let length: usize = head
-                .lines()
-                .find_map(|line| {
-                    let (name, value) = line.split_once(':')?;
-                    name.eq_ignore_ascii_case("content-length")
-                        .then(|| value.trim().parse().unwrap())
-                })
-                .expect("a Content-Length");
-            if data.len() >= end + 4 + length {
-                let body = data[end + 4..end + 4 + length].to_vec();
-                assert_eq!(data.len(), end + 4 + length, "nothing after the answer");
-                return (head, body);
-            }
-        }
-        let n = stream.read(&mut buf).unwrap();
-        assert!(n > 0, "the server closed before answering: {data:?}");
-        data.extend_from_slice(&buf[..n]);
-    }
 }
 
 /// A server of `runtime` answers `GET /` (and any other path) with 200 and
@@ -63,18 +25,18 @@ fn answers_hello(runtime: &str) {
     assert!(addr.ip().is_loopback());
     let mut stream = connect(addr);
     for path in ["/", "/", "/elsewhere"] {
-        let (head, body) = exchange(
-            &mut stream,
-            &format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\n\r\n"),
-        );
+        write!(stream, "GET {path} HTTP/1.1\r\nHost: {addr}\r\n\r\n").unwrap();
+        let (head, body) = read_answer(&mut stream);
         assert!(head.starts_with("HTTP/1.1 200 OK"), "{runtime}: {head}");
         assert_eq!(body, b"Hello, world!", "{runtime}");
         assert_eq!(body.len(), 13);
     }
-    let (head, body) = exchange(
-        &mut stream,
-        &format!("GET / HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"),
-    );
+    write!(
+        stream,
+        "GET / HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let (head, body) = read_answer(&mut stream);
     assert!(
         head.to_ascii_lowercase().contains("connection: close"),
         "{head}"
@@ -106,7 +68,7 @@ fn tokio_server_answers_hello() {
 /// Runs `keel-bench load s0` in `mode` against `addr`; returns its JSON line.
 fn load(addr: SocketAddr, mode: &str) -> serde_json::Value {
     let addr = addr.to_string();
-    let run = keel(
+    let run = keel_bench(
         &[
             "load",
             "s0",
@@ -173,7 +135,7 @@ fn load_measures_tokio() {
 #[test]
 fn quick_bench_reports_s0() {
     let out = scratch_dir("s0-bench");
-    let run = keel(
+    let run = keel_bench(
         &["bench", "s0", "--quick", "--out", out.to_str().unwrap()],
         Duration::from_secs(120),
     );
@@ -185,9 +147,7 @@ fn quick_bench_reports_s0() {
     );
     assert!(run.stderr.contains("s0 r1/1 tokio short"), "{}", run.stderr);
     assert!(run.stdout.contains("keepalive_rps"), "{}", run.stdout);
-    let path = run.stdout.lines().last().unwrap().trim().to_string();
-    let report: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    let report = report(&run);
     let scenarios = report["scenarios"].as_array().unwrap();
     assert_eq!(scenarios.len(), 1);
     let s0 = &scenarios[0];
@@ -290,7 +250,7 @@ fn bad_flags_exit_2() {
         (&["bench", "s0", "--requests", "0"], "requests"),
     ];
     for (args, says) in cases {
-        let run = keel(args, Duration::from_secs(30));
+        let run = keel_bench(args, Duration::from_secs(30));
         assert_eq!(run.status.code(), Some(2), "{args:?}: {}", run.stderr);
         assert!(run.stderr.contains(says), "{args:?}: {}", run.stderr);
     }

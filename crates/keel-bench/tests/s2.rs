@@ -6,10 +6,10 @@
 mod support;
 
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use support::{keel, Node};
+use support::{connect, keel_bench, padded_request, read_answer, Node};
 
 /// Starts `keel-bench serve s2` with 2 workers, a small job and a 20 ms delay.
 fn s2_node(runtime: &str, mode: &str) -> Node {
@@ -31,45 +31,6 @@ fn s2_node(runtime: &str, mode: &str) -> Node {
 /// The node's limit on an API request, bytes (up to and including its
 /// blank line).
 const MAX_REQUEST: usize = 8 * 1024;
-
-/// A `GET /job` request of exactly `len` bytes, padded with a header.
-fn padded_request(len: usize) -> Vec<u8> {
-    let mut request = b"GET /job HTTP/1.1\r\nX-Pad: ".to_vec();
-    request.resize(len - 4, b'a');
-    request.extend_from_slice(b"\r\n\r\n");
-    request
-}
-
-fn connect(addr: SocketAddr) -> TcpStream {
-    let stream = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).unwrap();
-    stream
-        .set_read_timeout(Some(Duration::from_secs(10)))
-        .unwrap();
-    stream
-}
-
-/// Reads one whole answer (head and `Content-Length` body).
-fn read_answer(stream: &mut TcpStream) -> String {
-    let mut got = Vec::new();
-    let mut buf = [0u8; 1024];
-    loop {
-        let n = stream.read(&mut buf).unwrap();
-        assert!(n > 0, "closed early: {}", String::from_utf8_lossy(&got));
-        got.extend_from_slice(&buf[..n]);
-        let text = String::from_utf8_lossy(&got).to_string();
-        if let Some((head, body)) = text.split_once("\r\n\r\n") {
-            let len: usize = head
-                .lines()
-                .find_map(|l| l.strip_prefix("Content-Length: "))
-                .unwrap()
-                .parse()
-                .unwrap();
-            if body.len() >= len {
-                return text;
-            }
-        }
-    }
-}
 
 /// A node of `runtime` in `mode` counts every byte the streams send, and
 /// answers `GET /job` (twice on one connection) with the job's time.
@@ -98,12 +59,12 @@ fn serves(runtime: &str, mode: &str) {
     for _ in 0..2 {
         api.write_all(b"GET /job HTTP/1.1\r\nHost: x\r\n\r\n")
             .unwrap();
-        let answer = read_answer(&mut api);
-        assert!(answer.starts_with("HTTP/1.1 200 OK"), "{answer}");
-        assert!(answer.contains("X-Job-Us: "), "{answer}");
+        let (head, _) = read_answer(&mut api);
+        assert!(head.starts_with("HTTP/1.1 200 OK"), "{head}");
+        assert!(head.contains("X-Job-Us: "), "{head}");
     }
     api.write_all(b"GET /other HTTP/1.1\r\n\r\n").unwrap();
-    assert!(read_answer(&mut api).starts_with("HTTP/1.1 404"));
+    assert!(read_answer(&mut api).0.starts_with("HTTP/1.1 404"));
     assert_eq!(node.mark("s2")["api_requests"], 3);
 
     // A request that never ends is cut off at the size limit with 413,
@@ -114,15 +75,16 @@ fn serves(runtime: &str, mode: &str) {
     let _ = big.read_to_string(&mut answer);
     assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
     api.write_all(b"GET /job HTTP/1.1\r\n\r\n").unwrap();
-    assert!(read_answer(&mut api).starts_with("HTTP/1.1 200"));
+    assert!(read_answer(&mut api).0.starts_with("HTTP/1.1 200"));
 
     // The limit is exact: a request of the limit is answered, and one a
     // byte longer is 413 even when it arrives whole in one write.
-    api.write_all(&padded_request(MAX_REQUEST)).unwrap();
-    let answer = read_answer(&mut api);
-    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    api.write_all(&padded_request("/job", MAX_REQUEST)).unwrap();
+    let (head, _) = read_answer(&mut api);
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
     let mut over = connect(node.addr("api_addr"));
-    over.write_all(&padded_request(MAX_REQUEST + 1)).unwrap();
+    over.write_all(&padded_request("/job", MAX_REQUEST + 1))
+        .unwrap();
     let mut answer = String::new();
     let _ = over.read_to_string(&mut answer);
     assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
@@ -159,7 +121,7 @@ fn tokio_read_64k_serves() {
 #[test]
 fn modes_belong_to_their_runtime() {
     for (runtime, mode) in [("keel", "read-1460"), ("tokio", "fixed")] {
-        let run = keel(
+        let run = keel_bench(
             &[
                 "serve",
                 "s2",

@@ -15,7 +15,7 @@ use std::sync::{mpsc, LazyLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use support::{keel, Node};
+use support::{connect, echo_server, keel_bench, padded_request, Node};
 
 /// Bytes sent through the proxy and echoed back by the transfer test:
 /// 1 GiB each way (a few seconds even in debug builds, as the checks are
@@ -69,18 +69,6 @@ fn proxy(runtime: &str, backend: SocketAddr, extra: &[&str]) -> Node {
     ];
     args.extend_from_slice(extra);
     Node::start(&args)
-}
-
-/// A connection with timeouts.
-fn connect(addr: SocketAddr) -> TcpStream {
-    let stream = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).unwrap();
-    stream
-        .set_read_timeout(Some(Duration::from_secs(20)))
-        .unwrap();
-    stream
-        .set_write_timeout(Some(Duration::from_secs(20)))
-        .unwrap();
-    stream
 }
 
 /// A backend of one connection on a plain thread: `serve` runs on the
@@ -276,14 +264,6 @@ fn refused_backend_closes_only_its_client() {
 /// blank line).
 const BACKEND_MAX_REQUEST: usize = 8 * 1024;
 
-/// A `GET /empty` request of exactly `len` bytes, padded with a header.
-fn padded_request(len: usize) -> Vec<u8> {
-    let mut request = b"GET /empty HTTP/1.1\r\nX-Pad: ".to_vec();
-    request.resize(len - 4, b'a');
-    request.extend_from_slice(b"\r\n\r\n");
-    request
-}
-
 /// The backend answers a request of its size limit, and one a byte
 /// longer is 413 and closed even when it arrives whole in one write, as
 /// is one that never ends.
@@ -291,14 +271,14 @@ fn padded_request(len: usize) -> Vec<u8> {
 fn backend_holds_requests_to_its_limit() {
     let mut backend = Node::start(&["s3-backend"]);
     let mut kept = connect(backend.addr("addr"));
-    kept.write_all(&padded_request(BACKEND_MAX_REQUEST))
+    kept.write_all(&padded_request("/empty", BACKEND_MAX_REQUEST))
         .unwrap();
     let empty = b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n";
     let mut answer = vec![0u8; empty.len()];
     kept.read_exact(&mut answer).unwrap();
     assert_eq!(answer, empty, "{}", String::from_utf8_lossy(&answer));
     for request in [
-        padded_request(BACKEND_MAX_REQUEST + 1),
+        padded_request("/empty", BACKEND_MAX_REQUEST + 1),
         vec![b'a'; 64 * 1024],
     ] {
         let mut over = connect(backend.addr("addr"));
@@ -371,7 +351,7 @@ fn load_produces_figures() {
         let node = proxy(runtime, backend.addr("addr"), extra);
         let proxy_addr = node.addr("addr").to_string();
         let admin_addr = node.addr("admin_addr").to_string();
-        let run = keel(
+        let run = keel_bench(
             &[
                 "load",
                 "s3",
@@ -413,7 +393,7 @@ fn load_produces_figures() {
             );
         }
 
-        let idle = keel(
+        let idle = keel_bench(
             &[
                 "load",
                 "s3",
@@ -483,7 +463,7 @@ fn bad_flags_are_usage_errors() {
         ),
     ];
     for (args, needle) in cases {
-        let run = keel(args, Duration::from_secs(30));
+        let run = keel_bench(args, Duration::from_secs(30));
         assert_eq!(run.status.code(), Some(2), "{args:?}: {}", run.stderr);
         assert!(run.stderr.contains(needle), "{args:?}: {}", run.stderr);
     }
@@ -523,33 +503,12 @@ fn echo_once(addr: SocketAddr, message: &[u8]) -> std::io::Result<Vec<u8>> {
     Ok(echo)
 }
 
-/// An echo backend of one thread per connection, for as long as the test
-/// runs.
-fn echo_backend() -> SocketAddr {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = listener.local_addr().unwrap();
-    std::thread::spawn(move || {
-        for stream in listener.incoming() {
-            let Ok(mut stream) = stream else { continue };
-            std::thread::spawn(move || {
-                let mut buf = [0u8; 1024];
-                while let Ok(n) = stream.read(&mut buf) {
-                    if n == 0 || stream.write_all(&buf[..n]).is_err() {
-                        break;
-                    }
-                }
-            });
-        }
-    });
-    addr
-}
-
 /// A proxy out of file descriptors (more clients than `ulimit -n`
 /// allows) keeps its accept loop: once the clients go, a new one is
 /// served.
 #[test]
 fn out_of_descriptors_does_not_stop_the_proxy() {
-    let backend = echo_backend();
+    let backend = echo_server();
     for runtime in ["keel", "tokio"] {
         let (mut child, addr) = limited_proxy(runtime, backend, 64);
         let crowd: Vec<TcpStream> = (0..100)

@@ -5,10 +5,9 @@
 mod support;
 
 use std::io::Write;
-use std::net::TcpStream;
 use std::time::Duration;
 
-use support::{keel, Node};
+use support::{connect, keel_bench, Node};
 
 /// Sums a worker field over a mark's workers.
 fn sum(runtime: &serde_json::Value, field: &str) -> f64 {
@@ -27,7 +26,7 @@ fn keel_node_accounts_spin_per_setting() {
     for spin in ["none", "short", "medium", "long"] {
         let mut node = Node::start(&["s4", "--runtime", "keel", "--spin", spin, "--workers", "2"]);
         let before = node.mark_line()["runtime"].clone();
-        let mut stream = TcpStream::connect(node.addr("addr")).unwrap();
+        let mut stream = connect(node.addr("addr"));
         // Paced sends, so workers run out of work between them.
         for _ in 0..20 {
             stream.write_all(&[7u8; 12_500]).unwrap();
@@ -51,7 +50,7 @@ fn keel_node_accounts_spin_per_setting() {
 #[test]
 fn tokio_node_reports_busy_and_refuses_a_spin() {
     let mut node = Node::start(&["s4", "--runtime", "tokio", "--workers", "2"]);
-    let mut stream = TcpStream::connect(node.addr("addr")).unwrap();
+    let mut stream = connect(node.addr("addr"));
     stream.write_all(&[1u8; 100_000]).unwrap();
     drop(stream);
     std::thread::sleep(Duration::from_millis(100));
@@ -60,7 +59,7 @@ fn tokio_node_reports_busy_and_refuses_a_spin() {
     assert!(sum(&mark, "busy_s") > 0.0, "{mark}");
     node.stop();
 
-    let run = keel(
+    let run = keel_bench(
         &["serve", "s4", "--runtime", "tokio", "--spin", "long"],
         Duration::from_secs(30),
     );
@@ -75,7 +74,7 @@ fn tokio_node_reports_busy_and_refuses_a_spin() {
 /// An unknown spin setting is refused by the flag parser.
 #[test]
 fn unknown_spin_is_a_usage_error() {
-    let run = keel(
+    let run = keel_bench(
         &["serve", "s4", "--runtime", "keel", "--spin", "forever"],
         Duration::from_secs(30),
     );

@@ -5,11 +5,11 @@
 mod support;
 
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::SocketAddr;
 use std::path::Path;
 use std::time::Duration;
 
-use support::{keel, scratch_dir, Node};
+use support::{connect, keel_bench, report, scratch_dir, Node};
 
 /// Starts `keel-bench serve s5` with 2 workers on `dir`.
 fn s5_node(runtime: &str, mode: &str, dir: &Path) -> Node {
@@ -25,15 +25,6 @@ fn s5_node(runtime: &str, mode: &str, dir: &Path) -> Node {
         "--dir",
         dir,
     ])
-}
-
-/// A connection with timeouts.
-fn connect(addr: SocketAddr) -> TcpStream {
-    let stream = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).unwrap();
-    stream
-        .set_read_timeout(Some(Duration::from_secs(10)))
-        .unwrap();
-    stream
 }
 
 /// Appends `count` records over one connection; returns their LSNs.
@@ -172,7 +163,7 @@ fn oversized_record_closes_only_its_connection() {
 #[test]
 fn keel_refuses_other_modes() {
     let dir = scratch_dir("s5-mode");
-    let run = keel(
+    let run = keel_bench(
         &[
             "serve",
             "s5",
@@ -195,7 +186,7 @@ fn keel_refuses_other_modes() {
 #[test]
 fn crash_check_finds_every_acknowledged_record() {
     let out = scratch_dir("s5-crash");
-    let run = keel(
+    let run = keel_bench(
         &[
             "bench",
             "s5",
@@ -208,9 +199,7 @@ fn crash_check_finds_every_acknowledged_record() {
         Duration::from_secs(120),
     );
     assert!(run.status.success(), "{}\n{}", run.stdout, run.stderr);
-    let path = run.stdout.lines().last().unwrap().trim().to_string();
-    let report: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    let report = report(&run);
     let s5 = &report["scenarios"][0];
     assert_eq!(s5["id"], "s5");
     let metrics = &s5["runs"][0]["metrics"];

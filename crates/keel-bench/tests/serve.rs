@@ -3,10 +3,10 @@
 mod support;
 
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpListener;
 use std::time::Duration;
 
-use support::{keel, Node};
+use support::{connect, keel_bench, Node};
 
 /// The tokio server prints its address, echoes, counts slices between two
 /// marks, and exits 0 on `stop`.
@@ -38,10 +38,7 @@ fn server_speaks_the_protocol(runtime: &str) {
     let addr = node.addr("addr");
     assert!(addr.ip().is_loopback());
 
-    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).unwrap();
-    stream
-        .set_read_timeout(Some(Duration::from_secs(5)))
-        .unwrap();
+    let mut stream = connect(addr);
     stream.write_all(b"hello keel").unwrap();
     let mut echo = [0u8; 10];
     stream.read_exact(&mut echo).unwrap();
@@ -64,7 +61,7 @@ fn server_speaks_the_protocol(runtime: &str) {
 fn bind_failure_is_clear() {
     let taken = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = taken.local_addr().unwrap().to_string();
-    let run = keel(
+    let run = keel_bench(
         &[
             "serve",
             "s1",

@@ -1,16 +1,19 @@
-//! Helpers shared by the integration tests: run the built `keel` binary
-//! with a deadline, and make scratch directories under the system temp dir.
+//! Helpers shared by the integration tests: run the built `keel-bench`
+//! binary with a deadline or drive a `keel-bench serve` node over its
+//! control protocol, connect to what it serves and read its HTTP/1.1
+//! answers, stand in for a backend with a std echo server, and make
+//! scratch directories under the system temp dir.
 
 #![allow(dead_code)] // each test file uses a different subset
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::SocketAddr;
+use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::PathBuf;
 use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-/// What a finished `keel` run left behind.
+/// What a finished `keel-bench` run left behind.
 pub struct Run {
     /// Its exit status.
     pub status: ExitStatus,
@@ -20,15 +23,16 @@ pub struct Run {
     pub stderr: String,
 }
 
-/// Runs `keel args...`, killing it if it is still running after `limit`.
-pub fn keel(args: &[&str], limit: Duration) -> Run {
+/// Runs `keel-bench args...`, killing it if it is still running after
+/// `limit`.
+pub fn keel_bench(args: &[&str], limit: Duration) -> Run {
     let mut child = Command::new(env!("CARGO_BIN_EXE_keel-bench"))
         .args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .expect("the keel binary starts");
+        .expect("the keel-bench binary starts");
     let mut stdout = child.stdout.take().unwrap();
     let mut stderr = child.stderr.take().unwrap();
     let out = std::thread::spawn(move || {
@@ -49,7 +53,7 @@ pub fn keel(args: &[&str], limit: Duration) -> Run {
         if Instant::now() >= deadline {
             let _ = child.kill();
             let _ = child.wait();
-            panic!("keel {args:?} ran for more than {limit:?}");
+            panic!("keel-bench {args:?} ran for more than {limit:?}");
         }
         std::thread::sleep(Duration::from_millis(20));
     };
@@ -58,6 +62,15 @@ pub fn keel(args: &[&str], limit: Duration) -> Run {
         stdout: out.join().unwrap(),
         stderr: err.join().unwrap(),
     }
+}
+
+/// The `report.json` of a finished bench run, read from the path it
+/// printed last.
+pub fn report(run: &Run) -> serde_json::Value {
+    let path = run.stdout.lines().last().expect("some output").trim();
+    let text = std::fs::read_to_string(path)
+        .unwrap_or_else(|error| panic!("reading {path:?}: {error}\n{}", run.stdout));
+    serde_json::from_str(&text).unwrap()
 }
 
 /// A fresh, empty directory under the system temp dir.
@@ -69,6 +82,95 @@ pub fn scratch_dir(tag: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("keel-{tag}-{}-{nanos}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     dir
+}
+
+/// A client connection to `addr` with timeouts: 5 s to connect, 20 s for
+/// each read or write, so a test that waits for a server that does not
+/// answer fails instead of hanging.
+pub fn connect(addr: SocketAddr) -> TcpStream {
+    let stream = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    stream
+        .set_write_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    stream
+}
+
+/// A `GET path` request of exactly `len` bytes (up to and including its
+/// blank line), padded with a header, to probe a server's size limit.
+pub fn padded_request(path: &str, len: usize) -> Vec<u8> {
+    let mut request = format!("GET {path} HTTP/1.1\r\nX-Pad: ").into_bytes();
+    request.resize(len - 4, b'a');
+    request.extend_from_slice(b"\r\n\r\n");
+    request
+}
+
+/// Reads one whole HTTP/1.1 answer from `stream`: its head (without the
+/// blank line that ends it) and its `Content-Length` body. Fails the test
+/// if the stream closes first, the answer is malformed, or more bytes
+/// than the answer arrive with it.
+pub fn read_answer(stream: &mut TcpStream) -> (String, Vec<u8>) {
+    let mut data = Vec::new();
+    let mut buf = [0u8; 1024];
+    loop {
+        let mut headers = [httparse::EMPTY_HEADER; 32];
+        let mut answer = httparse::Response::new(&mut headers);
+        let parsed = answer.parse(&data).unwrap_or_else(|error| {
+            panic!(
+                "a malformed answer ({error}): {}",
+                String::from_utf8_lossy(&data)
+            )
+        });
+        if let httparse::Status::Complete(head_len) = parsed {
+            let length: usize = answer
+                .headers
+                .iter()
+                .find(|h| h.name.eq_ignore_ascii_case("content-length"))
+                .map(|h| {
+                    std::str::from_utf8(h.value)
+                        .unwrap()
+                        .trim()
+                        .parse()
+                        .unwrap()
+                })
+                .expect("a Content-Length");
+            if data.len() >= head_len + length {
+                assert_eq!(data.len(), head_len + length, "nothing after the answer");
+                let head = String::from_utf8(data[..head_len - 4].to_vec()).unwrap();
+                return (head, data[head_len..].to_vec());
+            }
+        }
+        let n = stream.read(&mut buf).unwrap();
+        assert!(
+            n > 0,
+            "the server closed before answering: {}",
+            String::from_utf8_lossy(&data)
+        );
+        data.extend_from_slice(&buf[..n]);
+    }
+}
+
+/// A std echo server on loopback, a thread per connection, for as long as
+/// the test runs.
+pub fn echo_server() -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 4096];
+                while let Ok(n) = stream.read(&mut buf) {
+                    if n == 0 || stream.write_all(&buf[..n]).is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+    });
+    addr
 }
 
 /// A `keel-bench serve ...` process driven over its control protocol.
