@@ -1,51 +1,31 @@
-//! The one error type of the command-line tool.
+//! The one error type of the `keel` tool.
 //!
-//! Every failure the tool can meet (a flag that makes no sense, a server
-//! that cannot bind, a child process that dies) ends up as a sentence for a
-//! person and an exit code, so the type is just that: a message, built up
-//! with context as it travels outwards, and the code to exit with. Usage
-//! errors exit 2 like clap's own; everything else exits 1.
+//! Every failure `keel top` can meet (an address that does not answer, an
+//! answer that is not a `/stats` document, a terminal that cannot be taken
+//! over) ends up as a sentence for a person, built up with context as it
+//! travels outwards, and exit code 1. Usage errors are clap's own (exit
+//! code 2) and never reach this type.
 
 use std::fmt;
 
-/// A failure, as a message for a person and the exit code it deserves.
+/// A failure, as a message for a person.
 #[derive(Debug)]
 pub struct Error {
     /// What went wrong, outermost context first.
     message: String,
-    /// The process exit code this error should produce.
-    code: i32,
 }
 
 impl Error {
-    /// A run-time failure (exit code 1).
+    /// A run-time failure.
     pub fn new(message: impl Into<String>) -> Self {
         Self {
             message: message.into(),
-            code: 1,
         }
-    }
-
-    /// A usage error: the command line asked for something that does not
-    /// exist (exit code 2, as for clap's own errors).
-    pub fn usage(message: impl Into<String>) -> Self {
-        Self {
-            message: message.into(),
-            code: 2,
-        }
-    }
-
-    /// The exit code this error should produce.
-    pub fn code(&self) -> i32 {
-        self.code
     }
 
     /// Prefixes the message with what was being done when it happened.
     pub fn context(self, context: impl fmt::Display) -> Self {
-        Self {
-            message: format!("{context}: {}", self.message),
-            code: self.code,
-        }
+        Self::new(format!("{context}: {}", self.message))
     }
 }
 
@@ -59,12 +39,6 @@ impl std::error::Error for Error {}
 
 impl From<std::io::Error> for Error {
     fn from(error: std::io::Error) -> Self {
-        Self::new(error.to_string())
-    }
-}
-
-impl From<serde_json::Error> for Error {
-    fn from(error: serde_json::Error) -> Self {
         Self::new(error.to_string())
     }
 }
@@ -85,16 +59,14 @@ impl<T, E: Into<Error>> Context<T> for Result<T, E> {
 mod tests {
     use super::*;
 
-    /// Context nests outermost first and keeps the exit code.
+    /// Context nests outermost first.
     #[test]
-    fn context_prefixes_and_keeps_code() {
-        let result: Result<(), Error> = Err(Error::usage("no such scenario"));
-        let error = result.context(|| "bench").unwrap_err();
-        assert_eq!(error.to_string(), "bench: no such scenario");
-        assert_eq!(error.code(), 2);
+    fn context_prefixes() {
+        let result: Result<(), Error> = Err(Error::new("no answer"));
+        let error = result.context(|| "top").unwrap_err();
+        assert_eq!(error.to_string(), "top: no answer");
         let io: Result<(), std::io::Error> = Err(std::io::Error::other("boom"));
-        let error = io.context(|| "reading x").unwrap_err();
-        assert_eq!(error.to_string(), "reading x: boom");
-        assert_eq!(error.code(), 1);
+        let error = io.context(|| "reading keys").unwrap_err();
+        assert_eq!(error.to_string(), "reading keys: boom");
     }
 }

@@ -1,23 +1,17 @@
-//! `keel`: the command-line companion of the keel runtime.
+//! `keel`: the command-line companion of the keel runtime, for the people
+//! who run keel servers.
 //!
-//! It reproduces the seed failures against keel and tokio (`bench`), and
-//! for that serves the scenario servers (`serve`) and generates their load
-//! (`load`) as separate processes, so that the measuring side never shares
-//! a scheduler, an allocator or a CPU budget with the measured side.
-//! `keel --defaults` describes the runtime it is built on, and `keel top`
-//! watches a running keel server through its admin endpoint.
+//! `keel top` watches a running keel server through its admin endpoint
+//! (`keel::admin`), and `keel --defaults` describes the runtime it is built
+//! on. The seed-suite bench and its scenario servers and load generators
+//! are a separate binary for keel's developers, `keel-bench` (crate
+//! `keel-bench`), so this tool depends on neither tokio nor hyper.
 //!
-//! Layout: [`bench`](mod@bench) drives scenarios and writes reports, [`serve`] holds
-//! the servers (a tokio peer and a keel variant behind one signature),
-//! [`load`] holds the load generators and latency probes, [`top`] the live
-//! view, [`error`] the one error type.
+//! Layout: [`top`] the live view, [`error`] the one error type.
 
 #![warn(clippy::missing_docs_in_private_items)]
 
-mod bench;
 mod error;
-mod load;
-mod serve;
 mod top;
 
 use clap::{Parser, Subcommand};
@@ -39,17 +33,6 @@ struct Cli {
 /// The subcommands.
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Run the seed-suite scenarios against keel and tokio, print a table
-    /// and write report.json and report.md.
-    Bench(bench::BenchArgs),
-    /// Run a scenario server (used by `bench`; speaks one JSON object per
-    /// line on stdout and takes `mark`/`stop` on stdin).
-    #[command(subcommand)]
-    Serve(serve::ServeCommand),
-    /// Run a scenario's load generator or latency probe (used by `bench`;
-    /// prints one JSON line of results).
-    #[command(subcommand)]
-    Load(load::LoadCommand),
     /// Watch a running keel server live: workers by state, classes' CPU
     /// share against their configured shares, queue delays, deliveries,
     /// the blocking pool; read from its admin endpoint's /stats.
@@ -63,9 +46,6 @@ fn main() {
         return;
     }
     let result = match cli.command {
-        Some(Command::Bench(args)) => bench::run(&args),
-        Some(Command::Serve(command)) => serve::run(&command),
-        Some(Command::Load(command)) => load::run(&command),
         Some(Command::Top(args)) => top::run(&args),
         None => {
             // No subcommand: show the help, as `keel --help` would.
@@ -77,7 +57,7 @@ fn main() {
     };
     if let Err(error) = result {
         eprintln!("keel: {error}");
-        std::process::exit(error.code());
+        std::process::exit(1);
     }
 }
 

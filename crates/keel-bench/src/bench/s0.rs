@@ -1,0 +1,464 @@
+//! S0, the HTTP throughput baseline: hyper on keel against hyper on tokio.
+//!
+//! The same minimal HTTP/1.1 server (`keel-bench serve s0`, a 13-byte answer to
+//! every request) is loaded two ways by `keel-bench load s0`: 60 keep-alive
+//! connections in a closed loop for the phase's duration (requests per
+//! second, latency p50/p99), and 60 clients that open a new connection
+//! per request until 50,000 requests are answered (requests per second;
+//! bounded in time as well). The verdicts are keel's requests per second
+//! over tokio's, for each: S0 does not reproduce a failure, it prices the
+//! common path, so that what keel gains elsewhere can be weighed against
+//! what it costs here.
+//!
+//! Every phase runs on a fresh server process. Rounds interleave the
+//! runtimes and alternate their order (keep-alive phases, then short
+//! ones), and figures are medians across rounds, so a disturbance on the
+//! shared machine moves one round, not the answer. `cpu_s` is the
+//! server's CPU time over the keep-alive phase's measured window (a fixed
+//! length, so the runtimes compare); `short_cpu_s` is the same for the
+//! short phase, whose length is however long the requests took.
+
+use std::time::Duration;
+
+use serde::Serialize;
+use serde_json::json;
+
+use super::noise::Noise;
+use super::outcome::{
+    check_runs, find_metric, judge_rounds, medians_of, round_noise, rounds_of, why_missing, Goal,
+    Outcome, Pairs, RoundFigures, RunFigures, Verdict,
+};
+use super::phase::{mark, SERVER_SILENCE};
+use super::placement::Role;
+use super::progress::PhaseBar;
+use super::stats::ratio;
+use super::RunSpec;
+use crate::error::Error;
+use crate::load::s0::{HttpLoadSummary, S0Mode};
+use crate::serve::control::AddrLine;
+use crate::serve::RuntimeKind;
+
+/// What the scenario measures, for the table.
+const TITLE: &str = "HTTP throughput (hyper, 13-byte answers)";
+
+/// How long a server runs before its load starts.
+const SETTLE: Duration = Duration::from_millis(200);
+
+/// How long a server may take to exit after `stop` before it is killed.
+const STOP_GRACE: Duration = Duration::from_secs(5);
+
+/// The sizes and setup of one S0 run.
+#[derive(Debug, Clone)]
+pub struct S0Config {
+    /// What every scenario run shares.
+    pub run: RunSpec,
+    /// Keep-alive connections, and concurrent short-connection clients.
+    pub connections: u64,
+    /// Requests of a short-connection phase.
+    pub requests: u64,
+    /// The most seconds a short-connection phase may take.
+    pub short_limit_s: f64,
+    /// A quick run: a short phase is expected to stop at its time limit.
+    pub quick: bool,
+}
+
+/// One phase's figures with where it sat in the run.
+#[derive(Debug, Clone, Serialize)]
+struct PhaseRecord {
+    /// Round number, from 1.
+    round: u32,
+    /// The server's runtime.
+    runtime: RuntimeKind,
+    /// Keep-alive or short connections.
+    mode: S0Mode,
+    /// What the clients measured.
+    load: HttpLoadSummary,
+    /// Server process CPU seconds between the marks.
+    cpu_s: f64,
+    /// Seconds between the marks.
+    window_s: f64,
+    /// The host's noise between the marks.
+    noise: Noise,
+}
+
+/// Runs S0 and judges it.
+pub fn run(config: &S0Config) -> Result<Outcome, Error> {
+    let mut records = Vec::new();
+    for round in 0..config.run.runs {
+        let mut order = config.run.runtimes.clone();
+        if round % 2 == 1 {
+            order.reverse();
+        }
+        for mode in [S0Mode::Keepalive, S0Mode::Short] {
+            for &runtime in &order {
+                records.push(phase(config, round + 1, runtime, mode)?);
+            }
+        }
+    }
+    let rounds = round_figures(&records, &config.run.runtimes);
+    let runs = medians_of(&rounds);
+    let runtimes = config.run.runtimes.clone();
+    let verdicts = judge_rounds(&rounds, config.run.judged, |runs| verdicts(runs, &runtimes));
+    let problems = check(&records, &runs);
+    let mut notes = Vec::new();
+    if !config.quick {
+        for record in records
+            .iter()
+            .filter(|r| r.mode == S0Mode::Short && !r.load.complete)
+        {
+            notes.push(format!(
+                "round {} {} short: stopped at the {} s limit after {} of {} requests",
+                record.round,
+                record.runtime,
+                config.short_limit_s,
+                record.load.requests,
+                config.requests
+            ));
+        }
+    }
+    let mut sizes = Pairs(vec![
+        ("connections", json!(config.connections)),
+        ("short_requests", json!(config.requests)),
+        ("short_limit_s", json!(config.short_limit_s)),
+        ("body_bytes", json!(crate::serve::s0::BODY.len())),
+    ]);
+    sizes.0.extend(config.run.sizes());
+    Ok(Outcome {
+        id: "s0",
+        title: TITLE,
+        sizes,
+        runs,
+        verdicts,
+        rounds: serde_json::to_value(&records)?,
+        noise: round_noise(&rounds),
+        problems,
+        notes,
+        charts: Vec::new(),
+        chart_files: Vec::new(),
+    })
+}
+
+/// Runs one phase: a fresh server and the clients in `mode`.
+fn phase(
+    config: &S0Config,
+    round: u32,
+    runtime: RuntimeKind,
+    mode: S0Mode,
+) -> Result<PhaseRecord, Error> {
+    let label = format!("s0 r{round}/{} {runtime} {mode}", config.run.runs);
+    let expected = SETTLE
+        + Duration::from_millis(config.run.warmup_ms)
+        + Duration::from_secs_f64(config.run.duration_s);
+    let bar = PhaseBar::new(&label, expected);
+    match measure(config, runtime, mode, &bar) {
+        Ok(figures) => {
+            let record = PhaseRecord { round, ..figures };
+            bar.finish(&format!(
+                "{label:<28} rps {:>8.0}  p50 {:>8.1} us  p99 {:>8.1} us  n {:>7}  errors {}  cpu {:.2} s",
+                record.load.rps,
+                record.load.p50_us,
+                record.load.p99_us,
+                record.load.requests,
+                record.load.errors,
+                record.cpu_s,
+            ));
+            Ok(record)
+        }
+        Err(error) => {
+            bar.abandon();
+            Err(error.context(label))
+        }
+    }
+}
+
+/// The body of [`phase`]; the children are killed on any early return.
+fn measure(
+    config: &S0Config,
+    runtime: RuntimeKind,
+    mode: S0Mode,
+    bar: &PhaseBar,
+) -> Result<PhaseRecord, Error> {
+    bar.step("starting the server");
+    let mut server = config.run.spawn(
+        Role::Server,
+        format!("keel serve s0 ({runtime})"),
+        &[
+            "serve".into(),
+            "s0".into(),
+            "--runtime".into(),
+            runtime.to_string(),
+            "--workers".into(),
+            config.run.workers.to_string(),
+        ],
+    )?;
+    let tick = || bar.tick();
+    let addr: AddrLine = server.recv_json(SERVER_SILENCE, "its address", tick)?;
+    std::thread::sleep(SETTLE);
+
+    bar.step("loading");
+    let limit_s = if config.quick {
+        config.run.duration_s
+    } else {
+        config.short_limit_s
+    };
+    let mut load = config.run.spawn(
+        Role::Load,
+        format!("keel load s0 ({mode})"),
+        &[
+            "load".into(),
+            "s0".into(),
+            "--addr".into(),
+            addr.addr.to_string(),
+            "--mode".into(),
+            mode.to_string(),
+            "--connections".into(),
+            config.connections.to_string(),
+            "--duration-s".into(),
+            config.run.duration_s.to_string(),
+            "--requests".into(),
+            config.requests.to_string(),
+            "--time-limit-s".into(),
+            limit_s.to_string(),
+            "--warmup-ms".into(),
+            config.run.warmup_ms.to_string(),
+        ],
+    )?;
+    std::thread::sleep(Duration::from_millis(config.run.warmup_ms));
+    let start = mark(&mut server, bar)?;
+    let budget =
+        Duration::from_secs_f64(config.run.duration_s.max(limit_s)) + Duration::from_secs(20);
+    let summary: HttpLoadSummary = load.recv_json(budget, "its results", tick)?;
+    let end = mark(&mut server, bar)?;
+    let measured = start.to(&end, &config.run.placement.server);
+
+    bar.step("stopping");
+    server.send_line("stop")?;
+    let (status, killed) = server.finish(STOP_GRACE)?;
+    if killed || !status.success() {
+        eprintln!(
+            "warning: {} did not stop cleanly ({}): {}",
+            server.name(),
+            if killed {
+                "killed".to_string()
+            } else {
+                status.to_string()
+            },
+            server.stderr_tail()
+        );
+    }
+    load.finish_clean(Duration::from_secs(5))?;
+    Ok(PhaseRecord {
+        round: 0,
+        runtime,
+        mode,
+        load: summary,
+        cpu_s: measured.cpu_s,
+        window_s: measured.window_s,
+        noise: measured.noise,
+    })
+}
+
+/// The metrics of one round of one runtime.
+fn round_metrics(keepalive: &PhaseRecord, short: &PhaseRecord) -> Vec<(&'static str, f64)> {
+    let per_request_us = |record: &PhaseRecord| {
+        ratio(Some(record.cpu_s * 1e6), Some(record.load.requests as f64)).unwrap_or(f64::NAN)
+    };
+    vec![
+        ("keepalive_rps", keepalive.load.rps),
+        ("keepalive_p50_us", keepalive.load.p50_us),
+        ("keepalive_p99_us", keepalive.load.p99_us),
+        ("short_rps", short.load.rps),
+        ("short_p50_us", short.load.p50_us),
+        ("short_p99_us", short.load.p99_us),
+        ("cpu_s", keepalive.cpu_s),
+        ("keepalive_cpu_per_request_us", per_request_us(keepalive)),
+        ("short_cpu_s", short.cpu_s),
+        ("short_cpu_per_request_us", per_request_us(short)),
+        ("keepalive_requests", keepalive.load.requests as f64),
+        ("short_requests", short.load.requests as f64),
+    ]
+}
+
+/// Each round's figures: per runtime with both phases in the round, its
+/// metrics; the worst noise of the round.
+fn round_figures(records: &[PhaseRecord], runtimes: &[RuntimeKind]) -> Vec<RoundFigures> {
+    rounds_of(
+        records,
+        |r| r.round,
+        |r| r.noise,
+        |round| {
+            let find = |runtime: RuntimeKind, mode: S0Mode| {
+                records
+                    .iter()
+                    .find(|r| r.round == round && r.runtime == runtime && r.mode == mode)
+            };
+            runtimes
+                .iter()
+                .filter_map(|&runtime| {
+                    Some(RunFigures {
+                        runtime: runtime.to_string(),
+                        mode: "default".into(),
+                        metrics: Pairs(round_metrics(
+                            find(runtime, S0Mode::Keepalive)?,
+                            find(runtime, S0Mode::Short)?,
+                        )),
+                    })
+                })
+                .collect()
+        },
+    )
+}
+
+/// The S0 verdicts, from one round's figures (see [`judge_rounds`]).
+fn verdicts(runs: &[RunFigures], runtimes: &[RuntimeKind]) -> Vec<Verdict> {
+    let keel_over_tokio = |name: &str| {
+        ratio(
+            find_metric(runs, "keel", "default", name),
+            find_metric(runs, "tokio", "default", name),
+        )
+    };
+    let missing = why_missing(&[RuntimeKind::Keel, RuntimeKind::Tokio], runtimes);
+    vec![
+        Verdict::new(
+            "keepalive_rps keel/tokio",
+            "keel",
+            keel_over_tokio("keepalive_rps"),
+            Some(Goal::AtLeast(1.0)),
+        )
+        .missing_because(&missing),
+        Verdict::new(
+            "short_rps keel/tokio",
+            "keel",
+            keel_over_tokio("short_rps"),
+            Some(Goal::AtLeast(1.0)),
+        )
+        .missing_because(&missing),
+        Verdict::new(
+            "keepalive_p99 keel/tokio",
+            "keel",
+            keel_over_tokio("keepalive_p99_us"),
+            None,
+        )
+        .missing_because(&missing),
+        Verdict::new(
+            "keepalive_cpu_per_request keel/tokio",
+            "keel",
+            keel_over_tokio("keepalive_cpu_per_request_us"),
+            None,
+        )
+        .missing_because(&missing),
+    ]
+}
+
+/// Figures that should exist and do not, and answers that went wrong.
+fn check(records: &[PhaseRecord], runs: &[RunFigures]) -> Vec<String> {
+    let mut problems = Vec::new();
+    for record in records {
+        let at = format!("round {} {} {}", record.round, record.runtime, record.mode);
+        if record.load.requests == 0 {
+            problems.push(format!("{at}: no request was answered"));
+        }
+        if record.load.errors > 0 {
+            problems.push(format!(
+                "{at}: {} exchanges failed, the first: {}",
+                record.load.errors,
+                record.load.first_error.as_deref().unwrap_or("?")
+            ));
+        }
+    }
+    problems.extend(check_runs(runs));
+    problems
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A phase record with `rps` and `requests`.
+    fn record(round: u32, runtime: RuntimeKind, mode: S0Mode, rps: f64) -> PhaseRecord {
+        PhaseRecord {
+            round,
+            runtime,
+            mode,
+            load: HttpLoadSummary {
+                mode,
+                connections: 60,
+                requests: 1000,
+                rps,
+                p50_us: 100.0,
+                p99_us: 200.0,
+                p999_us: 300.0,
+                max_us: 400.0,
+                duration_s: 1.0,
+                errors: 0,
+                first_error: None,
+                complete: true,
+            },
+            cpu_s: 0.5,
+            window_s: 1.0,
+            noise: Noise::unmeasured(),
+        }
+    }
+
+    /// Medians across rounds are the figures, per-round ratios the
+    /// verdicts; the documented metric names are there.
+    #[test]
+    fn verdicts_from_rounds() {
+        let (keel, tokio) = (RuntimeKind::Keel, RuntimeKind::Tokio);
+        let mut records = Vec::new();
+        for (round, k, t) in [(1, 900.0, 1000.0), (2, 1100.0, 1000.0), (3, 1000.0, 1000.0)] {
+            for mode in [S0Mode::Keepalive, S0Mode::Short] {
+                records.push(record(round, keel, mode, k));
+                records.push(record(round, tokio, mode, t));
+            }
+        }
+        let rounds = round_figures(&records, &[keel, tokio]);
+        assert_eq!(rounds.len(), 3);
+        let runs = medians_of(&rounds);
+        for name in [
+            "keepalive_rps",
+            "keepalive_p50_us",
+            "keepalive_p99_us",
+            "short_rps",
+            "cpu_s",
+        ] {
+            assert!(runs[0].metric(name).is_some(), "{name}");
+        }
+        assert_eq!(runs[0].metric("keepalive_cpu_per_request_us"), Some(500.0));
+        let verdicts = judge_rounds(&rounds, true, |runs| verdicts(runs, &[keel, tokio]));
+        assert_eq!(verdicts[0].name, "keepalive_rps keel/tokio");
+        assert_eq!(verdicts[0].value, Some(1.0));
+        assert_eq!(verdicts[0].rounds, [Some(0.9), Some(1.1), Some(1.0)]);
+        assert_eq!(verdicts[0].interval, Some([0.9, 1.1]));
+        assert_eq!(
+            verdicts[0].judgement,
+            crate::bench::judge::Judgement::Unclear
+        );
+        assert_eq!(verdicts[1].name, "short_rps keel/tokio");
+        assert!(check(&records, &runs).is_empty());
+    }
+
+    /// Without tokio the ratios say why they are missing; failed
+    /// exchanges and empty phases are problems.
+    #[test]
+    fn missing_and_failed_figures() {
+        let keel = RuntimeKind::Keel;
+        let mut records = vec![
+            record(1, keel, S0Mode::Keepalive, 10.0),
+            record(1, keel, S0Mode::Short, 10.0),
+        ];
+        records[1].load.errors = 2;
+        records[1].load.first_error = Some("reset".into());
+        records[0].load.requests = 0;
+        let runs = medians_of(&round_figures(&records, &[keel]));
+        let verdicts = verdicts(&runs, &[keel]);
+        assert_eq!(verdicts[0].value, None);
+        assert_eq!(verdicts[0].missing.as_deref(), Some("tokio not run"));
+        let problems = check(&records, &runs);
+        assert!(
+            problems.iter().any(|p| p.contains("no request")),
+            "{problems:?}"
+        );
+        assert!(problems.iter().any(|p| p.contains("reset")), "{problems:?}");
+    }
+}

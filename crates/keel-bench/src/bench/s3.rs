@@ -1,0 +1,577 @@
+//! S3, mixed traffic and the control plane: does the admin endpoint stay
+//! fast while the proxy beside it is saturated?
+//!
+//! A proxy forwards to a backend in its own process. In each phase a fresh
+//! backend and proxy start; the admin endpoint is first probed alone (the
+//! unloaded latency), then under load: 4 connections download a 1 MiB
+//! object in a loop (bulk), 20 clients open a new connection per request
+//! for an empty object (connection rate), and an admin request every
+//! 20 ms is timed end to end. Three proxies are measured: keel with
+//! classes (admin urgent, accept and setup normal, forwarding bulk), keel
+//! with everything in one class, and tokio.
+//!
+//! Rounds interleave the three and alternate their order; figures are
+//! medians across rounds, and each verdict is judged on its per-round
+//! ratios (see [`super::judge`]).
+//!
+//! Every admin answer carries the proxy's clock as it was produced (see
+//! [`crate::serve::stamp`]), so beside the end-to-end latency the probe
+//! records the proxy's share: from the probe's connection being
+//! established (the accept is ready) to the answer. The control-plane
+//! verdicts are judged on that share (`admin_server_*_us`), which is what
+//! the runtime schedules; the end-to-end figures and their ratios are
+//! reported beside them.
+
+use std::time::Duration;
+
+use serde::Serialize;
+use serde_json::json;
+
+use super::charts::{self, Chart};
+use super::noise::Noise;
+use super::outcome::{
+    check_runs, find_metric, judge_rounds, medians_of, probe_note, round_noise, rounds_of,
+    why_missing, Goal, Outcome, Pairs, RoundFigures, RunFigures, Verdict,
+};
+use super::phase::{mark, SERVER_SILENCE};
+use super::placement::Role;
+use super::progress::PhaseBar;
+use super::stats::ratio;
+use super::RunSpec;
+use crate::error::Error;
+use crate::load::s3::S3LoadSummary;
+use crate::load::summary::Quantiles;
+use crate::serve::control::AddrLine;
+use crate::serve::RuntimeKind;
+
+/// What the scenario measures, for the table.
+const TITLE: &str = "mixed traffic and the control plane";
+
+/// How long the proxy runs before the first probe.
+const SETTLE: Duration = Duration::from_millis(300);
+
+/// Admin p99 under load over alone, keel with classes: at most this.
+pub const LOADED_OVER_IDLE: f64 = 3.0;
+
+/// "Well below": keel with classes' loaded admin p99 over the others'.
+pub const WELL_BELOW: f64 = 0.5;
+
+/// Bulk MB/s and connections/s, keel with classes over tokio: at least.
+pub const THROUGHPUT_VS_TOKIO: f64 = 0.9;
+
+/// The sizes and setup of one S3 run.
+#[derive(Debug, Clone)]
+pub struct S3Config {
+    /// What every scenario run shares.
+    pub run: RunSpec,
+    /// Connections downloading the 1 MiB object.
+    pub bulk: u64,
+    /// Clients opening a connection per request.
+    pub clients: u64,
+    /// Milliseconds between admin requests.
+    pub admin_interval_ms: u64,
+}
+
+/// One proxy a phase measures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+enum Variant {
+    /// keel, admin urgent, setup normal, forwarding bulk.
+    Classes,
+    /// keel, everything in the normal class.
+    SingleClass,
+    /// tokio.
+    Tokio,
+}
+
+impl Variant {
+    /// The variants a run measures for `runtimes`, in canonical order.
+    fn all(runtimes: &[RuntimeKind]) -> Vec<Variant> {
+        let mut out = Vec::new();
+        if runtimes.contains(&RuntimeKind::Keel) {
+            out.extend([Variant::Classes, Variant::SingleClass]);
+        }
+        if runtimes.contains(&RuntimeKind::Tokio) {
+            out.push(Variant::Tokio);
+        }
+        out
+    }
+
+    /// The runtime.
+    fn runtime(self) -> RuntimeKind {
+        match self {
+            Variant::Classes | Variant::SingleClass => RuntimeKind::Keel,
+            Variant::Tokio => RuntimeKind::Tokio,
+        }
+    }
+
+    /// The mode name in the report.
+    fn mode(self) -> &'static str {
+        match self {
+            Variant::Classes => "classes",
+            Variant::SingleClass => "single-class",
+            Variant::Tokio => "default",
+        }
+    }
+}
+
+/// One phase's figures with where it sat in the run.
+#[derive(Debug, Clone, Serialize)]
+struct PhaseRecord {
+    /// Round number, from 1.
+    round: u32,
+    /// The proxy measured.
+    variant: Variant,
+    /// The admin probe alone.
+    idle: S3LoadSummary,
+    /// The admin probe, bulk and connection rate together.
+    loaded: S3LoadSummary,
+    /// Proxy process CPU seconds over the loaded window.
+    cpu_s: f64,
+    /// Seconds between the proxy's marks around the loaded window.
+    window_s: f64,
+    /// keel: per worker, the share of the loaded window each state took.
+    worker_states: Option<Vec<[f64; 6]>>,
+    /// The host's noise, the worse of the alone and the loaded windows.
+    noise: Noise,
+}
+
+/// Runs S3 and judges it.
+pub fn run(config: &S3Config) -> Result<Outcome, Error> {
+    let variants = Variant::all(&config.run.runtimes);
+    let records = config
+        .run
+        .interleaved(&variants, |round, variant| phase(config, round, variant))?;
+    let rounds = round_figures(&records, &variants);
+    let runs = medians_of(&rounds);
+    let runtimes = config.run.runtimes.clone();
+    let verdicts = judge_rounds(&rounds, config.run.judged, |runs| verdicts(runs, &runtimes));
+    let (problems, mut notes) = check(&records, &runs);
+    notes.extend(probe_note(records.iter().flat_map(|r| {
+        [r.idle.scheduling.as_ref(), r.loaded.scheduling.as_ref()]
+    })));
+    let mut sizes = Pairs(vec![
+        ("bulk_connections", json!(config.bulk)),
+        ("object_bytes", json!(1u64 << 20)),
+        ("rate_clients", json!(config.clients)),
+        ("admin_interval_ms", json!(config.admin_interval_ms)),
+    ]);
+    sizes.0.extend(config.run.sizes());
+    Ok(Outcome {
+        id: "s3",
+        title: TITLE,
+        sizes,
+        runs,
+        verdicts,
+        rounds: serde_json::to_value(&records)?,
+        noise: round_noise(&rounds),
+        problems,
+        notes,
+        charts: charts(&records),
+        chart_files: Vec::new(),
+    })
+}
+
+/// Where keel's workers spent the first round's loaded windows.
+fn charts(records: &[PhaseRecord]) -> Vec<Chart> {
+    let phases: Vec<(String, Vec<[f64; 6]>)> = records
+        .iter()
+        .filter(|r| r.round == 1)
+        .filter_map(|r| Some((r.variant.mode().to_string(), r.worker_states.clone()?)))
+        .collect();
+    vec![charts::worker_state_bars(
+        "workers",
+        "S3: keel workers by state under load (round 1)".into(),
+        &phases,
+    )]
+}
+
+/// Runs one phase, showing its progress.
+fn phase(config: &S3Config, round: u32, variant: Variant) -> Result<PhaseRecord, Error> {
+    let label = format!(
+        "s3 r{round}/{} {} {}",
+        config.run.runs,
+        variant.runtime(),
+        variant.mode()
+    );
+    let window = Duration::from_millis(config.run.warmup_ms)
+        + Duration::from_secs_f64(config.run.duration_s);
+    let bar = PhaseBar::new(&label, SETTLE + window * 2);
+    match measure(config, variant, &bar) {
+        Ok(record) => {
+            let record = PhaseRecord { round, ..record };
+            bar.finish(&format!(
+                "{label:<28} admin p99 alone {:>8.1} us  loaded {:>8.1} us  bulk {:>7.1} MB/s  conns/s {:>7.0}  cpu {:.2} s",
+                record.idle.admin_p99_us,
+                record.loaded.admin_p99_us,
+                record.loaded.bulk_mb_per_s,
+                record.loaded.conns_per_s,
+                record.cpu_s,
+            ));
+            Ok(record)
+        }
+        Err(error) => {
+            bar.abandon();
+            Err(error.context(label))
+        }
+    }
+}
+
+/// The body of [`phase`]; children are killed on any early return.
+fn measure(config: &S3Config, variant: Variant, bar: &PhaseBar) -> Result<PhaseRecord, Error> {
+    let tick = || bar.tick();
+    bar.step("starting the backend");
+    let mut backend = config.run.spawn(
+        Role::Load,
+        "keel serve s3-backend",
+        &["serve".into(), "s3-backend".into()],
+    )?;
+    let backend_addr: AddrLine = backend.recv_json(SERVER_SILENCE, "its address", tick)?;
+
+    bar.step("starting the proxy");
+    let mut args: Vec<String> = vec![
+        "serve".into(),
+        "proxy".into(),
+        "--runtime".into(),
+        variant.runtime().to_string(),
+        "--workers".into(),
+        config.run.workers.to_string(),
+        "--backend".into(),
+        backend_addr.addr.to_string(),
+        "--admin-addr".into(),
+        "127.0.0.1:0".into(),
+    ];
+    if variant == Variant::SingleClass {
+        args.push("--single-class".into());
+    }
+    let mut proxy = config.run.spawn(
+        Role::Server,
+        format!(
+            "keel serve proxy ({} {})",
+            variant.runtime(),
+            variant.mode()
+        ),
+        &args,
+    )?;
+    let addrs: AddrLine = proxy.recv_json(SERVER_SILENCE, "its address", tick)?;
+    let admin = addrs
+        .admin_addr
+        .ok_or_else(|| Error::new(format!("{} did not say where its admin is", proxy.name())))?;
+    std::thread::sleep(SETTLE);
+
+    bar.step("probing the admin alone");
+    let alone_start = mark(&mut proxy, bar)?;
+    let idle = load(
+        config,
+        &addrs.addr.to_string(),
+        &admin.to_string(),
+        true,
+        bar,
+    )?;
+    bar.step("probing under load");
+    let start = mark(&mut proxy, bar)?;
+    let loaded = load(
+        config,
+        &addrs.addr.to_string(),
+        &admin.to_string(),
+        false,
+        bar,
+    )?;
+    let end = mark(&mut proxy, bar)?;
+    let measured = start.to(&end, &config.run.placement.server);
+
+    bar.step("stopping");
+    for child in [&mut proxy, &mut backend] {
+        child.send_line("stop")?;
+        let _ = child.finish(Duration::from_secs(5))?;
+    }
+    Ok(PhaseRecord {
+        round: 0,
+        variant,
+        idle,
+        loaded,
+        cpu_s: measured.cpu_s,
+        window_s: measured.window_s,
+        worker_states: charts::keel_worker_states(&start.mark.runtime, &end.mark.runtime),
+        noise: alone_start
+            .to(&start, &config.run.placement.server)
+            .noise
+            .worst(measured.noise),
+    })
+}
+
+/// Runs `keel-bench load s3` (the probe alone with `alone`) and reads its line.
+fn load(
+    config: &S3Config,
+    proxy: &str,
+    admin: &str,
+    alone: bool,
+    bar: &PhaseBar,
+) -> Result<S3LoadSummary, Error> {
+    let mut args: Vec<String> = vec![
+        "load".into(),
+        "s3".into(),
+        "--admin".into(),
+        admin.into(),
+        "--duration-s".into(),
+        config.run.duration_s.to_string(),
+        "--warmup-ms".into(),
+        config.run.warmup_ms.to_string(),
+        "--admin-interval-ms".into(),
+        config.admin_interval_ms.to_string(),
+    ];
+    if alone {
+        args.push("--no-load".into());
+    } else {
+        args.extend([
+            "--proxy".into(),
+            proxy.into(),
+            "--bulk".into(),
+            config.bulk.to_string(),
+            "--clients".into(),
+            config.clients.to_string(),
+        ]);
+    }
+    let mut child = config
+        .run
+        .spawn(Role::Load, "keel load s3", &config.run.probe_args(args))?;
+    let budget = Duration::from_millis(config.run.warmup_ms)
+        + Duration::from_secs_f64(config.run.duration_s)
+        + Duration::from_secs(30);
+    let summary: S3LoadSummary = child.recv_json(budget, "its results", || bar.tick())?;
+    child.finish_clean(Duration::from_secs(10))?;
+    Ok(summary)
+}
+
+/// The metrics of one phase.
+fn round_metrics(record: &PhaseRecord) -> Vec<(&'static str, f64)> {
+    let server = |summary: &S3LoadSummary, q: fn(&Quantiles) -> f64| {
+        summary.admin_server.as_ref().map_or(f64::NAN, q)
+    };
+    vec![
+        (
+            "admin_server_idle_p50_us",
+            server(&record.idle, |q| q.p50_us),
+        ),
+        (
+            "admin_server_idle_p99_us",
+            server(&record.idle, |q| q.p99_us),
+        ),
+        ("admin_server_p50_us", server(&record.loaded, |q| q.p50_us)),
+        ("admin_server_p99_us", server(&record.loaded, |q| q.p99_us)),
+        ("admin_server_max_us", server(&record.loaded, |q| q.max_us)),
+        ("admin_idle_p50_us", record.idle.admin_p50_us),
+        ("admin_idle_p99_us", record.idle.admin_p99_us),
+        ("admin_p50_us", record.loaded.admin_p50_us),
+        ("admin_p99_us", record.loaded.admin_p99_us),
+        ("admin_max_us", record.loaded.admin_max_us),
+        (
+            "admin_p99_ratio",
+            ratio(
+                Some(record.loaded.admin_p99_us),
+                Some(record.idle.admin_p99_us),
+            )
+            .unwrap_or(f64::NAN),
+        ),
+        ("bulk_mb_per_s", record.loaded.bulk_mb_per_s),
+        ("conns_per_s", record.loaded.conns_per_s),
+        ("admin_samples", record.loaded.admin_samples as f64),
+        ("cpu_s", record.cpu_s),
+    ]
+}
+
+/// Each round's figures: per variant measured in the round, its metrics;
+/// the worst noise of the round.
+fn round_figures(records: &[PhaseRecord], variants: &[Variant]) -> Vec<RoundFigures> {
+    rounds_of(
+        records,
+        |r| r.round,
+        |r| r.noise,
+        |round| {
+            variants
+                .iter()
+                .filter_map(|&variant| {
+                    let record = records
+                        .iter()
+                        .find(|r| r.round == round && r.variant == variant)?;
+                    Some(RunFigures {
+                        runtime: variant.runtime().to_string(),
+                        mode: variant.mode().to_string(),
+                        metrics: Pairs(round_metrics(record)),
+                    })
+                })
+                .collect()
+        },
+    )
+}
+
+/// The S3 verdicts, from one round's figures (see [`judge_rounds`]).
+///
+/// The control-plane verdicts are judged on the proxy's share of each
+/// admin request; the end-to-end ratios are reported beside them.
+fn verdicts(runs: &[RunFigures], runtimes: &[RuntimeKind]) -> Vec<Verdict> {
+    let metric = |runtime: &str, mode: &str, name: &str| find_metric(runs, runtime, mode, name);
+    let missing = |needed: &[RuntimeKind]| why_missing(needed, runtimes);
+    let (keel, tokio) = (RuntimeKind::Keel, RuntimeKind::Tokio);
+    let classes = |name| metric("keel", "classes", name);
+    let stretch = |runtime: &str, mode: &str, loaded: &str, alone: &str| {
+        ratio(metric(runtime, mode, loaded), metric(runtime, mode, alone))
+    };
+    let mut out = vec![
+        Verdict::new(
+            "admin server p99 loaded/alone, keel classes",
+            "keel",
+            stretch(
+                "keel",
+                "classes",
+                "admin_server_p99_us",
+                "admin_server_idle_p99_us",
+            ),
+            Some(Goal::AtMost(LOADED_OVER_IDLE)),
+        )
+        .missing_because(missing(&[keel])),
+        Verdict::new(
+            "admin server p99 keel classes/keel single-class",
+            "keel",
+            ratio(
+                classes("admin_server_p99_us"),
+                metric("keel", "single-class", "admin_server_p99_us"),
+            ),
+            Some(Goal::AtMost(WELL_BELOW)),
+        )
+        .missing_because(missing(&[keel])),
+        Verdict::new(
+            "admin server p99 keel classes/tokio",
+            "keel",
+            ratio(
+                classes("admin_server_p99_us"),
+                metric("tokio", "default", "admin_server_p99_us"),
+            ),
+            Some(Goal::AtMost(WELL_BELOW)),
+        )
+        .missing_because(missing(&[keel, tokio])),
+    ];
+    for (name, figure) in [
+        ("bulk_mb_per_s keel classes/tokio", "bulk_mb_per_s"),
+        ("conns_per_s keel classes/tokio", "conns_per_s"),
+    ] {
+        out.push(
+            Verdict::new(
+                name,
+                "keel",
+                ratio(classes(figure), metric("tokio", "default", figure)),
+                Some(Goal::AtLeast(THROUGHPUT_VS_TOKIO)),
+            )
+            .missing_because(missing(&[keel, tokio])),
+        );
+    }
+    for (runtime, mode, name) in [
+        (
+            "keel",
+            "single-class",
+            "admin server p99 loaded/alone, keel single-class",
+        ),
+        ("tokio", "default", "admin server p99 loaded/alone, tokio"),
+    ] {
+        let kind = if runtime == "keel" { keel } else { tokio };
+        out.push(
+            Verdict::new(
+                name,
+                kind.name(),
+                stretch(
+                    runtime,
+                    mode,
+                    "admin_server_p99_us",
+                    "admin_server_idle_p99_us",
+                ),
+                None,
+            )
+            .missing_because(missing(&[kind])),
+        );
+    }
+    // End to end, as the probe saw it: reported beside the judged figures.
+    for (runtime, mode, name) in [
+        (
+            "keel",
+            "classes",
+            "end-to-end admin p99 loaded/alone, keel classes",
+        ),
+        (
+            "keel",
+            "single-class",
+            "end-to-end admin p99 loaded/alone, keel single-class",
+        ),
+        (
+            "tokio",
+            "default",
+            "end-to-end admin p99 loaded/alone, tokio",
+        ),
+    ] {
+        let kind = if runtime == "keel" { keel } else { tokio };
+        out.push(
+            Verdict::new(
+                name,
+                kind.name(),
+                stretch(runtime, mode, "admin_p99_us", "admin_idle_p99_us"),
+                None,
+            )
+            .missing_because(missing(&[kind])),
+        );
+    }
+    out.push(
+        Verdict::new(
+            "end-to-end admin p99 keel classes/tokio",
+            "keel",
+            ratio(
+                classes("admin_p99_us"),
+                metric("tokio", "default", "admin_p99_us"),
+            ),
+            None,
+        )
+        .missing_because(missing(&[keel, tokio])),
+    );
+    out
+}
+
+/// Figures that should exist and do not (problems), and other remarks.
+fn check(records: &[PhaseRecord], runs: &[RunFigures]) -> (Vec<String>, Vec<String>) {
+    let mut problems = Vec::new();
+    let mut notes = Vec::new();
+    for record in records {
+        let at = format!(
+            "round {} {} {}",
+            record.round,
+            record.variant.runtime(),
+            record.variant.mode()
+        );
+        for (what, summary) in [("alone", &record.idle), ("loaded", &record.loaded)] {
+            if summary.admin_samples == 0 {
+                problems.push(format!("{at} {what}: no admin request was timed"));
+            }
+            if summary.admin_errors > 0 {
+                problems.push(format!(
+                    "{at} {what}: {} admin requests failed ({})",
+                    summary.admin_errors,
+                    summary.first_error.as_deref().unwrap_or("no message")
+                ));
+            }
+        }
+        let loaded = &record.loaded;
+        if loaded.bulk_bytes == 0 || loaded.conns == 0 {
+            problems.push(format!(
+                "{at}: the load moved nothing (bulk {} bytes, {} connections)",
+                loaded.bulk_bytes, loaded.conns
+            ));
+        }
+        if loaded.bulk_errors + loaded.conn_errors > 0 {
+            notes.push(format!(
+                "{at}: {} bulk and {} connection-rate requests failed ({})",
+                loaded.bulk_errors,
+                loaded.conn_errors,
+                loaded.first_error.as_deref().unwrap_or("no message")
+            ));
+        }
+    }
+    problems.extend(check_runs(runs));
+    (problems, notes)
+}

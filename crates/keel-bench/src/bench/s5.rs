@@ -1,0 +1,821 @@
+//! S5, fsync must not hurt the network: a log node under group commit.
+//!
+//! Eight closed-loop clients append 512-byte records to a log node and
+//! wait for each acknowledgement, which the node sends only once the
+//! record is durable; meanwhile the S1 probe pings the node's echo
+//! service. Each round measures, per runtime, the ping with no log load
+//! (idle), then per durability mode the ping and the record rate under
+//! load, with the eight clients and again with 64. keel runs `wal::Log`;
+//! tokio runs its three usual designs (`spawn_blocking` per record, a
+//! hand-built group committer, and the sync inside the task).
+//!
+//! The record rate is judged against what a closed loop can reach. A
+//! client sends its next record only once the last one is acknowledged,
+//! so each of `n` clients gets at most one record per sync plus one
+//! network round: the ceiling is `n / (sync + round trip)`, with the sync
+//! the disk's own `fdatasync` latency, measured in the same directory, and
+//! the round trip the node's idle ping in the same round. With 8 clients
+//! on this kind of disk the round trip is as long as the sync; with 64,
+//! each commit can carry many records, and batching, not the round trip,
+//! is what limits the rate.
+//!
+//! The echo service stamps its answers (see [`crate::serve::stamp`]), so
+//! the ping's verdicts are judged on the node's share of each round trip;
+//! the end-to-end figures are reported beside them. Rounds interleave
+//! runtimes and modes and alternate their order; figures are medians
+//! across rounds, and each verdict is judged on its per-round ratios (see
+//! [`super::judge`]). `--crash N` runs the durability check instead (see
+//! [`super::crash`]).
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Serialize;
+use serde_json::json;
+
+use super::charts;
+use super::disk::{self, SyncLatency};
+use super::noise::Noise;
+use super::outcome::{
+    check_runs, find_metric, judge_rounds, medians_of, probe_note, round_noise, rounds_of,
+    why_missing, Goal, Outcome, Pairs, RoundFigures, RunFigures, Verdict,
+};
+use super::phase::{mark, SERVER_SILENCE};
+use super::placement::Role;
+use super::progress::PhaseBar;
+use super::stats::ratio;
+use super::RunSpec;
+use crate::error::{Context, Error};
+use crate::load::s5::LogLoadSummary;
+use crate::load::summary::ProbeSummary;
+use crate::load::summary::Quantiles;
+use crate::serve::control::{AddrLine, Mark};
+use crate::serve::s5::LogMode;
+use crate::serve::RuntimeKind;
+
+/// What the scenario measures, for the table.
+const TITLE: &str = "fsync must not hurt the network";
+
+/// How long a node runs before measuring starts.
+const SETTLE: Duration = Duration::from_millis(200);
+
+/// The sizes and setup of one S5 run.
+#[derive(Debug, Clone)]
+pub struct S5Config {
+    /// What every scenario run shares.
+    pub run: RunSpec,
+    /// Closed-loop log clients of the first loaded phase.
+    pub clients: u32,
+    /// Closed-loop log clients of the second loaded phase, where batching
+    /// is the limit.
+    pub many_clients: u32,
+    /// Bytes per record.
+    pub record: u64,
+    /// Ping interval, µs.
+    pub interval_us: u64,
+    /// Where logs are written (on a real disk); emptied per phase.
+    pub data_dir: PathBuf,
+    /// `fdatasync` calls the disk probe times.
+    pub sync_samples: usize,
+}
+
+/// The durability modes a runtime runs in S5.
+pub fn modes(runtime: RuntimeKind) -> &'static [LogMode] {
+    match runtime {
+        RuntimeKind::Keel => &[LogMode::Group],
+        RuntimeKind::Tokio => &[LogMode::PerRecord, LogMode::Group, LogMode::Inline],
+    }
+}
+
+/// One phase's figures with where it sat in the run.
+#[derive(Debug, Clone, Serialize)]
+struct PhaseRecord {
+    /// Round number, from 1.
+    round: u32,
+    /// The node's runtime.
+    runtime: RuntimeKind,
+    /// `None` for the idle phase (no log load).
+    mode: Option<LogMode>,
+    /// Log clients (0 for the idle phase).
+    clients: u32,
+    /// The ping probe's results.
+    ping: ProbeSummary,
+    /// The log clients' results (loaded phases).
+    log: Option<LogLoadSummary>,
+    /// Records acknowledged per `fdatasync`, from the node's counters.
+    records_per_sync: f64,
+    /// Node process CPU seconds between the marks.
+    cpu_s: f64,
+    /// Seconds between the marks.
+    window_s: f64,
+    /// The host's noise between the marks.
+    noise: Noise,
+}
+
+/// The name of a loaded run: the mode, with the client count when it is
+/// not the first phase's (`group`, `group-64`).
+fn run_mode(mode: LogMode, clients: u32, config: &S5Config) -> String {
+    if clients == config.clients {
+        mode.to_string()
+    } else {
+        format!("{mode}-{clients}")
+    }
+}
+
+/// The client counts of the loaded phases, first phase first.
+fn client_counts(config: &S5Config) -> Vec<u32> {
+    let mut counts = vec![config.clients];
+    if config.many_clients != config.clients {
+        counts.push(config.many_clients);
+    }
+    counts
+}
+
+/// Runs S5's performance phases and judges them.
+pub fn run(config: &S5Config) -> Result<Outcome, Error> {
+    std::fs::create_dir_all(&config.data_dir)
+        .context(|| format!("creating {}", config.data_dir.display()))?;
+    let mut notes = Vec::new();
+    if disk::is_tmpfs(&config.data_dir)? {
+        notes.push(format!(
+            "{} is on tmpfs: syncs cost nothing there and the figures say nothing about a disk",
+            config.data_dir.display()
+        ));
+    }
+    let sync = disk::sync_latency(
+        &config.data_dir,
+        config.sync_samples,
+        Duration::from_secs(10),
+    )?;
+    eprintln!(
+        "s5: the disk syncs 512 bytes in {:.0} us (median of {}, p99 {:.0} us)",
+        sync.p50_us, sync.samples, sync.p99_us
+    );
+
+    let mut records = Vec::new();
+    for round in 0..config.run.runs {
+        let mut order = config.run.runtimes.clone();
+        if round % 2 == 1 {
+            order.reverse();
+        }
+        for &runtime in &order {
+            records.push(phase(config, round + 1, runtime, None, 0)?);
+        }
+        for clients in client_counts(config) {
+            for &runtime in &order {
+                let mut mine = modes(runtime).to_vec();
+                if round % 2 == 1 {
+                    mine.reverse();
+                }
+                for mode in mine {
+                    records.push(phase(config, round + 1, runtime, Some(mode), clients)?);
+                }
+            }
+        }
+    }
+    let _ = std::fs::remove_dir_all(&config.data_dir);
+
+    let rounds = round_figures(&records, config, &sync);
+    let runs = medians_of(&rounds);
+    let (runtimes, many) = (config.run.runtimes.clone(), config.many_clients);
+    let verdicts = judge_rounds(&rounds, config.run.judged, |runs| {
+        verdicts(runs, &runtimes, many)
+    });
+    let problems = check(&records, &runs);
+    for record in &records {
+        if record.ping.errors > 0 {
+            notes.push(format!(
+                "round {} {} {}: {} pings failed",
+                record.round,
+                record.runtime,
+                record.mode.map_or("idle", LogMode::name),
+                record.ping.errors
+            ));
+        }
+    }
+    notes.extend(probe_note(
+        records.iter().map(|r| r.ping.scheduling.as_ref()),
+    ));
+    let mut sizes = Pairs(vec![
+        ("clients", json!(config.clients)),
+        ("many_clients", json!(config.many_clients)),
+        ("record_bytes", json!(config.record)),
+        ("interval_us", json!(config.interval_us)),
+        ("data_dir", json!(config.data_dir)),
+    ]);
+    sizes.0.extend(config.run.sizes());
+    Ok(Outcome {
+        id: "s5",
+        title: TITLE,
+        sizes,
+        runs,
+        verdicts,
+        rounds: json!({"sync": sync, "phases": records}),
+        noise: round_noise(&rounds),
+        problems,
+        notes,
+        charts: vec![charts::latency_lines(
+            "latency",
+            "S5: ping RTT over time, idle and under log load (round 1)".into(),
+            records
+                .iter()
+                .filter(|r| r.round == 1 && (r.mode.is_none() || r.clients == config.clients))
+                .map(|r| {
+                    let what = r.mode.map_or("idle", LogMode::name);
+                    (format!("{} {what}", r.runtime), r.ping.series.as_slice())
+                })
+                .collect(),
+        )],
+        chart_files: Vec::new(),
+    })
+}
+
+/// Each round's figures: per runtime, mode and client count with its idle
+/// and loaded phases in the round, its metrics; the disk's own column; the
+/// worst noise of the round.
+fn round_figures(
+    records: &[PhaseRecord],
+    config: &S5Config,
+    sync: &SyncLatency,
+) -> Vec<RoundFigures> {
+    rounds_of(
+        records,
+        |r| r.round,
+        |r| r.noise,
+        |round| {
+            let find = |runtime: RuntimeKind, mode: Option<LogMode>, clients: u32| {
+                records.iter().find(|r| {
+                    r.round == round
+                        && r.runtime == runtime
+                        && r.mode == mode
+                        && r.clients == clients
+                })
+            };
+            let mut runs = Vec::new();
+            for clients in client_counts(config) {
+                for &runtime in &config.run.runtimes {
+                    for &mode in modes(runtime) {
+                        if let (Some(idle), Some(loaded)) =
+                            (find(runtime, None, 0), find(runtime, Some(mode), clients))
+                        {
+                            runs.push(RunFigures {
+                                runtime: runtime.to_string(),
+                                mode: run_mode(mode, clients, config),
+                                metrics: Pairs(round_metrics(idle, loaded, sync)),
+                            });
+                        }
+                    }
+                }
+            }
+            runs.push(disk_run(sync, config.clients));
+            runs
+        },
+    )
+}
+
+/// The disk's figures as a column of the table.
+fn disk_run(sync: &SyncLatency, clients: u32) -> RunFigures {
+    RunFigures {
+        runtime: "disk".into(),
+        mode: "raw".into(),
+        metrics: Pairs(vec![
+            ("raw_fdatasync_us", sync.p50_us),
+            ("raw_fdatasync_p99_us", sync.p99_us),
+            ("limit_records_per_s", sync_limit(sync, clients)),
+        ]),
+    }
+}
+
+/// The most records per second `clients` clients could get acknowledged
+/// if each got one record into every sync with no time between syncs: an
+/// open-loop bound, above the closed-loop [`ceiling`].
+fn sync_limit(sync: &SyncLatency, clients: u32) -> f64 {
+    ratio(Some(f64::from(clients)), Some(sync.p50_us / 1e6)).unwrap_or(f64::NAN)
+}
+
+/// The most records per second `clients` closed-loop clients can get
+/// acknowledged: each waits for a sync and then one network round before
+/// its next record arrives, so at most `clients / (sync + round trip)`.
+pub fn ceiling(clients: u32, sync_us: f64, round_trip_us: f64) -> f64 {
+    ratio(
+        Some(f64::from(clients)),
+        Some((sync_us + round_trip_us) / 1e6),
+    )
+    .unwrap_or(f64::NAN)
+}
+
+/// Runs one phase: a fresh node, the ping probe, and (with a mode) the log
+/// clients at the same time.
+fn phase(
+    config: &S5Config,
+    round: u32,
+    runtime: RuntimeKind,
+    mode: Option<LogMode>,
+    clients: u32,
+) -> Result<PhaseRecord, Error> {
+    let what = match mode {
+        None => "idle".to_string(),
+        Some(mode) => run_mode(mode, clients, config),
+    };
+    let label = format!("s5 r{round}/{} {runtime} {what}", config.run.runs);
+    let expected = SETTLE
+        + Duration::from_millis(config.run.warmup_ms)
+        + Duration::from_secs_f64(config.run.duration_s);
+    let bar = PhaseBar::new(&label, expected);
+    let dir = config.data_dir.join(format!("r{round}-{runtime}-{what}"));
+    let _ = std::fs::remove_dir_all(&dir);
+    let result = measure(config, runtime, mode, clients, &dir, &bar).map(|m| PhaseRecord {
+        round,
+        runtime,
+        mode,
+        clients,
+        ..m
+    });
+    let _ = std::fs::remove_dir_all(&dir);
+    match result {
+        Ok(record) => {
+            let rate = record.log.as_ref().map_or(0.0, |l| l.records_per_s);
+            let server_p99 = record.ping.server.as_ref().map_or(f64::NAN, |q| q.p99_us);
+            bar.finish(&format!(
+                "{label:<28} ping p50 {:>8.1} us  p99 {:>8.1} us  server p99 {server_p99:>8.1} us  records/s {rate:>8.0}  per sync {:>5.1}  cpu {:.2} s",
+                record.ping.p50_us,
+                record.ping.p99_us,
+                record.records_per_sync,
+                record.cpu_s,
+            ));
+            Ok(record)
+        }
+        Err(error) => {
+            bar.abandon();
+            Err(error.context(label))
+        }
+    }
+}
+
+/// The body of [`phase`]; children are killed on any early return.
+fn measure(
+    config: &S5Config,
+    runtime: RuntimeKind,
+    mode: Option<LogMode>,
+    clients: u32,
+    dir: &Path,
+    bar: &PhaseBar,
+) -> Result<PhaseRecord, Error> {
+    bar.step("starting the node");
+    let node_mode = mode.unwrap_or(LogMode::Group);
+    let mut node = config.run.spawn(
+        Role::Server,
+        format!("keel serve s5 ({runtime} {node_mode})"),
+        &node_args(runtime, node_mode, config.run.workers, dir),
+    )?;
+    let tick = || bar.tick();
+    let addrs: AddrLine = node.recv_json(SERVER_SILENCE, "its address", tick)?;
+    let log_addr = addrs.log_addr.ok_or_else(|| {
+        Error::new(format!(
+            "{} did not say where its log service is",
+            node.name()
+        ))
+    })?;
+    std::thread::sleep(SETTLE);
+
+    let mut load = match mode {
+        Some(_) => Some(config.run.spawn(
+            Role::Load,
+            "keel load s5",
+            &[
+                "load".into(),
+                "s5".into(),
+                "--addr".into(),
+                log_addr.to_string(),
+                "--clients".into(),
+                clients.to_string(),
+                "--record".into(),
+                config.record.to_string(),
+                "--duration-s".into(),
+                config.run.duration_s.to_string(),
+                "--warmup-ms".into(),
+                config.run.warmup_ms.to_string(),
+            ],
+        )?),
+        None => None,
+    };
+    bar.step("pinging");
+    let mut ping = config.run.spawn(
+        Role::Load,
+        "keel load s1",
+        &config.run.probe_args(vec![
+            "load".into(),
+            "s1".into(),
+            "--addr".into(),
+            addrs.addr.to_string(),
+            "--interval-us".into(),
+            config.interval_us.to_string(),
+            "--duration-s".into(),
+            config.run.duration_s.to_string(),
+            "--warmup-ms".into(),
+            config.run.warmup_ms.to_string(),
+        ]),
+    )?;
+    std::thread::sleep(Duration::from_millis(config.run.warmup_ms));
+    let start = mark(&mut node, bar)?;
+
+    let budget = Duration::from_secs_f64(config.run.duration_s) + Duration::from_secs(20);
+    let ping_summary: ProbeSummary = ping.recv_json(budget, "its results", tick)?;
+    let log = match load.as_mut() {
+        Some(load) => Some(load.recv_json::<LogLoadSummary>(budget, "its results", tick)?),
+        None => None,
+    };
+    let end = mark(&mut node, bar)?;
+    bar.step("stopping");
+    node.send_line("stop")?;
+    let _ = node.finish(Duration::from_secs(5))?;
+    for child in [Some(&mut ping), load.as_mut()].into_iter().flatten() {
+        child.finish_clean(Duration::from_secs(5))?;
+    }
+
+    let measured = start.to(&end, &config.run.placement.server);
+    let counter = |mark: &Mark, name: &str| mark.runtime["log"][name].as_f64().unwrap_or(f64::NAN);
+    let acked = counter(&end.mark, "acked") - counter(&start.mark, "acked");
+    let syncs = counter(&end.mark, "syncs") - counter(&start.mark, "syncs");
+    Ok(PhaseRecord {
+        round: 0,
+        runtime,
+        mode,
+        clients,
+        ping: ping_summary,
+        log,
+        records_per_sync: ratio(Some(acked), Some(syncs)).unwrap_or(f64::NAN),
+        cpu_s: measured.cpu_s,
+        window_s: measured.window_s,
+        noise: measured.noise,
+    })
+}
+
+/// The arguments of `keel-bench serve s5` for `runtime` in `mode` on `dir`.
+pub fn node_args(runtime: RuntimeKind, mode: LogMode, workers: u64, dir: &Path) -> Vec<String> {
+    vec![
+        "serve".into(),
+        "s5".into(),
+        "--runtime".into(),
+        runtime.to_string(),
+        "--mode".into(),
+        mode.to_string(),
+        "--workers".into(),
+        workers.to_string(),
+        "--dir".into(),
+        dir.display().to_string(),
+    ]
+}
+
+/// The metrics of one round of one runtime in one mode: its idle phase,
+/// its loaded phase, and the disk's sync latency.
+fn round_metrics(
+    idle: &PhaseRecord,
+    loaded: &PhaseRecord,
+    sync: &SyncLatency,
+) -> Vec<(&'static str, f64)> {
+    let log = loaded.log.as_ref();
+    let rate = log.map_or(f64::NAN, |l| l.records_per_s);
+    let server =
+        |r: &PhaseRecord, q: fn(&Quantiles) -> f64| r.ping.server.as_ref().map_or(f64::NAN, q);
+    let round_trip = idle.ping.p50_us;
+    let ceiling = ceiling(loaded.clients, sync.p50_us, round_trip);
+    vec![
+        ("server_ping_idle_p50_us", server(idle, |q| q.p50_us)),
+        ("server_ping_idle_p99_us", server(idle, |q| q.p99_us)),
+        ("server_ping_loaded_p50_us", server(loaded, |q| q.p50_us)),
+        ("server_ping_loaded_p99_us", server(loaded, |q| q.p99_us)),
+        ("ping_idle_p50_us", idle.ping.p50_us),
+        ("ping_idle_p99_us", idle.ping.p99_us),
+        ("ping_loaded_p50_us", loaded.ping.p50_us),
+        ("ping_loaded_p99_us", loaded.ping.p99_us),
+        ("ping_loaded_max_us", loaded.ping.max_us),
+        ("records_per_s", rate),
+        ("ceiling_records_per_s", ceiling),
+        (
+            "records_over_ceiling",
+            ratio(Some(rate), Some(ceiling)).unwrap_or(f64::NAN),
+        ),
+        ("round_trip_us", round_trip),
+        ("raw_fdatasync_us", sync.p50_us),
+        ("records_per_sync", loaded.records_per_sync),
+        ("fsyncs_per_s", rate / loaded.records_per_sync),
+        ("ack_p50_us", log.map_or(f64::NAN, |l| l.ack.p50_us)),
+        ("ack_p99_us", log.map_or(f64::NAN, |l| l.ack.p99_us)),
+        ("cpu_s", loaded.cpu_s),
+        ("client_errors", log.map_or(f64::NAN, |l| l.errors as f64)),
+    ]
+}
+
+/// The S5 verdicts, from one round's figures (see [`judge_rounds`]);
+/// `many` is the client count of the second loaded phase.
+fn verdicts(runs: &[RunFigures], runtimes: &[RuntimeKind], many: u32) -> Vec<Verdict> {
+    let metric = |runtime: &str, mode: &str, name: &str| find_metric(runs, runtime, mode, name);
+    let missing = |needed: &[RuntimeKind]| why_missing(needed, runtimes);
+    let (keel, tokio) = (RuntimeKind::Keel, RuntimeKind::Tokio);
+    let both = [keel, tokio];
+    let many_group = format!("group-{many}");
+    let many_per_record = format!("per-record-{many}");
+    let stretch = |runtime: &str, mode: &str, loaded: &str, idle: &str| {
+        ratio(metric(runtime, mode, loaded), metric(runtime, mode, idle))
+    };
+    let server_stretch = |runtime: &str, mode: &str| {
+        stretch(
+            runtime,
+            mode,
+            "server_ping_loaded_p99_us",
+            "server_ping_idle_p99_us",
+        )
+    };
+    let e2e_stretch = |runtime: &str, mode: &str| {
+        stretch(runtime, mode, "ping_loaded_p99_us", "ping_idle_p99_us")
+    };
+    let mut out = vec![
+        Verdict::new(
+            "server ping loaded_p99/idle_p99",
+            "keel",
+            server_stretch("keel", "group"),
+            Some(Goal::AtMost(2.0)),
+        )
+        .missing_because(missing(&[keel])),
+        Verdict::new(
+            "server ping loaded_p99 keel/tokio group",
+            "keel",
+            ratio(
+                metric("keel", "group", "server_ping_loaded_p99_us"),
+                metric("tokio", "group", "server_ping_loaded_p99_us"),
+            ),
+            Some(Goal::AtMost(1.0)),
+        )
+        .missing_because(missing(&both)),
+        Verdict::new(
+            "records_per_s keel/tokio per-record",
+            "keel",
+            ratio(
+                metric("keel", "group", "records_per_s"),
+                metric("tokio", "per-record", "records_per_s"),
+            ),
+            Some(Goal::AtLeast(3.0)),
+        )
+        .missing_because(missing(&both)),
+        Verdict::new(
+            "records_per_s keel/closed-loop ceiling",
+            "keel",
+            metric("keel", "group", "records_over_ceiling"),
+            Some(Goal::AtLeast(0.6)),
+        )
+        .missing_because(missing(&[keel])),
+        Verdict::new(
+            "records_per_s keel/closed-loop ceiling, many clients",
+            "keel",
+            metric("keel", &many_group, "records_over_ceiling"),
+            Some(Goal::AtLeast(0.6)),
+        )
+        .missing_because(missing(&[keel])),
+        Verdict::new(
+            "records_per_s keel/tokio per-record, many clients",
+            "keel",
+            ratio(
+                metric("keel", &many_group, "records_per_s"),
+                metric("tokio", &many_per_record, "records_per_s"),
+            ),
+            None,
+        )
+        .missing_because(missing(&both)),
+        Verdict::new(
+            "end-to-end ping loaded_p99/idle_p99",
+            "keel",
+            e2e_stretch("keel", "group"),
+            None,
+        )
+        .missing_because(missing(&[keel])),
+    ];
+    for mode in ["per-record", "group", "inline"] {
+        out.push(
+            Verdict::new(
+                match mode {
+                    "per-record" => "server ping loaded_p99/idle_p99 tokio per-record",
+                    "group" => "server ping loaded_p99/idle_p99 tokio group",
+                    _ => "server ping loaded_p99/idle_p99 tokio inline",
+                },
+                "tokio",
+                server_stretch("tokio", mode),
+                None,
+            )
+            .missing_because(missing(&[tokio])),
+        );
+    }
+    out
+}
+
+/// Figures that should exist and do not.
+fn check(records: &[PhaseRecord], runs: &[RunFigures]) -> Vec<String> {
+    let mut problems = Vec::new();
+    for record in records {
+        let at = format!(
+            "round {} {} {}",
+            record.round,
+            record.runtime,
+            record.mode.map_or("idle", LogMode::name)
+        );
+        if record.ping.count == 0 {
+            problems.push(format!("{at}: the ping probe recorded no round trips"));
+        }
+        if let Some(log) = &record.log {
+            if log.acked == 0 {
+                problems.push(format!("{at}: no record was acknowledged"));
+            }
+            if log.errors > 0 {
+                problems.push(format!(
+                    "{at}: {} log clients stopped on an error: {}",
+                    log.errors,
+                    log.clients
+                        .iter()
+                        .filter_map(|c| c.error.as_deref())
+                        .next()
+                        .unwrap_or("?")
+                ));
+            }
+        }
+    }
+    problems.extend(check_runs(runs));
+    problems
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A ping summary with end-to-end p50/p99 and the server's p99.
+    fn ping(p50_us: f64, p99_us: f64, server_p99_us: f64) -> ProbeSummary {
+        ProbeSummary {
+            count: 1000,
+            p50_us,
+            p99_us,
+            p999_us: p99_us,
+            max_us: p99_us,
+            errors: 0,
+            series: Vec::new(),
+            server: Some(Quantiles {
+                count: 1000,
+                p50_us: server_p99_us / 2.0,
+                p99_us: server_p99_us,
+                p999_us: server_p99_us,
+                max_us: server_p99_us,
+            }),
+            scheduling: None,
+        }
+    }
+
+    /// A phase of `runtime` in round `round`: idle without a mode, else
+    /// `clients` clients acknowledged at `rate` per second.
+    fn record(
+        round: u32,
+        runtime: RuntimeKind,
+        mode: Option<LogMode>,
+        clients: u32,
+        rate: f64,
+        server_p99_us: f64,
+    ) -> PhaseRecord {
+        PhaseRecord {
+            round,
+            runtime,
+            mode,
+            clients,
+            ping: ping(50.0, 100.0, server_p99_us),
+            log: mode.map(|_| LogLoadSummary {
+                acked: rate as u64,
+                records_per_s: rate,
+                ack: ping(400.0, 900.0, 0.0),
+                errors: 0,
+                clients: Vec::new(),
+            }),
+            records_per_sync: 4.0,
+            cpu_s: 0.5,
+            window_s: 1.0,
+            noise: Noise::unmeasured(),
+        }
+    }
+
+    /// A config of 8 and 64 clients, keel and tokio.
+    fn config() -> S5Config {
+        S5Config {
+            run: RunSpec {
+                exe: "/bin/false".into(),
+                runtimes: vec![RuntimeKind::Keel, RuntimeKind::Tokio],
+                runs: 1,
+                workers: 1,
+                duration_s: 1.0,
+                warmup_ms: 0,
+                placement: crate::bench::placement::Placement::plan(
+                    crate::bench::placement::PlacementKind::Isolated,
+                    &crate::bench::placement::CpuSet::new(vec![0, 1]),
+                ),
+                judged: true,
+            },
+            clients: 8,
+            many_clients: 64,
+            record: 512,
+            interval_us: 1000,
+            data_dir: "/nonexistent".into(),
+            sync_samples: 1,
+        }
+    }
+
+    /// The closed-loop ceiling counts a sync and a round trip per record
+    /// and client.
+    #[test]
+    fn ceiling_of_a_closed_loop() {
+        assert!((ceiling(8, 200.0, 200.0) - 20_000.0).abs() < 1e-6);
+        assert!((ceiling(64, 200.0, 50.0) - 256_000.0).abs() < 1e-6);
+        assert!(ceiling(8, 0.0, 0.0).is_nan());
+        let sync = SyncLatency {
+            samples: 10,
+            p50_us: 200.0,
+            p99_us: 900.0,
+        };
+        assert!((sync_limit(&sync, 8) - 40_000.0).abs() < 1e-6);
+    }
+
+    /// Loaded runs are named by mode, with the client count when it is
+    /// the second phase's.
+    #[test]
+    fn run_modes_carry_the_client_count() {
+        let config = config();
+        assert_eq!(run_mode(LogMode::Group, 8, &config), "group");
+        assert_eq!(run_mode(LogMode::PerRecord, 64, &config), "per-record-64");
+        assert_eq!(client_counts(&config), [8, 64]);
+        let same = S5Config {
+            many_clients: 8,
+            ..config
+        };
+        assert_eq!(client_counts(&same), [8]);
+    }
+
+    /// Each round's records become runs per runtime, mode and client
+    /// count, judged against the closed-loop ceiling and on the server's
+    /// share of the ping.
+    #[test]
+    fn verdicts_from_a_round() {
+        let config = config();
+        let (keel, tokio) = (RuntimeKind::Keel, RuntimeKind::Tokio);
+        let mut records = vec![
+            record(1, keel, None, 0, 0.0, 40.0),
+            record(1, tokio, None, 0, 0.0, 40.0),
+        ];
+        for (clients, keel_rate) in [(8, 12_000.0), (64, 60_000.0)] {
+            records.push(record(
+                1,
+                keel,
+                Some(LogMode::Group),
+                clients,
+                keel_rate,
+                60.0,
+            ));
+            for mode in modes(tokio) {
+                records.push(record(1, tokio, Some(*mode), clients, 3_000.0, 120.0));
+            }
+        }
+        let sync = SyncLatency {
+            samples: 10,
+            p50_us: 150.0,
+            p99_us: 900.0,
+        };
+        let rounds = round_figures(&records, &config, &sync);
+        let modes: Vec<String> = rounds[0].runs.iter().map(RunFigures::label).collect();
+        assert_eq!(
+            modes,
+            [
+                "keel group",
+                "tokio per-record",
+                "tokio group",
+                "tokio inline",
+                "keel group-64",
+                "tokio per-record-64",
+                "tokio group-64",
+                "tokio inline-64",
+                "disk raw"
+            ]
+        );
+        let keel_group = &rounds[0].runs[0].metrics;
+        // The round trip is the idle ping's p50 (50 us): 8 / 200 us.
+        assert_eq!(keel_group.get("ceiling_records_per_s"), Some(40_000.0));
+        assert_eq!(keel_group.get("records_over_ceiling"), Some(0.3));
+        assert_eq!(keel_group.get("raw_fdatasync_us"), Some(150.0));
+        let v = judge_rounds(&rounds, true, |runs| verdicts(runs, &[keel, tokio], 64));
+        let value = |name: &str| v.iter().find(|v| v.name == name).and_then(|v| v.value);
+        assert_eq!(value("server ping loaded_p99/idle_p99"), Some(1.5));
+        assert_eq!(value("server ping loaded_p99 keel/tokio group"), Some(0.5));
+        assert_eq!(value("records_per_s keel/tokio per-record"), Some(4.0));
+        assert_eq!(value("records_per_s keel/closed-loop ceiling"), Some(0.3));
+        // 64 / 200 us = 320,000 records/s.
+        assert_eq!(
+            value("records_per_s keel/closed-loop ceiling, many clients"),
+            Some(60_000.0 / 320_000.0)
+        );
+        assert_eq!(
+            value("records_per_s keel/tokio per-record, many clients"),
+            Some(20.0)
+        );
+    }
+}

@@ -1,0 +1,281 @@
+//! The S5 log clients: closed-loop writers that count what was promised.
+//!
+//! Each client has one connection. It sends a record, waits for the LSN
+//! that acknowledges it, and sends the next, back to back. All clients
+//! are tasks of one current-thread tokio runtime, as S0's are: a thread
+//! per client would put eight more threads on the shared cores at every
+//! group commit (each woken by its own acknowledgement), and the node's
+//! figures would measure the clients' context switches as much as the
+//! node. Records are self-describing ([`record`]): a client id, a sequence
+//! number from 1, and filler derived from both, so whoever reads the log
+//! afterwards can tell every record's origin and whether its bytes are
+//! intact, without the clients having to keep copies.
+//!
+//! What a client reports is exactly what it was promised: the last
+//! sequence number acknowledged, the LSN of that acknowledgement, and
+//! whether another record was in flight (sent, not yet answered) when the
+//! connection ended. `keel-bench bench s5 --crash` holds the log to those
+//! promises after each `kill -9`.
+//!
+//! Loops are bounded by time, by a record count and by an error, and
+//! every socket operation has a timeout.
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use serde::{Deserialize, Serialize};
+
+use super::summary::{new_histogram, ProbeSummary};
+use super::within;
+use crate::error::Error;
+use crate::serve::s5::frame;
+
+/// Records one client sends at most, whatever the duration.
+const MAX_RECORDS_PER_CLIENT: u64 = 50_000_000;
+
+/// Bytes at the head of every record: client id (`u32`) and sequence
+/// number (`u64`), little-endian.
+pub const HEADER: usize = 12;
+
+/// What the clients do.
+#[derive(Debug, Clone)]
+pub struct ClientOpts {
+    /// The log service (a loopback address).
+    pub addr: SocketAddr,
+    /// Concurrent clients.
+    pub clients: u32,
+    /// Id of the first client; the others follow.
+    pub first_id: u32,
+    /// Bytes per record (at least [`HEADER`]).
+    pub record: usize,
+    /// Time of records that are not counted in the rates.
+    pub warmup: Duration,
+    /// Measured time after the warm-up.
+    pub duration: Duration,
+    /// Timeout of a connect, a write or a read.
+    pub io_timeout: Duration,
+}
+
+/// What one client was promised.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClientResult {
+    /// The client's id.
+    pub id: u32,
+    /// The last sequence number acknowledged (0 if none).
+    pub acked_seq: u64,
+    /// The LSN that acknowledged it (0 if none).
+    pub acked_lsn: u64,
+    /// Whether a record was sent and not answered when the client stopped.
+    pub in_flight: bool,
+    /// Why the client stopped early, if it did.
+    pub error: Option<String>,
+}
+
+/// The JSON line `keel-bench load s5` prints.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct LogLoadSummary {
+    /// Acknowledgements received inside the measured window.
+    pub acked: u64,
+    /// `acked` per second of the measured window.
+    pub records_per_s: f64,
+    /// Time from send to acknowledgement, inside the window.
+    pub ack: ProbeSummary,
+    /// Clients that stopped on an error.
+    pub errors: u64,
+    /// Per client, what it was promised.
+    pub clients: Vec<ClientResult>,
+}
+
+/// The record a client sends as sequence number `seq`: header, then
+/// filler that depends on both, so a swapped or damaged record is caught.
+pub fn record(client: u32, seq: u64, len: usize) -> Vec<u8> {
+    let mut out = Vec::with_capacity(len.max(HEADER));
+    out.extend_from_slice(&client.to_le_bytes());
+    out.extend_from_slice(&seq.to_le_bytes());
+    let mut state = u64::from(client).wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ seq;
+    while out.len() < len {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        out.push(state as u8);
+    }
+    out
+}
+
+/// Reads back a record written by [`record`]: its client and sequence
+/// number, or `None` if its bytes are not exactly what that client sent.
+pub fn parse_record(data: &[u8]) -> Option<(u32, u64)> {
+    if data.len() < HEADER {
+        return None;
+    }
+    let client = u32::from_le_bytes(data[..4].try_into().ok()?);
+    let seq = u64::from_le_bytes(data[4..HEADER].try_into().ok()?);
+    (record(client, seq, data.len()) == data).then_some((client, seq))
+}
+
+/// Runs the clients to the end of the window (or until each fails) and
+/// summarises them.
+pub fn run(opts: &ClientOpts) -> Result<LogLoadSummary, Error> {
+    if !opts.addr.ip().is_loopback() {
+        return Err(Error::usage(format!(
+            "{} is not a loopback address: the clients only target this machine",
+            opts.addr
+        )));
+    }
+    if opts.record < HEADER || opts.record > crate::serve::s5::MAX_RECORD {
+        return Err(Error::usage(format!(
+            "a record must be {HEADER} to {} bytes",
+            crate::serve::s5::MAX_RECORD
+        )));
+    }
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| Error::new(format!("cannot start a tokio runtime: {e}")))?;
+    let start = Instant::now();
+    let measure_from = start + opts.warmup;
+    let end = measure_from + opts.duration;
+    let outcomes = rt.block_on(async {
+        let tasks: Vec<_> = (0..opts.clients)
+            .map(|i| {
+                let opts = opts.clone();
+                tokio::spawn(
+                    async move { client(&opts, opts.first_id + i, measure_from, end).await },
+                )
+            })
+            .collect();
+        let mut outcomes = Vec::with_capacity(tasks.len());
+        for task in tasks {
+            outcomes.push(task.await);
+        }
+        outcomes
+    });
+    let mut hist = new_histogram();
+    let mut clients = Vec::new();
+    let mut acked = 0;
+    for outcome in outcomes {
+        let (result, client_hist, client_acked) =
+            outcome.map_err(|_| Error::new("a log client task panicked"))?;
+        hist.add(&client_hist)
+            .map_err(|e| Error::new(format!("merging histograms: {e}")))?;
+        acked += client_acked;
+        clients.push(result);
+    }
+    let errors = clients.iter().filter(|c| c.error.is_some()).count() as u64;
+    Ok(LogLoadSummary {
+        acked,
+        records_per_s: acked as f64 / opts.duration.as_secs_f64(),
+        ack: ProbeSummary::from_histogram(&hist, errors),
+        errors,
+        clients,
+    })
+}
+
+/// One client's loop: returns what it was promised, its ack latencies
+/// inside the window, and how many acks fell inside the window.
+async fn client(
+    opts: &ClientOpts,
+    id: u32,
+    measure_from: Instant,
+    end: Instant,
+) -> (ClientResult, hdrhistogram::Histogram<u64>, u64) {
+    let mut hist = new_histogram();
+    let mut result = ClientResult {
+        id,
+        acked_seq: 0,
+        acked_lsn: 0,
+        in_flight: false,
+        error: None,
+    };
+    let mut counted = 0;
+    let mut stream = match connect(opts).await {
+        Ok(stream) => stream,
+        Err(error) => {
+            result.error = Some(format!("connect: {error}"));
+            return (result, hist, counted);
+        }
+    };
+    for seq in 1..=MAX_RECORDS_PER_CLIENT {
+        if Instant::now() >= end {
+            break;
+        }
+        let framed = frame(&record(id, seq, opts.record));
+        let sent_at = Instant::now();
+        result.in_flight = true;
+        if let Err(error) = within(opts.io_timeout, stream.write_all(&framed)).await {
+            result.error = Some(format!("sending record {seq}: {error}"));
+            break;
+        }
+        let mut lsn = [0u8; 8];
+        if let Err(error) = within(opts.io_timeout, stream.read_exact(&mut lsn)).await {
+            result.error = Some(format!("waiting for the ack of record {seq}: {error}"));
+            break;
+        }
+        let now = Instant::now();
+        result.in_flight = false;
+        result.acked_seq = seq;
+        result.acked_lsn = u64::from_le_bytes(lsn);
+        if sent_at >= measure_from && now < end {
+            counted += 1;
+            let ns = now.duration_since(sent_at).as_nanos();
+            hist.saturating_record(u64::try_from(ns).unwrap_or(u64::MAX));
+        }
+    }
+    (result, hist, counted)
+}
+
+/// Connects within the timeout and sets `TCP_NODELAY`.
+async fn connect(opts: &ClientOpts) -> std::io::Result<TcpStream> {
+    let stream = within(opts.io_timeout, TcpStream::connect(opts.addr)).await?;
+    stream.set_nodelay(true)?;
+    Ok(stream)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A record parses back to its client and sequence number.
+    #[test]
+    fn records_round_trip() {
+        let data = record(7, 42, 512);
+        assert_eq!(data.len(), 512);
+        assert_eq!(parse_record(&data), Some((7, 42)));
+        assert_eq!(parse_record(&record(1, 1, HEADER)), Some((1, 1)));
+    }
+
+    /// A damaged, truncated or relabelled record does not parse.
+    #[test]
+    fn damaged_records_are_caught() {
+        let data = record(7, 42, 512);
+        let mut flipped = data.clone();
+        flipped[300] ^= 1;
+        assert_eq!(parse_record(&flipped), None);
+        let mut relabelled = data.clone();
+        relabelled[4] ^= 1;
+        assert_eq!(parse_record(&relabelled), None);
+        assert_eq!(parse_record(&data[..8]), None);
+        assert_ne!(record(7, 42, 64)[HEADER..], record(7, 43, 64)[HEADER..]);
+    }
+
+    /// Clients refuse addresses off this machine and absurd record sizes.
+    #[test]
+    fn checks_options() {
+        let mut opts = ClientOpts {
+            addr: "10.1.2.3:9".parse().unwrap(),
+            clients: 1,
+            first_id: 1,
+            record: 512,
+            warmup: Duration::ZERO,
+            duration: Duration::from_millis(10),
+            io_timeout: Duration::from_millis(100),
+        };
+        assert_eq!(run(&opts).unwrap_err().code(), 2);
+        opts.addr = "127.0.0.1:9".parse().unwrap();
+        opts.record = 4;
+        assert_eq!(run(&opts).unwrap_err().code(), 2);
+    }
+}

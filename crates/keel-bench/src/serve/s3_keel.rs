@@ -1,0 +1,257 @@
+//! The S3 proxy on keel: the same proxy as `s3_tokio`, with its work
+//! sorted into classes.
+//!
+//! - The admin endpoint is keel's own (`keel::admin`), in `Class::URGENT`:
+//!   it is the control plane, and an urgent task waits at most one task
+//!   poll plus one IO interval, however much forwarding is queued. Its
+//!   `/status` is the runtime's summary followed by the proxy's counters.
+//! - The accept loop and each connection's setup (the backend connect)
+//!   run in `Class::NORMAL`, so new connections keep being taken while
+//!   bulk transfers saturate the workers.
+//! - The forwarding of each connection runs in `Class::BULK`: throughput
+//!   work, which gets the largest share of the CPU but cannot starve the
+//!   other two.
+//!
+//! `--single-class` runs all three in `Class::NORMAL`, to measure what
+//! the classes buy. The forwarding loops need nothing special to share
+//! the workers: keel's sockets spend the task's coop budget, so a
+//! connection whose sockets are always ready still yields.
+//!
+//! One task forwards both directions of a connection, so an error on
+//! either side ends the task and closes both sockets at once, with no
+//! cancellation between tasks.
+
+use std::future::poll_fn;
+use std::io;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::task::{ready, Context, Poll};
+
+use keel::io::{AsyncRead, AsyncWrite};
+use keel::net::{TcpListener, TcpStream};
+use keel::Class;
+
+use super::node_keel::{accept_each, bind, stats_json};
+use super::s3::{status_text, OpenConnection, ProxyCounters, ProxyOpts, BUFFER, CONNECT_TIMEOUT};
+use super::Running;
+use crate::error::Error;
+
+/// The class of each part of the proxy.
+#[derive(Debug, Clone, Copy)]
+struct Classes {
+    /// The admin endpoint.
+    admin: Class,
+    /// The accept loop and the backend connects.
+    setup: Class,
+    /// The forwarding.
+    forward: Class,
+}
+
+impl Classes {
+    /// The classes for `--single-class` or not.
+    fn new(single_class: bool) -> Self {
+        if single_class {
+            Self {
+                admin: Class::NORMAL,
+                setup: Class::NORMAL,
+                forward: Class::NORMAL,
+            }
+        } else {
+            Self {
+                admin: Class::URGENT,
+                setup: Class::NORMAL,
+                forward: Class::BULK,
+            }
+        }
+    }
+}
+
+/// Starts the keel proxy.
+pub fn start(opts: &ProxyOpts) -> Result<Running, Error> {
+    let rt = super::node_keel::runtime(opts.workers, None)?;
+    let classes = Classes::new(opts.single_class);
+    let counters = Arc::new(ProxyCounters::default());
+    let (listener, addr) = bind(&rt, opts.listen)?;
+    let admin = match opts.admin {
+        Some(addr) => {
+            let counters = Arc::clone(&counters);
+            let workers = opts.workers;
+            let server = keel::admin::Admin::builder()
+                .class(classes.admin)
+                .status_section(move || {
+                    counters.admin_requests.fetch_add(1, Ordering::Relaxed);
+                    status_text("keel", workers, &counters)
+                })
+                .serve(addr, rt.handle())
+                .map_err(|e| {
+                    Error::new(format!("cannot serve the admin endpoint on {addr}: {e}"))
+                })?;
+            Some(server)
+        }
+        None => None,
+    };
+    let admin_addr = admin.as_ref().map(keel::admin::AdminServer::local_addr);
+    rt.spawn_in(
+        classes.setup,
+        accept_loop(listener, opts.backend, classes, Arc::clone(&counters)),
+    );
+
+    let handle = rt.handle().clone();
+    Ok(Running {
+        addr,
+        log_addr: None,
+        api_addr: None,
+        admin_addr,
+        startup: serde_json::json!({
+            "backend": opts.backend,
+            "single_class": opts.single_class,
+        }),
+        runtime_stats: Box::new(move || {
+            let mut value = stats_json(&handle.stats());
+            value["proxy"] = counters.to_json();
+            value
+        }),
+        // The admin endpoint stops before its runtime.
+        guard: Box::new((admin, rt)),
+    })
+}
+
+/// Accepts clients forever; each one's setup runs in the accept loop's
+/// class.
+async fn accept_loop(
+    listener: TcpListener,
+    backend: SocketAddr,
+    classes: Classes,
+    counters: Arc<ProxyCounters>,
+) {
+    accept_each(listener, move |client, _| {
+        connect_and_forward(client, backend, classes.forward, Arc::clone(&counters))
+    })
+    .await
+}
+
+/// Connects to the backend for `client`, then hands both to a forwarding
+/// task in `class`. A backend that refuses or does not answer in time
+/// closes the client.
+async fn connect_and_forward(
+    client: TcpStream,
+    backend: SocketAddr,
+    class: Class,
+    counters: Arc<ProxyCounters>,
+) {
+    let open = OpenConnection::new(Arc::clone(&counters));
+    let upstream = match keel::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(backend)).await {
+        Ok(Ok(upstream)) => upstream,
+        Ok(Err(error)) => {
+            if counters.backend_failed() {
+                eprintln!("keel serve: cannot connect to the backend {backend}: {error}");
+            }
+            return;
+        }
+        Err(_) => {
+            if counters.backend_failed() {
+                eprintln!("keel serve: the backend {backend} did not answer a connect in time");
+            }
+            return;
+        }
+    };
+    let _ = client.set_nodelay(true);
+    let _ = upstream.set_nodelay(true);
+    keel::spawn_in(class, async move {
+        let result = forward(&client, &upstream, &counters).await;
+        // Close both sockets before the connection stops counting as open.
+        drop((client, upstream));
+        if result.is_err() {
+            counters.io_errors.fetch_add(1, Ordering::Relaxed);
+        }
+        drop(open);
+    });
+}
+
+/// Forwards bytes both ways until both directions have ended (each EOF
+/// half-closes the other side), or until either side fails. The caller
+/// drops both sockets when it returns, which closes them.
+async fn forward(
+    client: &TcpStream,
+    backend: &TcpStream,
+    counters: &ProxyCounters,
+) -> io::Result<()> {
+    let mut up = Pipe::new(&counters.bytes_up);
+    let mut down = Pipe::new(&counters.bytes_down);
+    poll_fn(|cx| {
+        let up_done = up.poll(cx, client, backend)?.is_ready();
+        let down_done = down.poll(cx, backend, client)?.is_ready();
+        if up_done && down_done {
+            Poll::Ready(Ok(()))
+        } else {
+            Poll::Pending
+        }
+    })
+    .await
+}
+
+/// One direction of a forwarded connection: read into the buffer, write
+/// it all out, repeat; on EOF, shut down the writing side.
+struct Pipe<'a> {
+    /// Bytes read and not yet written are `buf[start..end]`.
+    buf: Box<[u8]>,
+    /// Start of the bytes still to write.
+    start: usize,
+    /// End of the bytes still to write.
+    end: usize,
+    /// The reading side reached EOF.
+    eof: bool,
+    /// The writing side has been shut down: the direction is over.
+    done: bool,
+    /// Where the forwarded bytes are counted.
+    bytes: &'a AtomicU64,
+}
+
+impl<'a> Pipe<'a> {
+    /// A direction with an empty buffer of [`BUFFER`] bytes.
+    fn new(bytes: &'a AtomicU64) -> Self {
+        Self {
+            buf: vec![0u8; BUFFER].into_boxed_slice(),
+            start: 0,
+            end: 0,
+            eof: false,
+            done: false,
+            bytes,
+        }
+    }
+
+    /// Moves bytes from `from` to `to` until either would block, the
+    /// direction ends (ready with `Ok`), or it fails.
+    fn poll(
+        &mut self,
+        cx: &mut Context<'_>,
+        from: &TcpStream,
+        to: &TcpStream,
+    ) -> Poll<io::Result<()>> {
+        while !self.done {
+            if self.start < self.end {
+                let n =
+                    ready!(Pin::new(&mut &*to).poll_write(cx, &self.buf[self.start..self.end]))?;
+                if n == 0 {
+                    return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
+                }
+                self.start += n;
+            } else if self.eof {
+                ready!(Pin::new(&mut &*to).poll_close(cx))?;
+                self.done = true;
+            } else {
+                let n = ready!(Pin::new(&mut &*from).poll_read(cx, &mut self.buf))?;
+                if n == 0 {
+                    self.eof = true;
+                } else {
+                    self.bytes.fetch_add(n as u64, Ordering::Relaxed);
+                    self.start = 0;
+                    self.end = n;
+                }
+            }
+        }
+        Poll::Ready(Ok(()))
+    }
+}

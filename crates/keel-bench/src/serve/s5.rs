@@ -1,0 +1,159 @@
+//! S5, the log node: what its variants share.
+//!
+//! A log node serves two things: an echo service (the ping client of S1
+//! measures it) and a log service where each client sends a record and
+//! waits for its acknowledgement. The node acknowledges a record only once
+//! it is durable (written and `fdatasync`ed), so the acknowledgement is a
+//! promise that survives `kill -9`; `keel-bench bench s5 --crash` holds every
+//! variant that claims it to that promise.
+//!
+//! # Wire protocol of the log service
+//!
+//! A request is a record: its length as a little-endian `u32`, then that
+//! many bytes (at most [`MAX_RECORD`]). The answer is the record's LSN as a
+//! little-endian `u64`, sent after the record is durable. A node that
+//! cannot make a record durable closes the connection instead of
+//! answering, so a client never mistakes a failure for an acknowledgement.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use clap::ValueEnum;
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+
+/// The largest record the log service accepts, bytes. A bigger length
+/// prefix is a protocol error and closes the connection, so a garbage
+/// prefix cannot make the node allocate gigabytes.
+pub const MAX_RECORD: usize = 1 << 20;
+
+/// Bytes a log connection reads ahead, in both nodes: a record and its
+/// length prefix in one system call.
+pub const READ_BUFFER: usize = 8 * 1024;
+
+/// How a node makes records durable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, ValueEnum, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum LogMode {
+    /// Group commit: one `fdatasync` covers the records pending at the
+    /// time, up to a cap on the batch (keel: `wal::Log`, whose batch holds
+    /// at most what fits in one segment; tokio: one committer task that
+    /// takes at most 1024 records a batch and runs each batch on
+    /// `spawn_blocking`). Records past the cap wait for the next batch.
+    Group,
+    /// One `spawn_blocking` write and `fdatasync` per record (tokio).
+    PerRecord,
+    /// The write and `fdatasync` called inside the async task, blocking
+    /// its worker (tokio): the failure of seed 004.
+    Inline,
+}
+
+impl LogMode {
+    /// The name used on the command line and in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Group => "group",
+            Self::PerRecord => "per-record",
+            Self::Inline => "inline",
+        }
+    }
+}
+
+impl std::fmt::Display for LogMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// What an S5 node is asked to run.
+#[derive(Debug, Clone)]
+pub struct S5Opts {
+    /// Worker threads of the runtime.
+    pub workers: usize,
+    /// Where the echo service binds.
+    pub addr: SocketAddr,
+    /// Where the log service binds.
+    pub log_addr: SocketAddr,
+    /// The directory that holds the log (created if missing).
+    pub dir: PathBuf,
+    /// How records are made durable.
+    pub mode: LogMode,
+}
+
+/// Counters every variant keeps, reported in each `mark` answer under
+/// `log`, cumulative since start.
+#[derive(Debug, Default)]
+pub struct LogCounters {
+    /// Records acknowledged (durable and answered).
+    pub acked: AtomicU64,
+    /// `fdatasync` calls made.
+    pub syncs: AtomicU64,
+    /// Records that failed to become durable (their connection was
+    /// closed without an answer).
+    pub failed: AtomicU64,
+}
+
+impl LogCounters {
+    /// The counters as the `log` object of a mark.
+    pub fn to_json(&self) -> Value {
+        json!({
+            "acked": self.acked.load(Ordering::Relaxed),
+            "syncs": self.syncs.load(Ordering::Relaxed),
+            "failed": self.failed.load(Ordering::Relaxed),
+        })
+    }
+}
+
+/// Frames `record` for the log service: length prefix, then the bytes.
+pub fn frame(record: &[u8]) -> Vec<u8> {
+    let len = u32::try_from(record.len()).expect("records are at most MAX_RECORD bytes");
+    let mut out = Vec::with_capacity(4 + record.len());
+    out.extend_from_slice(&len.to_le_bytes());
+    out.extend_from_slice(record);
+    out
+}
+
+/// Checks a record's length prefix, naming the problem if it is refused.
+pub fn check_len(prefix: [u8; 4]) -> Result<usize, String> {
+    let len = u32::from_le_bytes(prefix) as usize;
+    if len > MAX_RECORD {
+        return Err(format!(
+            "a record of {len} bytes is over the limit of {MAX_RECORD}"
+        ));
+    }
+    Ok(len)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A framed record starts with its little-endian length.
+    #[test]
+    fn frames_with_a_length_prefix() {
+        let framed = frame(b"abc");
+        assert_eq!(framed, [3, 0, 0, 0, b'a', b'b', b'c']);
+        assert_eq!(check_len([3, 0, 0, 0]), Ok(3));
+    }
+
+    /// A length over the limit is refused, not allocated.
+    #[test]
+    fn refuses_oversized_lengths() {
+        assert!(check_len(u32::MAX.to_le_bytes()).is_err());
+        let limit = u32::try_from(MAX_RECORD).unwrap();
+        assert_eq!(check_len(limit.to_le_bytes()), Ok(MAX_RECORD));
+        assert!(check_len((limit + 1).to_le_bytes()).is_err());
+    }
+
+    /// Counters serialise under the names the harness reads.
+    #[test]
+    fn counters_json() {
+        let counters = LogCounters::default();
+        counters.acked.fetch_add(3, Ordering::Relaxed);
+        let value = counters.to_json();
+        assert_eq!(value["acked"], 3);
+        assert_eq!(value["syncs"], 0);
+        assert_eq!(value["failed"], 0);
+    }
+}

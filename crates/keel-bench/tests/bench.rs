@@ -1,0 +1,380 @@
+//! `keel-bench bench` end to end: a quick run (what CI runs) must produce every
+//! figure for keel and tokio and a report, and scenarios that do not exist
+//! must be usage errors.
+
+mod support;
+
+use std::path::Path;
+use std::time::Duration;
+
+use support::{keel_bench, report, scratch_dir};
+
+/// `keel-bench bench --quick` exits 0, prints the table, and ends with the path
+/// of a report.json that holds every scenario's figures for both runtimes.
+#[test]
+fn quick_bench_writes_a_report_for_both_runtimes() {
+    let out = scratch_dir("bench");
+    let run = keel_bench(
+        &["bench", "--quick", "--out", out.to_str().unwrap()],
+        Duration::from_secs(300),
+    );
+    assert!(
+        run.status.success(),
+        "exit {:?}\nstdout:\n{}\nstderr:\n{}",
+        run.status,
+        run.stdout,
+        run.stderr
+    );
+    assert!(run.stdout.contains("loaded_p99_us"), "{}", run.stdout);
+    assert!(run.stdout.contains("verdict"), "{}", run.stdout);
+
+    let last = run.stdout.lines().last().expect("some output");
+    let path = Path::new(last.trim());
+    assert!(path.ends_with("report.json"), "{last}");
+    assert!(path.is_file(), "{last} does not exist");
+    assert!(
+        path.starts_with(&out),
+        "{last} is not under {}",
+        out.display()
+    );
+    assert!(path.with_file_name("report.md").is_file());
+
+    let report = report(&run);
+    assert!(report["started"].as_str().unwrap().ends_with('Z'));
+    // Isolated unless the machine has a single CPU, which says so.
+    let placement = &report["placement"];
+    match placement["kind"].as_str().unwrap() {
+        "isolated" => assert!(!placement["server"].as_array().unwrap().is_empty()),
+        kind => {
+            assert_eq!(kind, "shared");
+            assert!(placement["fallback"].is_string(), "{placement}");
+        }
+    }
+    // A quick run judges nothing: every verdict with a goal says so.
+    for scenario in report["scenarios"].as_array().unwrap() {
+        for verdict in scenario["verdicts"].as_array().unwrap() {
+            let expected = if verdict["goal"].is_null() {
+                "reported"
+            } else {
+                "not judged"
+            };
+            assert_eq!(verdict["outcome"], expected, "{verdict}");
+        }
+        assert!(scenario["noise"].is_array(), "{}", scenario["id"]);
+    }
+    let cores = report["machine"]["cores"].as_u64().unwrap();
+    assert!(cores >= 1);
+    if report["placement"]["kind"] == "isolated" {
+        // The machine's CPUs, not the harness's after it pinned itself.
+        let placed = |side: &str| report["placement"][side].as_array().unwrap().len() as u64;
+        assert_eq!(
+            cores,
+            placed("server") + placed("rest"),
+            "{}",
+            report["placement"]
+        );
+    }
+    assert!(report["machine"]["kernel"].is_string());
+    let ids: Vec<&str> = report["scenarios"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["s0", "s1", "s2", "s3", "s4", "s5"]);
+    let scenario = |id: &str| {
+        report["scenarios"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["id"] == id)
+            .unwrap_or_else(|| panic!("no {id} in the report"))
+            .clone()
+    };
+    let s0 = &scenario("s0");
+    for run in s0["runs"].as_array().unwrap() {
+        for name in ["keepalive_rps", "short_rps", "cpu_s"] {
+            let value = run["metrics"][name].as_f64().unwrap_or(0.0);
+            assert!(value > 0.0, "{name} = {value} in {run}");
+        }
+    }
+    let s1 = &scenario("s1");
+    assert_eq!(s1["sizes"]["cpu_tasks"], 8);
+    let runs = s1["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 3, "keel, keel unaccounted and tokio");
+    assert_eq!(runs[0]["runtime"], "keel");
+    assert_eq!(runs[0]["mode"], "default");
+    assert_eq!(runs[1]["runtime"], "keel");
+    assert_eq!(runs[1]["mode"], "unaccounted");
+    assert_eq!(runs[2]["runtime"], "tokio");
+    for run in runs {
+        check_s1_metrics(&run["metrics"]);
+    }
+    assert!(s1["verdicts"].as_array().unwrap().len() >= 4);
+    for verdict in s1["verdicts"].as_array().unwrap() {
+        assert!(verdict["value"].as_f64().unwrap().is_finite(), "{verdict}");
+    }
+    assert_eq!(
+        s1["rounds"].as_array().unwrap().len(),
+        6,
+        "idle + loaded, per variant"
+    );
+
+    let s2 = &scenario("s2");
+    let modes: Vec<&str> = s2["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["mode"].as_str().unwrap())
+        .collect();
+    assert_eq!(modes, ["off", "fixed", "adaptive", "read-1460", "read-64k"]);
+    for run in s2["runs"].as_array().unwrap() {
+        let metrics = &run["metrics"];
+        for name in [
+            "cpu_s_per_gb",
+            "stream_cpu_s_per_gb",
+            "job_cpu_s",
+            "deliveries_per_s",
+            "bytes_per_delivery",
+            "api_p99_ms",
+            "api_storm_p99_ms",
+            "api_alone_p99_ms",
+        ] {
+            let value = metrics[name].as_f64().unwrap_or(0.0);
+            assert!(value > 0.0, "{name} = {value} in {run}");
+        }
+    }
+
+    check_s4(&scenario("s4"));
+    check_s3(&scenario("s3"));
+    check_charts(path, &report, &["s1", "s3", "s4", "s5"]);
+
+    let s5 = &scenario("s5");
+    assert_eq!(s5["sizes"]["clients"], 8);
+    let runs: Vec<(String, String)> = s5["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            let name = |key: &str| r[key].as_str().unwrap().to_string();
+            (name("runtime"), name("mode"))
+        })
+        .collect();
+    let expected = [
+        ("keel", "group"),
+        ("tokio", "per-record"),
+        ("tokio", "group"),
+        ("tokio", "inline"),
+        ("keel", "group-64"),
+        ("tokio", "per-record-64"),
+        ("tokio", "group-64"),
+        ("tokio", "inline-64"),
+        ("disk", "raw"),
+    ];
+    assert_eq!(
+        runs,
+        expected.map(|(r, m)| (r.to_string(), m.to_string())),
+        "{s5}"
+    );
+    for run in &s5["runs"].as_array().unwrap()[..8] {
+        let metrics = &run["metrics"];
+        for name in [
+            "records_per_s",
+            "records_per_sync",
+            "ceiling_records_per_s",
+            "raw_fdatasync_us",
+            "ping_idle_p99_us",
+            "ping_loaded_p99_us",
+            "server_ping_idle_p99_us",
+            "server_ping_loaded_p99_us",
+            "idle_p99_us",
+            "loaded_p99_us",
+        ] {
+            let value = metrics[name].as_f64().unwrap_or(0.0);
+            assert!(value > 0.0, "{name} = {value} in {run}");
+        }
+        assert_eq!(
+            metrics["idle_p99_us"], metrics["ping_idle_p99_us"],
+            "an alias"
+        );
+    }
+    assert!(
+        s5["runs"][8]["metrics"]["raw_fdatasync_us"]
+            .as_f64()
+            .unwrap()
+            > 0.0
+    );
+    for verdict in s5["verdicts"].as_array().unwrap() {
+        assert!(verdict["value"].as_f64().unwrap().is_finite(), "{verdict}");
+    }
+    check_schema_lists_every_metric(&report);
+    std::fs::remove_dir_all(&out).unwrap();
+}
+
+/// Every metric of every run is named in `docs/report-schema.md`, so the
+/// documented schema cannot fall behind the report.
+fn check_schema_lists_every_metric(report: &serde_json::Value) {
+    let schema_path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/report-schema.md");
+    let schema = std::fs::read_to_string(&schema_path).unwrap();
+    for scenario in report["scenarios"].as_array().unwrap() {
+        for run in scenario["runs"].as_array().unwrap() {
+            for name in run["metrics"].as_object().unwrap().keys() {
+                assert!(
+                    schema.contains(&format!("`{name}`")),
+                    "{} metric {name} is not in {}",
+                    scenario["id"],
+                    schema_path.display()
+                );
+            }
+        }
+    }
+}
+
+/// Every scenario in `with_charts` lists chart files, and each is an SVG
+/// that parses, has the scenario's title and draws shapes.
+fn check_charts(report_path: &Path, report: &serde_json::Value, with_charts: &[&str]) {
+    for scenario in report["scenarios"].as_array().unwrap() {
+        let id = scenario["id"].as_str().unwrap();
+        let charts = scenario["charts"].as_array().unwrap();
+        if with_charts.contains(&id) {
+            assert!(!charts.is_empty(), "{id} drew no chart");
+        }
+        for chart in charts {
+            let file = report_path.with_file_name(chart["file"].as_str().unwrap());
+            let text = std::fs::read_to_string(&file).unwrap();
+            let doc = roxmltree::Document::parse(&text)
+                .unwrap_or_else(|e| panic!("{} is not valid XML: {e}", file.display()));
+            assert_eq!(doc.root_element().tag_name().name(), "svg");
+            assert!(text.contains(chart["title"].as_str().unwrap()));
+            let shapes = doc
+                .descendants()
+                .filter(|n| matches!(n.tag_name().name(), "polyline" | "rect" | "path"))
+                .count();
+            assert!(shapes > 5, "{} draws {shapes} shapes", file.display());
+        }
+    }
+}
+
+/// S3 measured keel with and without classes and tokio, and judged them.
+fn check_s3(s3: &serde_json::Value) {
+    let modes: Vec<&str> = s3["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["mode"].as_str().unwrap())
+        .collect();
+    assert_eq!(modes, ["classes", "single-class", "default"], "{s3}");
+    for run in s3["runs"].as_array().unwrap() {
+        for name in [
+            "admin_idle_p99_us",
+            "admin_p50_us",
+            "admin_p99_us",
+            "admin_max_us",
+            "admin_server_idle_p99_us",
+            "admin_server_p99_us",
+            "bulk_mb_per_s",
+            "conns_per_s",
+            "cpu_s",
+        ] {
+            let value = run["metrics"][name].as_f64().unwrap_or(0.0);
+            assert!(value > 0.0, "{name} = {value} in {run}");
+        }
+    }
+    let verdicts = s3["verdicts"].as_array().unwrap();
+    assert_eq!(verdicts.len(), 11, "{s3}");
+    for verdict in verdicts {
+        assert!(verdict["value"].as_f64().unwrap().is_finite(), "{verdict}");
+    }
+}
+
+/// S4 measured every spin setting of keel and tokio, and judged keel.
+fn check_s4(s4: &serde_json::Value) {
+    let runs: Vec<(&str, &str)> = s4["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| (r["runtime"].as_str().unwrap(), r["mode"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        runs,
+        [
+            ("keel", "none"),
+            ("keel", "short"),
+            ("keel", "medium"),
+            ("keel", "long"),
+            ("tokio", "default")
+        ],
+        "{s4}"
+    );
+    for run in s4["runs"].as_array().unwrap() {
+        let metrics = &run["metrics"];
+        for name in ["cpu_pct", "reported_busy_pct", "received_mb_per_s", "cpu_s"] {
+            let value = metrics[name].as_f64().unwrap_or(0.0);
+            assert!(value > 0.0, "{name} = {value} in {run}");
+        }
+        assert!(metrics["gap_pp"].as_f64().unwrap().is_finite(), "{run}");
+        // tokio has no spin figure; keel always has one (possibly zero).
+        assert_eq!(
+            metrics["reported_spin_pct"].is_f64(),
+            run["runtime"] == "keel",
+            "{run}"
+        );
+    }
+    let verdicts = s4["verdicts"].as_array().unwrap();
+    assert_eq!(verdicts.len(), 10, "{s4}");
+    for verdict in verdicts {
+        assert!(verdict["value"].as_f64().unwrap().is_finite(), "{verdict}");
+    }
+}
+
+/// The figures of one runtime's S1 run were produced.
+fn check_s1_metrics(metrics: &serde_json::Value) {
+    for counted in [
+        "idle_samples",
+        "loaded_samples",
+        "slices_per_s",
+        "cpu_s",
+        "idle_p99_us",
+        "loaded_p99_us",
+        "server_idle_p99_us",
+        "server_loaded_p99_us",
+    ] {
+        let value = metrics[counted].as_f64().unwrap_or(0.0);
+        assert!(value > 0.0, "{counted} = {value} in {metrics}");
+    }
+    for name in [
+        "idle_p50_us",
+        "loaded_p50_us",
+        "loaded_p999_us",
+        "loaded_max_us",
+    ] {
+        assert!(metrics[name].as_f64().unwrap().is_finite(), "{name}");
+    }
+}
+
+/// An unknown scenario is a usage error that names the available ones.
+#[test]
+fn unknown_scenario_exits_2() {
+    let run = keel_bench(&["bench", "s9"], Duration::from_secs(30));
+    assert_eq!(run.status.code(), Some(2), "{}", run.stderr);
+    assert!(run.stderr.contains("unknown scenario"), "{}", run.stderr);
+    assert!(
+        run.stderr.contains("available: s0, s1, s2, s3, s4, s5"),
+        "{}",
+        run.stderr
+    );
+    assert!(run.stdout.is_empty(), "{}", run.stdout);
+}
+
+/// `--crash` belongs to s5: asking for it with another scenario only is a
+/// usage error, not a silent no-op.
+#[test]
+fn crash_without_s5_exits_2() {
+    let run = keel_bench(&["bench", "s1", "--crash", "2"], Duration::from_secs(30));
+    assert_eq!(run.status.code(), Some(2), "{}", run.stderr);
+    assert!(
+        run.stderr.contains("--crash belongs to s5"),
+        "{}",
+        run.stderr
+    );
+}
