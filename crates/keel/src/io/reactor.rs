@@ -39,8 +39,8 @@
 //! write to the eventfd) never runs under the reactor's locks.
 
 use std::io;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, TryLockError};
 use std::task::Waker;
 use std::time::Duration;
 
@@ -50,6 +50,8 @@ use slab::Slab;
 
 use super::lock;
 use super::readiness::{Event, ScheduledIo};
+use crate::loom::sync::atomic::AtomicBool;
+use crate::loom::sync::{Mutex as ModelledMutex, MutexGuard};
 
 /// The token of the reactor's own waker.
 const WAKER_TOKEN: Token = Token(usize::MAX);
@@ -81,12 +83,18 @@ struct Entry {
 pub(crate) struct Reactor {
     registry: Registry,
     waker: mio::Waker,
-    poller: Mutex<Poller>,
+    /// Modelled under loom with the blocker flag: the hand-off between a
+    /// worker that polls without blocking and one that comes to block is
+    /// part of the protocol loom checks.
+    poller: ModelledMutex<Poller>,
     /// A parked worker is blocked in `epoll_wait`: busy workers need not
     /// poll, the blocker sees every event as it arrives.
     blocked: AtomicBool,
     entries: Mutex<Slab<Entry>>,
     next_generation: AtomicU64,
+    /// Under loom, the kernel's side: see [`model`].
+    #[cfg(loom)]
+    pub(crate) model: model::Kernel,
 }
 
 impl Reactor {
@@ -97,13 +105,15 @@ impl Reactor {
         Ok(Reactor {
             registry,
             waker,
-            poller: Mutex::new(Poller {
+            poller: ModelledMutex::new(Poller {
                 poll,
                 events: Events::with_capacity(EVENTS_CAPACITY),
             }),
             blocked: AtomicBool::new(false),
             entries: Mutex::new(Slab::new()),
             next_generation: AtomicU64::new(0),
+            #[cfg(loom)]
+            model: model::Kernel::default(),
         })
     }
 
@@ -176,7 +186,7 @@ impl Reactor {
         if self.blocked.swap(true, Ordering::AcqRel) {
             return None;
         }
-        Some(lock(&self.poller))
+        Some(crate::loom::lock(&self.poller))
     }
 
     /// Gives up the blocker role (the poller guard is dropped by the
@@ -192,6 +202,8 @@ impl Reactor {
 
     /// Interrupts the blocker's `epoll_wait`.
     pub(crate) fn wake(&self) {
+        #[cfg(loom)]
+        self.model.wake();
         // Fails only if the eventfd cannot be written, which the kernel
         // never does for a counter far from overflow; the blocker would
         // then wake at its timeout or next event.
@@ -207,6 +219,12 @@ impl Reactor {
         timeout: Option<Duration>,
         wake: &mut Vec<Waker>,
     ) -> usize {
+        #[cfg(loom)]
+        {
+            let _ = poller;
+            return self.model.poll(timeout, wake);
+        }
+        #[cfg_attr(loom, allow(unreachable_code))]
         let Poller { poll, events } = poller;
         if poll.poll(events, timeout).is_err() {
             // EINTR: a signal arrived; the caller polls again soon. The
@@ -241,5 +259,78 @@ impl Reactor {
             );
         }
         count
+    }
+}
+
+/// The kernel's side of the reactor under loom.
+///
+/// Loom cannot enter `epoll_wait`: a thread blocked in a system call would
+/// stop the whole model, whose threads take turns on one OS thread. So
+/// under loom the readiness events come from the model itself
+/// ([`Kernel::ready`], standing for a socket becoming readable) and a
+/// blocking poll waits on a modelled condition variable that
+/// [`Kernel::wake`] (the eventfd write) and new events signal. Everything
+/// around it (the blocker flag, the poller lock, the workers' parkers and
+/// `Idle`) is the real code.
+#[cfg(loom)]
+pub(crate) mod model {
+    use std::task::Waker;
+    use std::time::Duration;
+
+    use crate::loom::lock;
+    use crate::loom::sync::{Condvar, Mutex};
+
+    /// Events not yet polled, and whether the eventfd was written.
+    #[derive(Debug, Default)]
+    struct Pending {
+        ready: Vec<Waker>,
+        woken: bool,
+    }
+
+    /// See the module docs.
+    #[derive(Debug, Default)]
+    pub(crate) struct Kernel {
+        pending: Mutex<Pending>,
+        signal: Condvar,
+    }
+
+    impl Kernel {
+        /// A source became ready: its task, `waker`, is woken by the next
+        /// poll, and a blocked poll returns.
+        pub(crate) fn ready(&self, waker: Waker) {
+            lock(&self.pending).ready.push(waker);
+            self.signal.notify_one();
+        }
+
+        /// Several sources became ready at once: one poll returns them all.
+        pub(crate) fn ready_all(&self, wakers: Vec<Waker>) {
+            lock(&self.pending).ready.extend(wakers);
+            self.signal.notify_one();
+        }
+
+        /// The eventfd write of `Reactor::wake`.
+        pub(crate) fn wake(&self) {
+            lock(&self.pending).woken = true;
+            self.signal.notify_one();
+        }
+
+        /// `epoll_wait`: returns at once with `Some(ZERO)`, otherwise once
+        /// an event or a wake is pending (loom has no time, so a timeout
+        /// never expires); consumes the wake and hands out the events.
+        pub(crate) fn poll(&self, timeout: Option<Duration>, wake: &mut Vec<Waker>) -> usize {
+            let mut pending = lock(&self.pending);
+            if timeout != Some(Duration::ZERO) {
+                while pending.ready.is_empty() && !pending.woken {
+                    pending = self
+                        .signal
+                        .wait(pending)
+                        .unwrap_or_else(|poisoned| poisoned.into_inner());
+                }
+            }
+            pending.woken = false;
+            let count = pending.ready.len();
+            wake.append(&mut pending.ready);
+            count
+        }
     }
 }

@@ -388,7 +388,7 @@ impl Builder {
         Runtime::start(self.config()?)
     }
 
-    fn config(&self) -> io::Result<Config> {
+    pub(crate) fn config(&self) -> io::Result<Config> {
         let invalid = |message: String| io::Error::new(io::ErrorKind::InvalidInput, message);
         let workers = match self.workers {
             Some(workers) => workers,

@@ -19,6 +19,7 @@ struct Context {
     local: RefCell<Option<Rc<Local>>>,
 }
 
+#[cfg(not(loom))]
 thread_local! {
     static CONTEXT: Context = const {
         Context {
@@ -26,6 +27,17 @@ thread_local! {
             class: Cell::new(None),
             local: RefCell::new(None),
         }
+    };
+}
+
+// Loom runs its threads as coroutines on one OS thread: each needs its own
+// copy, which only loom's thread-locals give.
+#[cfg(loom)]
+loom::thread_local! {
+    static CONTEXT: Context = Context {
+        handle: RefCell::new(None),
+        class: Cell::new(None),
+        local: RefCell::new(None),
     };
 }
 

@@ -40,7 +40,7 @@
 //! the case that matters (a waiting task ahead of a yielding one) with two
 //! plain deques.
 
-use crossbeam_deque::{Steal, Stealer, Worker as Deque};
+use crate::loom::deque::{Steal, Stealer, Worker as Deque};
 
 use crate::task::Runnable;
 

@@ -47,6 +47,8 @@ pub(crate) mod idle;
 pub(crate) mod lanes;
 #[cfg(all(test, loom))]
 mod loom_tests;
+#[cfg(all(test, loom))]
+mod loom_worker;
 pub(crate) mod park;
 mod policy;
 pub(crate) mod timers;
@@ -60,8 +62,8 @@ use std::future::Future;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 
+use crate::loom::deque::{Injector, Steal};
 use async_task::{ScheduleInfo, WithInfo};
-use crossbeam_deque::{Injector, Steal};
 
 use crate::blocking::pool::Pool;
 use crate::io::reactor::Reactor;

@@ -661,12 +661,10 @@ impl Worker {
     }
 
     /// The reactor's poller, if this worker may block in it (see
-    /// [`crate::io`]). Under loom the reactor is not modelled and a worker
-    /// always parks on its parker.
-    fn blocker(shared: &Shared) -> Option<std::sync::MutexGuard<'_, crate::io::reactor::Poller>> {
-        if cfg!(loom) {
-            return None;
-        }
+    /// [`crate::io`]).
+    fn blocker(
+        shared: &Shared,
+    ) -> Option<crate::loom::sync::MutexGuard<'_, crate::io::reactor::Poller>> {
         shared.reactor.become_blocker()
     }
 

@@ -14,6 +14,7 @@
 //! states, `quanta` falls back to the OS monotonic clock by itself.
 
 /// Monotonic nanoseconds since the runtime was built.
+#[cfg(not(loom))]
 #[derive(Debug, Clone)]
 pub(crate) struct Clock {
     source: quanta::Clock,
@@ -21,6 +22,7 @@ pub(crate) struct Clock {
     epoch: u64,
 }
 
+#[cfg(not(loom))]
 impl Clock {
     pub(crate) fn new() -> Clock {
         let source = quanta::Clock::new();
@@ -30,5 +32,36 @@ impl Clock {
 
     pub(crate) fn now(&self) -> u64 {
         self.source.delta_as_nanos(self.epoch, self.source.raw())
+    }
+}
+
+/// Under loom, a clock that advances one microsecond per read.
+///
+/// Loom replays each interleaving from the start and needs every thread to
+/// take the same path each time it is given the same schedule; the
+/// worker's decisions depend on time (when to look at siblings, at the
+/// reactor, for stuck siblings), so a real clock would make them differ
+/// between replays. This one depends only on the order of the reads. It
+/// is not a modelled atomic: reading the clock is not a synchronisation
+/// point, and would only multiply the interleavings to explore.
+#[cfg(loom)]
+#[derive(Debug, Clone)]
+pub(crate) struct Clock {
+    reads: std::sync::Arc<std::sync::atomic::AtomicU64>,
+}
+
+#[cfg(loom)]
+impl Clock {
+    pub(crate) fn new() -> Clock {
+        Clock {
+            reads: std::sync::Arc::default(),
+        }
+    }
+
+    pub(crate) fn now(&self) -> u64 {
+        let reads = self
+            .reads
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        (reads + 1) * 1_000
     }
 }

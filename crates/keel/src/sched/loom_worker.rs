@@ -1,0 +1,257 @@
+//! Loom models of the real worker: `run_worker`, its pick, park and
+//! reactor paths, on two worker threads, with tasks spawned from outside,
+//! from tasks, and woken by readiness events.
+//!
+//! Run with `RUSTFLAGS="--cfg loom" cargo test -p keel --lib --release loom`.
+//!
+//! What is real: the worker loop, `Shared`'s queues, notification and
+//! shutdown, `Idle`, the parkers, the LIFO slot, the dispatch of a
+//! reactor poll, the reactor's blocker role and poller lock, the
+//! accounting's atomics and locks. What is modelled: the kernel's side of
+//! the reactor ([`crate::io::reactor::model`]: events and the eventfd,
+//! since loom cannot enter `epoll_wait`), the clock (one microsecond per
+//! read, see `util::clock`), and time-outs (loom has no time: a timed park
+//! lasts until it is woken). The accounting is off: its counters are not
+//! part of any wake-up. `crossbeam-deque` and `async-task` are not
+//! loom-aware: each of their operations is one step here, which is what
+//! they guarantee.
+//!
+//! Every model ends with every task done and the workers joined; a
+//! wake-up lost anywhere leaves a thread asleep for good, which loom
+//! reports as a deadlock. The models are bounded to two preemptions, as
+//! the state space of two full worker loops is large.
+
+use std::future::Future;
+use std::pin::{pin, Pin};
+use std::sync::Arc;
+use std::task::{Context, Poll, Wake, Waker};
+
+use loom::thread;
+
+use super::{run_worker, Class, Shared};
+use crate::loom::lock;
+use crate::loom::sync::atomic::{AtomicBool, Ordering::SeqCst};
+use crate::loom::sync::{Condvar, Mutex};
+use crate::{Runtime, SpinPolicy};
+
+/// Most preemptions loom explores per execution, unless
+/// `LOOM_MAX_PREEMPTIONS` says otherwise.
+const PREEMPTIONS: usize = 2;
+
+/// Runs `body` under loom with the preemption bound.
+fn model(body: impl Fn() + Sync + Send + 'static) {
+    let mut builder = loom::model::Builder::new();
+    if builder.preemption_bound.is_none() {
+        builder.preemption_bound = Some(PREEMPTIONS);
+    }
+    builder.check(body);
+}
+
+/// A runtime of `workers` real workers on loom threads.
+struct Harness {
+    shared: Arc<Shared>,
+    threads: Vec<thread::JoinHandle<()>>,
+}
+
+impl Harness {
+    fn start(workers: usize) -> Harness {
+        let config = Runtime::builder()
+            .workers(workers)
+            .spin(SpinPolicy::None)
+            // The accounting's counters and publications add modelled
+            // locks and atomics that no wake-up depends on (the state word
+            // the rescue reads is kept regardless); without them loom
+            // explores the scheduler's interleavings, not the
+            // accounting's.
+            .accounting(false)
+            .config()
+            .expect("a valid configuration");
+        let (shared, locals) = Shared::new(config).expect("the reactor opens");
+        let threads = locals
+            .into_iter()
+            .enumerate()
+            .map(|(index, queues)| {
+                let shared = shared.clone();
+                thread::spawn(move || run_worker(shared, index, queues))
+            })
+            .collect();
+        Harness { shared, threads }
+    }
+
+    /// Stops the workers, joins them and drops what is left.
+    fn stop(self) {
+        self.shared.stop_workers();
+        for thread in self.threads {
+            thread.join().expect("a worker exits cleanly");
+        }
+        self.shared.drop_all_tasks();
+    }
+}
+
+/// Polls `future` on this loom thread, parking it between wake-ups.
+fn block_on<F: Future>(future: F) -> F::Output {
+    struct Unpark(thread::Thread);
+    impl Wake for Unpark {
+        fn wake(self: Arc<Self>) {
+            self.0.unpark();
+        }
+    }
+    let waker = Waker::from(Arc::new(Unpark(thread::current())));
+    let mut cx = Context::from_waker(&waker);
+    let mut future = pin!(future);
+    loop {
+        if let Poll::Ready(output) = future.as_mut().poll(&mut cx) {
+            return output;
+        }
+        thread::park();
+    }
+}
+
+/// A task spawned from outside the workers goes to the injector and a
+/// sleeping worker is woken for it (`Shared::inject`, `Idle`, the parker
+/// and, for the worker blocked in the reactor, the eventfd).
+#[test]
+fn loom_real_workers_run_a_task_spawned_from_outside() {
+    model(|| {
+        let rt = Harness::start(2);
+        let task = rt.shared.spawn(Class::NORMAL, async { 7 });
+        assert_eq!(block_on(task).expect("the task completes"), 7);
+        rt.stop();
+    });
+}
+
+/// A task spawned by a task joins its worker's events lane; its end wakes
+/// the spawner, which goes to that worker's LIFO slot (not stealable):
+/// the slot's task must run before its worker sleeps.
+#[test]
+fn loom_real_workers_run_the_lifo_slot_and_spawned_tasks() {
+    model(|| {
+        let rt = Harness::start(2);
+        let parent = rt.shared.spawn(Class::NORMAL, async {
+            let child = crate::spawn(async { 20 });
+            child.await.expect("the child completes") + 1
+        });
+        assert_eq!(block_on(parent).expect("the parent completes"), 21);
+        rt.stop();
+    });
+}
+
+/// A future that is ready once `ReadyFlag::set` was called, and hands its
+/// waker to whoever stands for the kernel.
+struct WaitForEvent {
+    state: Arc<EventState>,
+}
+
+#[derive(Default)]
+struct EventState {
+    ready: AtomicBool,
+    waker: Mutex<Option<Waker>>,
+    registered: Condvar,
+}
+
+impl Future for WaitForEvent {
+    type Output = ();
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        if self.state.ready.load(SeqCst) {
+            return Poll::Ready(());
+        }
+        *lock(&self.state.waker) = Some(cx.waker().clone());
+        self.state.registered.notify_one();
+        Poll::Pending
+    }
+}
+
+impl EventState {
+    /// Waits until a task registered its waker, then makes its source
+    /// ready as the kernel would: the reactor's next poll wakes it.
+    fn deliver(&self, shared: &Shared) {
+        let mut waker = lock(&self.waker);
+        while waker.is_none() {
+            waker = self
+                .registered
+                .wait(waker)
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
+        }
+        self.ready.store(true, SeqCst);
+        let waker = waker.take().expect("registered");
+        shared.reactor.model.ready(waker);
+    }
+}
+
+/// A readiness event reaches a task whatever the workers are doing: one
+/// of them is blocked in the reactor (the blocker role, the poller lock),
+/// or is about to block, or polls it between tasks; the blocker hands the
+/// role back when it leaves to run the woken task.
+#[test]
+fn loom_real_workers_see_a_readiness_event() {
+    model(|| {
+        let rt = Harness::start(2);
+        let state = Arc::new(EventState::default());
+        let task = rt.shared.spawn(
+            Class::NORMAL,
+            WaitForEvent {
+                state: state.clone(),
+            },
+        );
+        state.deliver(&rt.shared);
+        block_on(task).expect("the task completes");
+        rt.stop();
+    });
+}
+
+/// Two tasks woken by one reactor poll are dispatched to the polling
+/// worker's events lane; the first blocks its worker until the second
+/// has run, so the second must be taken by the other worker, which
+/// sleeps until someone wakes it: the dispatch's surplus notification,
+/// or the searcher leaving the search with work in sight.
+#[test]
+fn loom_real_workers_share_a_dispatch() {
+    model(|| {
+        let rt = Harness::start(2);
+        let (first, second) = (
+            Arc::new(EventState::default()),
+            Arc::new(EventState::default()),
+        );
+        let second_ran = Arc::new((Mutex::new(false), Condvar::new()));
+        let blocker = rt.shared.spawn(Class::NORMAL, {
+            let (first, second_ran) = (first.clone(), second_ran.clone());
+            async move {
+                WaitForEvent { state: first }.await;
+                // Holds this worker, as a poll that blocks does.
+                let (ran, signal) = &*second_ran;
+                let mut ran = lock(ran);
+                while !*ran {
+                    ran = signal.wait(ran).unwrap_or_else(|p| p.into_inner());
+                }
+            }
+        });
+        let releaser = rt.shared.spawn(Class::NORMAL, {
+            let (second, second_ran) = (second.clone(), second_ran.clone());
+            async move {
+                WaitForEvent { state: second }.await;
+                let (ran, signal) = &*second_ran;
+                *lock(ran) = true;
+                signal.notify_one();
+            }
+        });
+        // Both become ready before either is polled again, so one
+        // reactor poll returns both.
+        let mut wakers = Vec::new();
+        for state in [&first, &second] {
+            let mut waker = lock(&state.waker);
+            while waker.is_none() {
+                waker = state
+                    .registered
+                    .wait(waker)
+                    .unwrap_or_else(|p| p.into_inner());
+            }
+            state.ready.store(true, SeqCst);
+            wakers.push(waker.take().expect("registered"));
+        }
+        rt.shared.reactor.model.ready_all(wakers);
+        block_on(releaser).expect("the releaser completes");
+        block_on(blocker).expect("the blocker completes");
+        rt.stop();
+    });
+}
