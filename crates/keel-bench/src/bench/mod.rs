@@ -43,6 +43,7 @@ pub mod s2;
 pub mod s3;
 pub mod s4;
 pub mod s5;
+pub mod scenario;
 pub mod stats;
 pub mod table;
 
@@ -92,6 +93,28 @@ impl RunSpec {
             ("runs", serde_json::json!(self.runs)),
             ("placement", serde_json::json!(self.placement.kind)),
         ]
+    }
+
+    /// A phase's warm-up and measured time together.
+    pub fn window(&self) -> std::time::Duration {
+        std::time::Duration::from_millis(self.warmup_ms)
+            + std::time::Duration::from_secs_f64(self.duration_s)
+    }
+
+    /// A run of `runtimes`, one round, judged, on two CPUs: for tests that
+    /// build a scenario's figures without running it.
+    #[cfg(test)]
+    pub fn for_tests(runtimes: &[RuntimeKind]) -> RunSpec {
+        RunSpec {
+            exe: "/bin/false".into(),
+            runtimes: runtimes.to_vec(),
+            runs: 1,
+            workers: 1,
+            duration_s: 1.0,
+            warmup_ms: 0,
+            placement: Placement::plan(PlacementKind::Isolated, &CpuSet::new(vec![0, 1])),
+            judged: true,
+        }
     }
 
     /// Starts `keel <args>` as a child in `role`, placed on its CPUs.
