@@ -136,27 +136,6 @@ impl RunSpec {
         args.extend(self.placement.probe_flags());
         args
     }
-
-    /// Runs `phase(round, item)` for every item in every round (rounds
-    /// from 1), in the order of `items` in odd rounds and reversed in even
-    /// ones, so slow drift on a shared machine lands on every item alike.
-    pub fn interleaved<T: Copy, R>(
-        &self,
-        items: &[T],
-        mut phase: impl FnMut(u32, T) -> Result<R, Error>,
-    ) -> Result<Vec<R>, Error> {
-        let mut out = Vec::with_capacity(items.len() * self.runs as usize);
-        for round in 1..=self.runs {
-            let mut order = items.to_vec();
-            if round % 2 == 0 {
-                order.reverse();
-            }
-            for item in order {
-                out.push(phase(round, item)?);
-            }
-        }
-        Ok(out)
-    }
 }
 
 /// Scenarios that can run in this build.

@@ -39,13 +39,11 @@ use serde_json::{json, Value};
 
 use super::charts::{self, Chart};
 use super::noise::Noise;
-use super::outcome::{
-    check_runs, find_metric, judge_rounds, medians_of, round_noise, rounds_of, why_missing, Goal,
-    Outcome, Pairs, RoundFigures, RunFigures, Verdict,
-};
+use super::outcome::{find_metric, why_missing, Goal, Outcome, Pairs, RunFigures, Verdict};
 use super::phase::{mark, SERVER_SILENCE};
 use super::placement::Role;
 use super::progress::PhaseBar;
+use super::scenario::{self, Scenario};
 use super::stats::ratio;
 use super::RunSpec;
 use crate::error::Error;
@@ -85,7 +83,7 @@ pub struct S4Config {
 /// One setting a phase measures.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(tag = "runtime", content = "spin", rename_all = "lowercase")]
-enum Setting {
+pub enum Setting {
     /// keel with this spin policy.
     Keel(Spin),
     /// tokio with its defaults.
@@ -135,7 +133,7 @@ impl Setting {
 /// `states_spin_s` are the unscaled wall times, kept to show what
 /// preemption did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
-struct Reported {
+pub struct Reported {
     /// On a core and not spinning (keel: tasks, IO, timers, search, as
     /// CPU, and the CPU of parking; tokio: its busy time).
     busy_s: f64,
@@ -158,7 +156,7 @@ struct Reported {
 
 /// One phase's figures with where it sat in the run.
 #[derive(Debug, Clone, Serialize)]
-struct PhaseRecord {
+pub struct PhaseRecord {
     /// Round number, from 1.
     round: u32,
     /// What was measured.
@@ -182,34 +180,89 @@ struct PhaseRecord {
 
 /// Runs S4 and judges it.
 pub fn run(config: &S4Config) -> Result<Outcome, Error> {
-    let settings = Setting::all(&config.run.runtimes);
-    let records = config
-        .run
-        .interleaved(&settings, |round, setting| phase(config, round, setting))?;
-    let rounds = round_figures(&records, &settings);
-    let runs = medians_of(&rounds);
-    let runtimes = config.run.runtimes.clone();
-    let verdicts = judge_rounds(&rounds, config.run.judged, |runs| verdicts(runs, &runtimes));
-    let (problems, notes) = check(&records, &runs);
-    let mut sizes = Pairs(vec![
-        ("senders", json!(config.senders)),
-        ("chunk_bytes", json!(config.chunk)),
-        ("rate_mb_per_s", json!(config.rate_mb)),
-    ]);
-    sizes.0.extend(config.run.sizes());
-    Ok(Outcome {
-        id: "s4",
-        title: TITLE,
-        sizes,
-        runs,
-        verdicts,
-        rounds: serde_json::to_value(&records)?,
-        noise: round_noise(&rounds),
-        problems,
-        notes,
-        charts: vec![worker_chart(&records)],
-        chart_files: Vec::new(),
-    })
+    scenario::run(config)
+}
+
+impl Scenario for S4Config {
+    type Phase = Setting;
+    type Record = PhaseRecord;
+    const ID: &'static str = "s4";
+    const TITLE: &'static str = TITLE;
+
+    fn spec(&self) -> &RunSpec {
+        &self.run
+    }
+
+    /// Every setting, in one stage.
+    fn stages(&self) -> Vec<Vec<Setting>> {
+        vec![Setting::all(&self.run.runtimes)]
+    }
+
+    fn phase_name(&self, setting: Setting) -> String {
+        format!("{} {}", setting.runtime(), setting.mode())
+    }
+
+    fn expected(&self, _: Setting) -> Duration {
+        SETTLE + self.run.window()
+    }
+
+    fn measure(&self, round: u32, setting: Setting, bar: &PhaseBar) -> Result<PhaseRecord, Error> {
+        measure(self, round, setting, bar)
+    }
+
+    fn summary(&self, record: &PhaseRecord) -> String {
+        let pct = |s: f64| 100.0 * s / record.window_s.max(1e-9);
+        format!(
+            "cpu {:>6.1}%  reported busy {:>6.1}%  spin {:>6.1}%  received {:>6.1} MB/s",
+            pct(record.cpu_s),
+            pct(record.reported.busy_s),
+            pct(record.reported.spin_s),
+            record.bytes as f64 / 1e6 / record.window_s.max(1e-9),
+        )
+    }
+
+    fn round_of(record: &PhaseRecord) -> u32 {
+        record.round
+    }
+
+    fn noise_of(record: &PhaseRecord) -> Noise {
+        record.noise
+    }
+
+    /// Per setting measured in the round, its metrics.
+    fn round_runs(&self, records: &[&PhaseRecord]) -> Vec<RunFigures> {
+        Setting::all(&self.run.runtimes)
+            .into_iter()
+            .filter_map(|setting| {
+                let record = records.iter().find(|r| r.setting == setting)?;
+                Some(RunFigures {
+                    runtime: setting.runtime().to_string(),
+                    mode: setting.mode().to_string(),
+                    metrics: Pairs(round_metrics(record)),
+                })
+            })
+            .collect()
+    }
+
+    fn verdicts(&self, runs: &[RunFigures]) -> Vec<Verdict> {
+        verdicts(runs, &self.run.runtimes)
+    }
+
+    fn check(&self, records: &[PhaseRecord]) -> (Vec<String>, Vec<String>) {
+        check(records)
+    }
+
+    fn sizes(&self) -> Vec<(&'static str, serde_json::Value)> {
+        vec![
+            ("senders", json!(self.senders)),
+            ("chunk_bytes", json!(self.chunk)),
+            ("rate_mb_per_s", json!(self.rate_mb)),
+        ]
+    }
+
+    fn charts(&self, records: &[PhaseRecord]) -> Vec<Chart> {
+        vec![worker_chart(records)]
+    }
 }
 
 /// Where keel's workers spent the first round's windows, per spin setting.
@@ -229,40 +282,14 @@ fn worker_chart(records: &[PhaseRecord]) -> Chart {
     )
 }
 
-/// Runs one phase, showing its progress.
-fn phase(config: &S4Config, round: u32, setting: Setting) -> Result<PhaseRecord, Error> {
-    let label = format!(
-        "s4 r{round}/{} {} {}",
-        config.run.runs,
-        setting.runtime(),
-        setting.mode()
-    );
-    let expected = SETTLE
-        + Duration::from_millis(config.run.warmup_ms)
-        + Duration::from_secs_f64(config.run.duration_s);
-    let bar = PhaseBar::new(&label, expected);
-    match measure(config, setting, &bar) {
-        Ok(record) => {
-            let record = PhaseRecord { round, ..record };
-            let pct = |s: f64| 100.0 * s / record.window_s.max(1e-9);
-            bar.finish(&format!(
-                "{label:<28} cpu {:>6.1}%  reported busy {:>6.1}%  spin {:>6.1}%  received {:>6.1} MB/s",
-                pct(record.cpu_s),
-                pct(record.reported.busy_s),
-                pct(record.reported.spin_s),
-                record.bytes as f64 / 1e6 / record.window_s.max(1e-9),
-            ));
-            Ok(record)
-        }
-        Err(error) => {
-            bar.abandon();
-            Err(error.context(label))
-        }
-    }
-}
-
-/// The body of [`phase`]; children are killed on any early return.
-fn measure(config: &S4Config, setting: Setting, bar: &PhaseBar) -> Result<PhaseRecord, Error> {
+/// Measures one phase of `round`: a fresh node under the senders' load.
+/// Children are killed on any early return.
+fn measure(
+    config: &S4Config,
+    round: u32,
+    setting: Setting,
+    bar: &PhaseBar,
+) -> Result<PhaseRecord, Error> {
     bar.step("starting the node");
     let mut args: Vec<String> = vec![
         "serve".into(),
@@ -321,7 +348,7 @@ fn measure(config: &S4Config, setting: Setting, bar: &PhaseBar) -> Result<PhaseR
     load.finish_clean(Duration::from_secs(5))?;
     let bytes = |mark: &Mark| mark.runtime["s2"]["bytes"].as_u64().unwrap_or(0);
     Ok(PhaseRecord {
-        round: 0,
+        round,
         setting,
         window_s: measured.window_s,
         cpu_s: measured.cpu_s,
@@ -437,32 +464,7 @@ fn round_metrics(record: &PhaseRecord) -> Vec<(&'static str, f64)> {
     metrics
 }
 
-/// Each round's figures: per setting measured in the round, its metrics;
-/// the worst noise of the round.
-fn round_figures(records: &[PhaseRecord], settings: &[Setting]) -> Vec<RoundFigures> {
-    rounds_of(
-        records,
-        |r| r.round,
-        |r| r.noise,
-        |round| {
-            settings
-                .iter()
-                .filter_map(|&setting| {
-                    let record = records
-                        .iter()
-                        .find(|r| r.round == round && r.setting == setting)?;
-                    Some(RunFigures {
-                        runtime: setting.runtime().to_string(),
-                        mode: setting.mode().to_string(),
-                        metrics: Pairs(round_metrics(record)),
-                    })
-                })
-                .collect()
-        },
-    )
-}
-
-/// The S4 verdicts, from one round's figures (see [`judge_rounds`]).
+/// The S4 verdicts, from one round's figures.
 fn verdicts(runs: &[RunFigures], runtimes: &[RuntimeKind]) -> Vec<Verdict> {
     let missing = |needed: &[RuntimeKind]| why_missing(needed, runtimes);
     let keel = [RuntimeKind::Keel];
@@ -532,7 +534,7 @@ fn verdicts(runs: &[RunFigures], runtimes: &[RuntimeKind]) -> Vec<Verdict> {
 }
 
 /// Figures that should exist and do not (problems), and other remarks.
-fn check(records: &[PhaseRecord], runs: &[RunFigures]) -> (Vec<String>, Vec<String>) {
+fn check(records: &[PhaseRecord]) -> (Vec<String>, Vec<String>) {
     let mut problems = Vec::new();
     let mut notes = Vec::new();
     for record in records {
@@ -561,7 +563,6 @@ fn check(records: &[PhaseRecord], runs: &[RunFigures]) -> (Vec<String>, Vec<Stri
             ));
         }
     }
-    problems.extend(check_runs(runs));
     (problems, notes)
 }
 
