@@ -10,7 +10,10 @@
 //! measures the process CPU over a window (from `/proc`) and what the
 //! runtime reports for the same window.
 //!
-//! keel's report: *busy* is every state a worker is on the CPU for except
+//! keel's report, read from the node's marks as the library's own
+//! `/stats` worker figures ([`keel::admin::WorkerFigures`], so the bench
+//! judges the very figures keel's admin endpoint serves): *busy* is every
+//! state a worker is on the CPU for except
 //! spinning (tasks, IO, timers, and searching for work, which is the
 //! scheduler's own cost), plus the CPU its thread used while parked
 //! (going to sleep and waking up, the rest of that cost, which keel reads
@@ -49,7 +52,9 @@ use super::RunSpec;
 use crate::error::Error;
 use crate::load::s2::{StormReady, StormSummary};
 use crate::serve::control::{AddrLine, Mark};
+use crate::serve::node_keel::worker_pairs;
 use crate::serve::{RuntimeKind, Spin};
+use keel::admin::WorkerFigures;
 
 /// What the scenario measures, for the table.
 const TITLE: &str = "utilization truth";
@@ -373,49 +378,62 @@ fn sleep_ticking(duration: Duration, bar: &PhaseBar) {
 }
 
 /// What the runtime reported between two marks (`start`, `end`: the
-/// `runtime` objects of the marks).
+/// `runtime` objects of the marks): keel's `worker_states` (the library's
+/// [`WorkerFigures`]), or tokio's own per-worker busy time.
 fn reported(runtime: RuntimeKind, start: &Value, end: &Value) -> Reported {
+    match runtime {
+        RuntimeKind::Keel => keel_reported(&worker_pairs(start, end).unwrap_or_default()),
+        RuntimeKind::Tokio => tokio_reported(start, end),
+    }
+}
+
+/// keel's report from each worker's figures at the two marks: its states
+/// as CPU (see [`Reported`]), the CPU of parking, and its thread's CPU.
+fn keel_reported(workers: &[(WorkerFigures, WorkerFigures)]) -> Reported {
+    let mut out = Reported::default();
+    for (then, now) in workers {
+        let delta = |field: fn(&WorkerFigures) -> f64| (field(now) - field(then)).max(0.0);
+        let utilized = delta(|w| w.task_s) + delta(|w| w.io_s) + delta(|w| w.timers_s);
+        let busy = utilized + delta(|w| w.search_s);
+        let spin = delta(|w| w.spin_s);
+        let park = delta(|w| w.park_cpu_s.unwrap_or(0.0));
+        let cpu = delta(|w| w.cpu_s.unwrap_or(0.0));
+        let on_cpu = busy + spin;
+        // The share of its on-CPU states the kernel ran the worker: its
+        // CPU outside parks over their wall time, never above one.
+        let awake_cpu = (cpu - park).max(0.0);
+        let ran = if cpu > 0.0 && on_cpu > awake_cpu {
+            awake_cpu / on_cpu
+        } else {
+            1.0
+        };
+        out.busy_s += busy * ran + park;
+        out.spin_s += spin * ran;
+        out.utilized_s += utilized * ran;
+        out.park_cpu_s += park;
+        out.thread_cpu_s += cpu;
+        out.states_busy_s += busy;
+        out.states_spin_s += spin;
+    }
+    out
+}
+
+/// tokio's report: the busy time of each worker (the `workers` array of
+/// the node's tokio marks), paired by position; busy is all it reports.
+fn tokio_reported(start: &Value, end: &Value) -> Reported {
     let empty = Vec::new();
     let starts = start["workers"].as_array().unwrap_or(&empty);
     let ends = end["workers"].as_array().unwrap_or(&empty);
     let mut out = Reported::default();
     for (i, worker) in ends.iter().enumerate() {
-        let delta = |field: &str| {
-            let now = worker[field].as_f64().unwrap_or(0.0);
-            let then = starts.get(i).and_then(|w| w[field].as_f64()).unwrap_or(0.0);
-            (now - then).max(0.0)
-        };
-        match runtime {
-            RuntimeKind::Keel => {
-                let utilized = delta("busy_s") + delta("io_s") + delta("timers_s");
-                let busy = utilized + delta("search_s");
-                let spin = delta("spin_s");
-                let park = delta("park_cpu_s");
-                let cpu = delta("cpu_s");
-                let on_cpu = busy + spin;
-                // The share of its on-CPU states the kernel ran the worker:
-                // its CPU outside parks over their wall time, never above
-                // one.
-                let awake_cpu = (cpu - park).max(0.0);
-                let ran = if cpu > 0.0 && on_cpu > awake_cpu {
-                    awake_cpu / on_cpu
-                } else {
-                    1.0
-                };
-                out.busy_s += busy * ran + park;
-                out.spin_s += spin * ran;
-                out.utilized_s += utilized * ran;
-                out.park_cpu_s += park;
-                out.thread_cpu_s += cpu;
-                out.states_busy_s += busy;
-                out.states_spin_s += spin;
-            }
-            RuntimeKind::Tokio => {
-                let busy = delta("busy_s");
-                out.busy_s += busy;
-                out.utilized_s += busy;
-            }
-        }
+        let now = worker["busy_s"].as_f64().unwrap_or(0.0);
+        let then = starts
+            .get(i)
+            .and_then(|w| w["busy_s"].as_f64())
+            .unwrap_or(0.0);
+        let busy = (now - then).max(0.0);
+        out.busy_s += busy;
+        out.utilized_s += busy;
     }
     out
 }
@@ -575,18 +593,34 @@ mod tests {
     /// parking; tokio's is its own busy time.
     #[test]
     fn reads_the_accounting() {
-        let start = json!({"workers": [
-            {"busy_s": 1.0, "io_s": 0.0, "timers_s": 0.0, "search_s": 0.0, "spin_s": 1.0, "cpu_s": 1.0, "park_cpu_s": 0.0},
-            {"busy_s": 0.0, "io_s": 0.0, "timers_s": 0.0, "search_s": 0.0, "spin_s": 0.0, "cpu_s": 0.0, "park_cpu_s": 0.0},
-        ]});
+        // Each worker's task, io, timers, search, spin, CPU and park CPU.
+        let workers = |figures: [[f64; 7]; 2]| {
+            let entries: Vec<Value> = figures
+                .iter()
+                .enumerate()
+                .map(|(index, f)| {
+                    let mut w = WorkerFigures::default();
+                    w.worker = index;
+                    [w.task_s, w.io_s, w.timers_s, w.search_s, w.spin_s] =
+                        [f[0], f[1], f[2], f[3], f[4]];
+                    (w.cpu_s, w.park_cpu_s) = (Some(f[5]), Some(f[6]));
+                    serde_json::to_value(w).unwrap()
+                })
+                .collect();
+            json!({ "worker_states": entries })
+        };
+        let start = workers([
+            [1.0, 0.0, 0.0, 0.0, 1.0, 1.0, 0.0],
+            [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0],
+        ]);
         // Worker 0: 2 s busy + 2 s spin in the window, but 2 s of CPU, of
         // which 0.5 s parking: it ran 1.5 s of its 4 s of on-CPU states.
         // Worker 1: 1 s busy and 0.25 s of parking, 1.25 s of CPU: not
         // scaled.
-        let end = json!({"workers": [
-            {"busy_s": 2.0, "io_s": 0.5, "timers_s": 0.25, "search_s": 0.25, "spin_s": 3.0, "cpu_s": 3.0, "park_cpu_s": 0.5},
-            {"busy_s": 1.0, "io_s": 0.0, "timers_s": 0.0, "search_s": 0.0, "spin_s": 0.0, "cpu_s": 1.25, "park_cpu_s": 0.25},
-        ]});
+        let end = workers([
+            [2.0, 0.5, 0.25, 0.25, 3.0, 3.0, 0.5],
+            [1.0, 0.0, 0.0, 0.0, 0.0, 1.25, 0.25],
+        ]);
         let r = reported(RuntimeKind::Keel, &start, &end);
         assert_eq!(
             r,
