@@ -231,7 +231,174 @@ pub fn outcome<S: Scenario>(scenario: &S, records: &[S::Record]) -> Result<Outco
 
 #[cfg(test)]
 mod tests {
+    use std::cell::RefCell;
+
     use super::*;
+    use crate::bench::outcome::{find_metric, Goal};
+    use crate::serve::RuntimeKind;
+
+    /// A scenario that measures nothing: each phase's figure is its
+    /// runtime's value in the round, the host as noisy as the round says.
+    struct Toy {
+        /// Two runtimes, three rounds.
+        spec: RunSpec,
+        /// The phases in the order they were measured.
+        measured: RefCell<Vec<(u32, RuntimeKind)>>,
+    }
+
+    /// One toy phase's figure.
+    #[derive(Serialize)]
+    struct ToyRecord {
+        /// Round number, from 1.
+        round: u32,
+        /// The runtime.
+        runtime: RuntimeKind,
+        /// The figure.
+        value: f64,
+        /// The steal this phase saw.
+        steal_pct: f64,
+    }
+
+    impl Scenario for Toy {
+        type Phase = RuntimeKind;
+        type Record = ToyRecord;
+        const ID: &'static str = "toy";
+        const TITLE: &'static str = "a toy";
+
+        fn spec(&self) -> &RunSpec {
+            &self.spec
+        }
+
+        fn stages(&self) -> Vec<Vec<RuntimeKind>> {
+            vec![self.spec.runtimes.clone()]
+        }
+
+        fn phase_name(&self, runtime: RuntimeKind) -> String {
+            runtime.to_string()
+        }
+
+        fn expected(&self, _: RuntimeKind) -> Duration {
+            Duration::from_millis(1)
+        }
+
+        fn measure(
+            &self,
+            round: u32,
+            runtime: RuntimeKind,
+            _: &PhaseBar,
+        ) -> Result<ToyRecord, Error> {
+            self.measured.borrow_mut().push((round, runtime));
+            let value = match runtime {
+                RuntimeKind::Keel => f64::from(round),
+                RuntimeKind::Tokio => 2.0,
+            };
+            Ok(ToyRecord {
+                round,
+                runtime,
+                value,
+                steal_pct: f64::from(round)
+                    * if runtime == RuntimeKind::Keel {
+                        1.0
+                    } else {
+                        2.0
+                    },
+            })
+        }
+
+        fn summary(&self, record: &ToyRecord) -> String {
+            format!("value {}", record.value)
+        }
+
+        fn round_of(record: &ToyRecord) -> u32 {
+            record.round
+        }
+
+        fn noise_of(record: &ToyRecord) -> Noise {
+            Noise {
+                steal_pct: record.steal_pct,
+                ..Noise::unmeasured()
+            }
+        }
+
+        fn round_runs(&self, records: &[&ToyRecord]) -> Vec<RunFigures> {
+            records
+                .iter()
+                .map(|r| RunFigures {
+                    runtime: r.runtime.to_string(),
+                    mode: "default".into(),
+                    metrics: Pairs(vec![("value", r.value)]),
+                })
+                .collect()
+        }
+
+        fn verdicts(&self, runs: &[RunFigures]) -> Vec<Verdict> {
+            let value = |runtime| find_metric(runs, runtime, "default", "value");
+            vec![Verdict::new(
+                "value keel/tokio",
+                "keel",
+                crate::bench::stats::ratio(value("keel"), value("tokio")),
+                Some(Goal::AtLeast(0.4)),
+            )]
+        }
+
+        fn check(&self, records: &[ToyRecord]) -> (Vec<String>, Vec<String>) {
+            (vec![], vec![format!("{} records", records.len())])
+        }
+
+        fn sizes(&self) -> Vec<(&'static str, serde_json::Value)> {
+            vec![("toy_size", serde_json::json!(1))]
+        }
+    }
+
+    /// The driver measures every phase in schedule order, takes medians
+    /// and the worst noise per round, judges the per-round verdicts, and
+    /// puts the scenario's sizes and checks before the shared ones.
+    #[test]
+    fn runs_a_scenario_into_an_outcome() {
+        let mut spec = RunSpec::for_tests(&[RuntimeKind::Keel, RuntimeKind::Tokio]);
+        spec.runs = 3;
+        let toy = Toy {
+            spec,
+            measured: RefCell::new(Vec::new()),
+        };
+        let outcome = run(&toy).unwrap();
+        let (keel, tokio) = (RuntimeKind::Keel, RuntimeKind::Tokio);
+        assert_eq!(
+            *toy.measured.borrow(),
+            [
+                (1, keel),
+                (1, tokio),
+                (2, tokio),
+                (2, keel),
+                (3, keel),
+                (3, tokio)
+            ]
+        );
+        assert_eq!((outcome.id, outcome.title), ("toy", "a toy"));
+        assert_eq!(outcome.runs[0].label(), "keel");
+        assert_eq!(outcome.runs[0].metric("value"), Some(2.0));
+        let verdict = &outcome.verdicts[0];
+        assert_eq!(verdict.rounds, [Some(0.5), Some(1.0), Some(1.5)]);
+        assert_eq!(verdict.value, Some(1.0));
+        assert_eq!(verdict.judgement, crate::bench::judge::Judgement::Pass);
+        let steal: Vec<f64> = outcome.noise.iter().map(|n| n.noise.steal_pct).collect();
+        assert_eq!(steal, [2.0, 4.0, 6.0]);
+        let sizes: Vec<&str> = outcome.sizes.0.iter().map(|(name, _)| *name).collect();
+        assert_eq!(
+            sizes,
+            [
+                "toy_size",
+                "duration_s",
+                "warmup_ms",
+                "workers",
+                "runs",
+                "placement"
+            ]
+        );
+        assert_eq!(outcome.notes, ["6 records"]);
+        assert!(outcome.problems.is_empty(), "{:?}", outcome.problems);
+        assert_eq!(outcome.rounds.as_array().unwrap().len(), 6);
+    }
 
     /// Stages run in order every round; within one, the phases reverse in
     /// even rounds (S2's shape: API alone per runtime, then every storm).
