@@ -20,6 +20,12 @@
 //!   confidence interval over 5 interleaved rounds, and `unclear` when the
 //!   interval straddles the goal.
 //!
+//! S0 to S5 are each a [`scenario::Scenario`]: a scenario says what its
+//! phases are, how one is measured and what its figures and verdicts
+//! are, and [`scenario::run`] does the rounds, their interleaving, the
+//! medians and the judging for all of them alike. The `--crash` check
+//! ([`crash`]) is not one: it has no rounds or runtimes to compare.
+//!
 //! Exit status: 0 when every figure was produced (failed goals are part of
 //! the report, not an error), 1 when a figure is missing or a child failed,
 //! 2 for a usage error such as an unknown scenario.
