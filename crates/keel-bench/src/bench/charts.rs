@@ -9,11 +9,13 @@
 
 use std::path::Path;
 
+use keel::admin::WorkerFigures;
 use plotters::prelude::*;
 use serde::Serialize;
 
 use crate::error::Error;
 use crate::load::summary::SeriesPoint;
+use crate::serve::node_keel::worker_pairs;
 
 /// Pixels of one chart.
 const SIZE: (u32, u32) = (960, 540);
@@ -250,35 +252,39 @@ pub fn latency_lines(
     })
 }
 
+/// Reads one state's seconds from a worker's figures.
+pub type StateField = fn(&WorkerFigures) -> f64;
+
 /// The state layers of keel's per-worker accounting, in the order they
-/// stack, with the JSON field each comes from.
-pub const KEEL_STATES: [(&str, &str); 6] = [
-    ("task", "busy_s"),
-    ("io", "io_s"),
-    ("timers", "timers_s"),
-    ("search", "search_s"),
-    ("spin", "spin_s"),
-    ("parked", "parked_s"),
+/// stack, with the field of [`WorkerFigures`] each comes from.
+pub const KEEL_STATES: [(&str, StateField); 6] = [
+    ("task", |w| w.task_s),
+    ("io", |w| w.io_s),
+    ("timers", |w| w.timers_s),
+    ("search", |w| w.search_s),
+    ("spin", |w| w.spin_s),
+    ("parked", |w| w.parked_s),
 ];
 
 /// Per worker, the share of the window (in %) each state took between two
-/// marks of keel's accounting (`workers` arrays of `stats_json`); `None`
-/// when either mark is not keel's.
+/// marks of keel's accounting (their `worker_states`, see
+/// [`worker_pairs`]); `None` when either mark is not keel's or the two
+/// do not hold the same workers.
 pub fn keel_worker_states(
     start: &serde_json::Value,
     end: &serde_json::Value,
 ) -> Option<Vec<[f64; 6]>> {
-    let (start, end) = (start["workers"].as_array()?, end["workers"].as_array()?);
-    if start.len() != end.len() || end.is_empty() {
+    let pairs = worker_pairs(start, end)?;
+    let started = start["worker_states"].as_array().map_or(0, Vec::len);
+    if started != pairs.len() || pairs.is_empty() {
         return None;
     }
-    start
+    let shares = pairs
         .iter()
-        .zip(end)
         .map(|(s, e)| {
             let mut shares = [0.0; 6];
-            for (slot, (_, field)) in shares.iter_mut().zip(KEEL_STATES) {
-                *slot = (e[field].as_f64()? - s[field].as_f64()?).max(0.0);
+            for (slot, (_, state)) in shares.iter_mut().zip(KEEL_STATES) {
+                *slot = (state(e) - state(s)).max(0.0);
             }
             let wall: f64 = shares.iter().sum();
             if wall > 0.0 {
@@ -286,9 +292,10 @@ pub fn keel_worker_states(
                     *share *= 100.0 / wall;
                 }
             }
-            Some(shares)
+            shares
         })
-        .collect()
+        .collect();
+    Some(shares)
 }
 
 /// Stacked bars of per-worker states: for each phase `(label, workers)`,
@@ -327,17 +334,25 @@ mod tests {
     /// Shares come from the difference of two marks and add up to 100.
     #[test]
     fn worker_states_from_marks() {
-        let start = serde_json::json!({"workers": [
-            {"busy_s": 1.0, "io_s": 0.0, "timers_s": 0.0, "search_s": 0.0, "spin_s": 0.0, "parked_s": 1.0}
-        ]});
-        let end = serde_json::json!({"workers": [
-            {"busy_s": 2.0, "io_s": 0.5, "timers_s": 0.0, "search_s": 0.25, "spin_s": 0.25, "parked_s": 3.0}
-        ]});
+        let worker = |states: [f64; 6]| {
+            let mut w = WorkerFigures::default();
+            [
+                w.task_s, w.io_s, w.timers_s, w.search_s, w.spin_s, w.parked_s,
+            ] = states;
+            w
+        };
+        let start = serde_json::json!({"worker_states": [worker([1.0, 0.0, 0.0, 0.0, 0.0, 1.0])]});
+        let end = serde_json::json!({"worker_states": [worker([2.0, 0.5, 0.0, 0.25, 0.25, 3.0])]});
         let states = keel_worker_states(&start, &end).unwrap();
         assert_eq!(states, vec![[25.0, 12.5, 0.0, 6.25, 6.25, 50.0]]);
         let tokio = serde_json::json!({"workers": [{"busy_s": 1.0}]});
         assert_eq!(keel_worker_states(&tokio, &tokio), None);
         assert_eq!(keel_worker_states(&serde_json::Value::Null, &end), None);
+        let two = serde_json::json!({"worker_states": [
+            worker([1.0; 6]),
+            worker([1.0; 6]),
+        ]});
+        assert_eq!(keel_worker_states(&two, &end), None, "workers differ");
     }
 
     /// Both kinds draw into SVG files that parse as XML and hold the

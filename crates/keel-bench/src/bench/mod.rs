@@ -20,6 +20,12 @@
 //!   confidence interval over 5 interleaved rounds, and `unclear` when the
 //!   interval straddles the goal.
 //!
+//! S0 to S5 are each a [`scenario::Scenario`]: a scenario says what its
+//! phases are, how one is measured and what its figures and verdicts
+//! are, and [`scenario::run`] does the rounds, their interleaving, the
+//! medians and the judging for all of them alike. The `--crash` check
+//! ([`crash`]) is not one: it has no rounds or runtimes to compare.
+//!
 //! Exit status: 0 when every figure was produced (failed goals are part of
 //! the report, not an error), 1 when a figure is missing or a child failed,
 //! 2 for a usage error such as an unknown scenario.
@@ -43,6 +49,7 @@ pub mod s2;
 pub mod s3;
 pub mod s4;
 pub mod s5;
+pub mod scenario;
 pub mod stats;
 pub mod table;
 
@@ -94,6 +101,28 @@ impl RunSpec {
         ]
     }
 
+    /// A phase's warm-up and measured time together.
+    pub fn window(&self) -> std::time::Duration {
+        std::time::Duration::from_millis(self.warmup_ms)
+            + std::time::Duration::from_secs_f64(self.duration_s)
+    }
+
+    /// A run of `runtimes`, one round, judged, on two CPUs: for tests that
+    /// build a scenario's figures without running it.
+    #[cfg(test)]
+    pub fn for_tests(runtimes: &[RuntimeKind]) -> RunSpec {
+        RunSpec {
+            exe: "/bin/false".into(),
+            runtimes: runtimes.to_vec(),
+            runs: 1,
+            workers: 1,
+            duration_s: 1.0,
+            warmup_ms: 0,
+            placement: Placement::plan(PlacementKind::Isolated, &CpuSet::new(vec![0, 1])),
+            judged: true,
+        }
+    }
+
     /// Starts `keel <args>` as a child in `role`, placed on its CPUs.
     pub fn spawn(
         &self,
@@ -112,27 +141,6 @@ impl RunSpec {
     pub fn probe_args(&self, mut args: Vec<String>) -> Vec<String> {
         args.extend(self.placement.probe_flags());
         args
-    }
-
-    /// Runs `phase(round, item)` for every item in every round (rounds
-    /// from 1), in the order of `items` in odd rounds and reversed in even
-    /// ones, so slow drift on a shared machine lands on every item alike.
-    pub fn interleaved<T: Copy, R>(
-        &self,
-        items: &[T],
-        mut phase: impl FnMut(u32, T) -> Result<R, Error>,
-    ) -> Result<Vec<R>, Error> {
-        let mut out = Vec::with_capacity(items.len() * self.runs as usize);
-        for round in 1..=self.runs {
-            let mut order = items.to_vec();
-            if round % 2 == 0 {
-                order.reverse();
-            }
-            for item in order {
-                out.push(phase(round, item)?);
-            }
-        }
-        Ok(out)
     }
 }
 

@@ -100,30 +100,6 @@ pub struct RoundFigures {
     pub noise: Noise,
 }
 
-/// The rounds of a scenario's phase `records`: for each round from 1 to
-/// the last, the runs `runs_in(round)` builds from that round's phases,
-/// and the worst noise of those phases.
-pub fn rounds_of<R>(
-    records: &[R],
-    round_of: impl Fn(&R) -> u32,
-    noise_of: impl Fn(&R) -> Noise,
-    runs_in: impl Fn(u32) -> Vec<RunFigures>,
-) -> Vec<RoundFigures> {
-    let last = records.iter().map(&round_of).max().unwrap_or(0);
-    (1..=last)
-        .map(|round| RoundFigures {
-            round,
-            runs: runs_in(round),
-            noise: Noise::worst_of(
-                records
-                    .iter()
-                    .filter(|r| round_of(r) == round)
-                    .map(&noise_of),
-            ),
-        })
-        .collect()
-}
-
 /// Per run, in order of first appearance, each metric's median across
 /// `rounds`.
 pub fn medians_of(rounds: &[RoundFigures]) -> Vec<RunFigures> {

@@ -26,7 +26,7 @@ use crate::serve::RuntimeKind;
 pub const SERVER_SILENCE: Duration = Duration::from_secs(10);
 
 /// How long CPU tasks get to spin up before the first mark.
-const SPIN_UP: Duration = Duration::from_millis(300);
+pub const SPIN_UP: Duration = Duration::from_millis(300);
 
 /// How long a server may take to exit after `stop` before it is killed.
 const STOP_GRACE: Duration = Duration::from_secs(5);
@@ -34,7 +34,7 @@ const STOP_GRACE: Duration = Duration::from_secs(5);
 /// What one phase runs.
 #[derive(Debug, Clone)]
 pub struct PhaseSpec {
-    /// A label for progress and messages ("round 1 tokio loaded").
+    /// A label for messages (`s1 r1/5 tokio loaded`).
     pub label: String,
     /// The server's runtime.
     pub runtime: RuntimeKind,
@@ -81,34 +81,9 @@ pub struct PhaseFigures {
     pub noise: Noise,
 }
 
-/// Runs one phase, showing its progress.
-pub fn run(run: &RunSpec, spec: &PhaseSpec) -> Result<PhaseFigures, Error> {
-    let expected =
-        SPIN_UP + Duration::from_millis(spec.warmup_ms) + Duration::from_secs_f64(spec.duration_s);
-    let bar = PhaseBar::new(&spec.label, expected);
-    match measure(run, spec, &bar) {
-        Ok(figures) => {
-            bar.finish(&format!(
-                "{:<28} p50 {:>8.1} us  p99 {:>8.1} us  max {:>8.1} us  n {:>6}  slices/s {:>8.0}  cpu {:.2} s",
-                spec.label,
-                figures.probe.p50_us,
-                figures.probe.p99_us,
-                figures.probe.max_us,
-                figures.probe.count,
-                figures.slices_per_s,
-                figures.cpu_s,
-            ));
-            Ok(figures)
-        }
-        Err(error) => {
-            bar.abandon();
-            Err(error.context(&spec.label))
-        }
-    }
-}
-
-/// The body of [`run`]; the children are killed on any early return.
-fn measure(run: &RunSpec, spec: &PhaseSpec, bar: &PhaseBar) -> Result<PhaseFigures, Error> {
+/// Runs one phase, saying what it does on `bar`; the children are killed
+/// on any early return.
+pub fn measure(run: &RunSpec, spec: &PhaseSpec, bar: &PhaseBar) -> Result<PhaseFigures, Error> {
     bar.step("starting the server");
     let mut server = run.spawn(
         Role::Server,

@@ -24,13 +24,11 @@ use serde::Serialize;
 use serde_json::json;
 
 use super::noise::Noise;
-use super::outcome::{
-    check_runs, find_metric, judge_rounds, medians_of, round_noise, rounds_of, why_missing, Goal,
-    Outcome, Pairs, RoundFigures, RunFigures, Verdict,
-};
+use super::outcome::{find_metric, why_missing, Goal, Outcome, Pairs, RunFigures, Verdict};
 use super::phase::{mark, SERVER_SILENCE};
 use super::placement::Role;
 use super::progress::PhaseBar;
+use super::scenario::{self, Scenario};
 use super::stats::ratio;
 use super::RunSpec;
 use crate::error::Error;
@@ -64,7 +62,7 @@ pub struct S0Config {
 
 /// One phase's figures with where it sat in the run.
 #[derive(Debug, Clone, Serialize)]
-struct PhaseRecord {
+pub struct PhaseRecord {
     /// Round number, from 1.
     round: u32,
     /// The server's runtime.
@@ -83,97 +81,127 @@ struct PhaseRecord {
 
 /// Runs S0 and judges it.
 pub fn run(config: &S0Config) -> Result<Outcome, Error> {
-    let mut records = Vec::new();
-    for round in 0..config.run.runs {
-        let mut order = config.run.runtimes.clone();
-        if round % 2 == 1 {
-            order.reverse();
-        }
-        for mode in [S0Mode::Keepalive, S0Mode::Short] {
-            for &runtime in &order {
-                records.push(phase(config, round + 1, runtime, mode)?);
+    scenario::run(config)
+}
+
+impl Scenario for S0Config {
+    type Phase = (RuntimeKind, S0Mode);
+    type Record = PhaseRecord;
+    const ID: &'static str = "s0";
+    const TITLE: &'static str = TITLE;
+
+    fn spec(&self) -> &RunSpec {
+        &self.run
+    }
+
+    /// Keep-alive phases, then short ones, each per runtime.
+    fn stages(&self) -> Vec<Vec<Self::Phase>> {
+        [S0Mode::Keepalive, S0Mode::Short]
+            .map(|mode| self.run.runtimes.iter().map(|&r| (r, mode)).collect())
+            .into()
+    }
+
+    fn phase_name(&self, (runtime, mode): Self::Phase) -> String {
+        format!("{runtime} {mode}")
+    }
+
+    fn expected(&self, _: Self::Phase) -> Duration {
+        SETTLE + self.run.window()
+    }
+
+    fn measure(
+        &self,
+        round: u32,
+        (runtime, mode): Self::Phase,
+        bar: &PhaseBar,
+    ) -> Result<PhaseRecord, Error> {
+        measure(self, round, runtime, mode, bar)
+    }
+
+    fn summary(&self, record: &PhaseRecord) -> String {
+        format!(
+            "rps {:>8.0}  p50 {:>8.1} us  p99 {:>8.1} us  n {:>7}  errors {}  cpu {:.2} s",
+            record.load.rps,
+            record.load.p50_us,
+            record.load.p99_us,
+            record.load.requests,
+            record.load.errors,
+            record.cpu_s,
+        )
+    }
+
+    fn round_of(record: &PhaseRecord) -> u32 {
+        record.round
+    }
+
+    fn noise_of(record: &PhaseRecord) -> Noise {
+        record.noise
+    }
+
+    /// Per runtime with both phases in the round, its metrics.
+    fn round_runs(&self, records: &[&PhaseRecord]) -> Vec<RunFigures> {
+        let find = |runtime: RuntimeKind, mode: S0Mode| {
+            records
+                .iter()
+                .find(|r| r.runtime == runtime && r.mode == mode)
+        };
+        self.run
+            .runtimes
+            .iter()
+            .filter_map(|&runtime| {
+                Some(RunFigures {
+                    runtime: runtime.to_string(),
+                    mode: "default".into(),
+                    metrics: Pairs(round_metrics(
+                        find(runtime, S0Mode::Keepalive)?,
+                        find(runtime, S0Mode::Short)?,
+                    )),
+                })
+            })
+            .collect()
+    }
+
+    fn verdicts(&self, runs: &[RunFigures]) -> Vec<Verdict> {
+        verdicts(runs, &self.run.runtimes)
+    }
+
+    /// Answers that went wrong are problems; short phases that stopped at
+    /// their time limit are notes (a quick run expects them to).
+    fn check(&self, records: &[PhaseRecord]) -> (Vec<String>, Vec<String>) {
+        let mut notes = Vec::new();
+        if !self.quick {
+            for record in records
+                .iter()
+                .filter(|r| r.mode == S0Mode::Short && !r.load.complete)
+            {
+                notes.push(format!(
+                    "round {} {} short: stopped at the {} s limit after {} of {} requests",
+                    record.round,
+                    record.runtime,
+                    self.short_limit_s,
+                    record.load.requests,
+                    self.requests
+                ));
             }
         }
+        (check(records), notes)
     }
-    let rounds = round_figures(&records, &config.run.runtimes);
-    let runs = medians_of(&rounds);
-    let runtimes = config.run.runtimes.clone();
-    let verdicts = judge_rounds(&rounds, config.run.judged, |runs| verdicts(runs, &runtimes));
-    let problems = check(&records, &runs);
-    let mut notes = Vec::new();
-    if !config.quick {
-        for record in records
-            .iter()
-            .filter(|r| r.mode == S0Mode::Short && !r.load.complete)
-        {
-            notes.push(format!(
-                "round {} {} short: stopped at the {} s limit after {} of {} requests",
-                record.round,
-                record.runtime,
-                config.short_limit_s,
-                record.load.requests,
-                config.requests
-            ));
-        }
-    }
-    let mut sizes = Pairs(vec![
-        ("connections", json!(config.connections)),
-        ("short_requests", json!(config.requests)),
-        ("short_limit_s", json!(config.short_limit_s)),
-        ("body_bytes", json!(crate::serve::s0::BODY.len())),
-    ]);
-    sizes.0.extend(config.run.sizes());
-    Ok(Outcome {
-        id: "s0",
-        title: TITLE,
-        sizes,
-        runs,
-        verdicts,
-        rounds: serde_json::to_value(&records)?,
-        noise: round_noise(&rounds),
-        problems,
-        notes,
-        charts: Vec::new(),
-        chart_files: Vec::new(),
-    })
-}
 
-/// Runs one phase: a fresh server and the clients in `mode`.
-fn phase(
-    config: &S0Config,
-    round: u32,
-    runtime: RuntimeKind,
-    mode: S0Mode,
-) -> Result<PhaseRecord, Error> {
-    let label = format!("s0 r{round}/{} {runtime} {mode}", config.run.runs);
-    let expected = SETTLE
-        + Duration::from_millis(config.run.warmup_ms)
-        + Duration::from_secs_f64(config.run.duration_s);
-    let bar = PhaseBar::new(&label, expected);
-    match measure(config, runtime, mode, &bar) {
-        Ok(figures) => {
-            let record = PhaseRecord { round, ..figures };
-            bar.finish(&format!(
-                "{label:<28} rps {:>8.0}  p50 {:>8.1} us  p99 {:>8.1} us  n {:>7}  errors {}  cpu {:.2} s",
-                record.load.rps,
-                record.load.p50_us,
-                record.load.p99_us,
-                record.load.requests,
-                record.load.errors,
-                record.cpu_s,
-            ));
-            Ok(record)
-        }
-        Err(error) => {
-            bar.abandon();
-            Err(error.context(label))
-        }
+    fn sizes(&self) -> Vec<(&'static str, serde_json::Value)> {
+        vec![
+            ("connections", json!(self.connections)),
+            ("short_requests", json!(self.requests)),
+            ("short_limit_s", json!(self.short_limit_s)),
+            ("body_bytes", json!(crate::serve::s0::BODY.len())),
+        ]
     }
 }
 
-/// The body of [`phase`]; the children are killed on any early return.
+/// Measures one phase of `round`: a fresh server and the clients in
+/// `mode`. The children are killed on any early return.
 fn measure(
     config: &S0Config,
+    round: u32,
     runtime: RuntimeKind,
     mode: S0Mode,
     bar: &PhaseBar,
@@ -248,7 +276,7 @@ fn measure(
     }
     load.finish_clean(Duration::from_secs(5))?;
     Ok(PhaseRecord {
-        round: 0,
+        round,
         runtime,
         mode,
         load: summary,
@@ -279,37 +307,7 @@ fn round_metrics(keepalive: &PhaseRecord, short: &PhaseRecord) -> Vec<(&'static 
     ]
 }
 
-/// Each round's figures: per runtime with both phases in the round, its
-/// metrics; the worst noise of the round.
-fn round_figures(records: &[PhaseRecord], runtimes: &[RuntimeKind]) -> Vec<RoundFigures> {
-    rounds_of(
-        records,
-        |r| r.round,
-        |r| r.noise,
-        |round| {
-            let find = |runtime: RuntimeKind, mode: S0Mode| {
-                records
-                    .iter()
-                    .find(|r| r.round == round && r.runtime == runtime && r.mode == mode)
-            };
-            runtimes
-                .iter()
-                .filter_map(|&runtime| {
-                    Some(RunFigures {
-                        runtime: runtime.to_string(),
-                        mode: "default".into(),
-                        metrics: Pairs(round_metrics(
-                            find(runtime, S0Mode::Keepalive)?,
-                            find(runtime, S0Mode::Short)?,
-                        )),
-                    })
-                })
-                .collect()
-        },
-    )
-}
-
-/// The S0 verdicts, from one round's figures (see [`judge_rounds`]).
+/// The S0 verdicts, from one round's figures.
 fn verdicts(runs: &[RunFigures], runtimes: &[RuntimeKind]) -> Vec<Verdict> {
     let keel_over_tokio = |name: &str| {
         ratio(
@@ -351,7 +349,7 @@ fn verdicts(runs: &[RunFigures], runtimes: &[RuntimeKind]) -> Vec<Verdict> {
 }
 
 /// Figures that should exist and do not, and answers that went wrong.
-fn check(records: &[PhaseRecord], runs: &[RunFigures]) -> Vec<String> {
+fn check(records: &[PhaseRecord]) -> Vec<String> {
     let mut problems = Vec::new();
     for record in records {
         let at = format!("round {} {} {}", record.round, record.runtime, record.mode);
@@ -366,7 +364,6 @@ fn check(records: &[PhaseRecord], runs: &[RunFigures]) -> Vec<String> {
             ));
         }
     }
-    problems.extend(check_runs(runs));
     problems
 }
 
@@ -400,6 +397,17 @@ mod tests {
         }
     }
 
+    /// A run of `runtimes` with the default sizes.
+    fn config(runtimes: &[RuntimeKind]) -> S0Config {
+        S0Config {
+            run: RunSpec::for_tests(runtimes),
+            connections: 60,
+            requests: 50_000,
+            short_limit_s: 60.0,
+            quick: false,
+        }
+    }
+
     /// Medians across rounds are the figures, per-round ratios the
     /// verdicts; the documented metric names are there.
     #[test]
@@ -412,9 +420,10 @@ mod tests {
                 records.push(record(round, tokio, mode, t));
             }
         }
-        let rounds = round_figures(&records, &[keel, tokio]);
-        assert_eq!(rounds.len(), 3);
-        let runs = medians_of(&rounds);
+        let config = config(&[keel, tokio]);
+        assert_eq!(scenario::round_figures(&config, &records).len(), 3);
+        let outcome = scenario::outcome(&config, &records).unwrap();
+        let (runs, verdicts) = (&outcome.runs, &outcome.verdicts);
         for name in [
             "keepalive_rps",
             "keepalive_p50_us",
@@ -425,7 +434,6 @@ mod tests {
             assert!(runs[0].metric(name).is_some(), "{name}");
         }
         assert_eq!(runs[0].metric("keepalive_cpu_per_request_us"), Some(500.0));
-        let verdicts = judge_rounds(&rounds, true, |runs| verdicts(runs, &[keel, tokio]));
         assert_eq!(verdicts[0].name, "keepalive_rps keel/tokio");
         assert_eq!(verdicts[0].value, Some(1.0));
         assert_eq!(verdicts[0].rounds, [Some(0.9), Some(1.1), Some(1.0)]);
@@ -435,7 +443,9 @@ mod tests {
             crate::bench::judge::Judgement::Unclear
         );
         assert_eq!(verdicts[1].name, "short_rps keel/tokio");
-        assert!(check(&records, &runs).is_empty());
+        assert!(outcome.problems.is_empty(), "{:?}", outcome.problems);
+        assert_eq!(outcome.sizes.0[0].0, "connections");
+        assert_eq!(outcome.sizes.0[4].0, "duration_s");
     }
 
     /// Without tokio the ratios say why they are missing; failed
@@ -450,11 +460,11 @@ mod tests {
         records[1].load.errors = 2;
         records[1].load.first_error = Some("reset".into());
         records[0].load.requests = 0;
-        let runs = medians_of(&round_figures(&records, &[keel]));
-        let verdicts = verdicts(&runs, &[keel]);
+        let outcome = scenario::outcome(&config(&[keel]), &records).unwrap();
+        let verdicts = &outcome.verdicts;
         assert_eq!(verdicts[0].value, None);
         assert_eq!(verdicts[0].missing.as_deref(), Some("tokio not run"));
-        let problems = check(&records, &runs);
+        let problems = &outcome.problems;
         assert!(
             problems.iter().any(|p| p.contains("no request")),
             "{problems:?}"

@@ -28,16 +28,17 @@ use std::time::Duration;
 use serde::Serialize;
 use serde_json::json;
 
-use super::calibrate::calibrate;
+use super::calibrate::{calibrate, Calibration};
 use super::charts::{self, Chart};
-use super::outcome::{
-    check_runs, judge_rounds, medians_of, probe_note, round_noise, rounds_of, why_missing, Goal,
-    Outcome, Pairs, RoundFigures, RunFigures, Verdict,
-};
+use super::noise::Noise;
+use super::outcome::{why_missing, Goal, Outcome, Pairs, RunFigures, Verdict};
 use super::phase::{self, PhaseFigures, PhaseSpec};
+use super::progress::PhaseBar;
+use super::scenario::{self, Scenario};
 use super::stats::ratio;
 use super::RunSpec;
 use crate::error::Error;
+use crate::load::realtime::ProbeScheduling;
 use crate::load::summary::Quantiles;
 use crate::serve::RuntimeKind;
 
@@ -67,7 +68,7 @@ const DEFAULT: &str = "default";
 
 /// One phase's figures with where it sat in the run.
 #[derive(Debug, Clone, Serialize)]
-struct PhaseRecord {
+pub struct PhaseRecord {
     /// Round number, from 1.
     round: u32,
     /// `idle` or `loaded`.
@@ -79,6 +80,26 @@ struct PhaseRecord {
     figures: PhaseFigures,
 }
 
+/// One phase of a round: a variant, idle or loaded.
+#[derive(Debug, Clone, Copy)]
+pub struct Phase {
+    /// The server's runtime.
+    runtime: RuntimeKind,
+    /// [`DEFAULT`], or for keel also [`UNACCOUNTED`].
+    mode: &'static str,
+    /// `idle` (no CPU tasks) or `loaded`.
+    phase: &'static str,
+}
+
+/// S1 ready to run: its sizes and the calibrated CPU slice.
+#[derive(Debug, Clone)]
+pub struct S1 {
+    /// The sizes and setup.
+    config: S1Config,
+    /// One CPU slice, calibrated on this machine.
+    calibration: Calibration,
+}
+
 /// Runs S1 and judges it.
 pub fn run(config: &S1Config) -> Result<Outcome, Error> {
     let calibration = calibrate(Duration::from_micros(config.slice_us));
@@ -88,77 +109,146 @@ pub fn run(config: &S1Config) -> Result<Outcome, Error> {
         calibration.measured.as_secs_f64() * 1e6,
         config.slice_us
     );
-    let mut records = Vec::new();
-    for round in 0..config.run.runs {
-        // Alternate which runtime goes first.
-        let mut order = variants(&config.run.runtimes);
-        if round % 2 == 1 {
-            order.reverse();
-        }
-        for (phase_name, cpu_tasks) in [("idle", 0), ("loaded", config.cpu_tasks)] {
-            for &(runtime, mode) in &order {
-                let shown = if mode == DEFAULT {
-                    runtime.to_string()
-                } else {
-                    format!("{runtime} {mode}")
-                };
-                let spec = PhaseSpec {
-                    label: format!("s1 r{}/{} {shown} {phase_name}", round + 1, config.run.runs),
-                    runtime,
-                    workers: config.run.workers,
-                    cpu_tasks,
-                    slice_iters: calibration.iters,
-                    interval_us: config.interval_us,
-                    duration_s: config.run.duration_s,
-                    warmup_ms: config.run.warmup_ms,
-                    payload: config.payload,
-                    accounting: mode == DEFAULT,
-                };
-                let figures = phase::run(&config.run, &spec)?;
-                records.push(PhaseRecord {
-                    round: round + 1,
-                    phase: phase_name,
-                    mode,
-                    figures,
-                });
-            }
+    scenario::run(&S1 {
+        config: config.clone(),
+        calibration,
+    })
+}
+
+impl Scenario for S1 {
+    type Phase = Phase;
+    type Record = PhaseRecord;
+    const ID: &'static str = "s1";
+    const TITLE: &'static str = TITLE;
+
+    fn spec(&self) -> &RunSpec {
+        &self.config.run
+    }
+
+    /// Every variant idle, then every variant loaded.
+    fn stages(&self) -> Vec<Vec<Phase>> {
+        let variants = variants(&self.config.run.runtimes);
+        ["idle", "loaded"]
+            .map(|phase| {
+                variants
+                    .iter()
+                    .map(|&(runtime, mode)| Phase {
+                        runtime,
+                        mode,
+                        phase,
+                    })
+                    .collect()
+            })
+            .into()
+    }
+
+    fn phase_name(&self, p: Phase) -> String {
+        if p.mode == DEFAULT {
+            format!("{} {}", p.runtime, p.phase)
+        } else {
+            format!("{} {} {}", p.runtime, p.mode, p.phase)
         }
     }
 
-    let slice_us = calibration.measured.as_secs_f64() * 1e6;
-    let rounds = round_figures(&records, &config.run.runtimes, slice_us);
-    let runs = medians_of(&rounds);
-    let runtimes = config.run.runtimes.clone();
-    let verdicts = judge_rounds(&rounds, config.run.judged, |runs| verdicts(runs, &runtimes));
-    let (problems, mut notes) = check(&records, &runs, config.cpu_tasks);
-    notes.extend(probe_note(
-        records.iter().map(|r| r.figures.probe.scheduling.as_ref()),
-    ));
-    let mut sizes = Pairs(vec![
-        ("cpu_tasks", json!(config.cpu_tasks)),
-        ("slice_us", json!(config.slice_us)),
-        ("interval_us", json!(config.interval_us)),
-        ("payload_bytes", json!(config.payload)),
-        ("slice_iters", json!(calibration.iters)),
-        (
-            "slice_measured_us",
-            json!((calibration.measured.as_secs_f64() * 1e7).round() / 10.0),
-        ),
-    ]);
-    sizes.0.extend(config.run.sizes());
-    Ok(Outcome {
-        id: "s1",
-        title: TITLE,
-        sizes,
-        runs,
-        verdicts,
-        rounds: serde_json::to_value(&records)?,
-        noise: round_noise(&rounds),
-        problems,
-        notes,
-        charts: charts(&records),
-        chart_files: Vec::new(),
-    })
+    fn expected(&self, _: Phase) -> Duration {
+        phase::SPIN_UP + self.config.run.window()
+    }
+
+    fn measure(&self, round: u32, p: Phase, bar: &PhaseBar) -> Result<PhaseRecord, Error> {
+        let run = &self.config.run;
+        let spec = PhaseSpec {
+            label: self.label(round, p),
+            runtime: p.runtime,
+            workers: run.workers,
+            cpu_tasks: if p.phase == "loaded" {
+                self.config.cpu_tasks
+            } else {
+                0
+            },
+            slice_iters: self.calibration.iters,
+            interval_us: self.config.interval_us,
+            duration_s: run.duration_s,
+            warmup_ms: run.warmup_ms,
+            payload: self.config.payload,
+            accounting: p.mode == DEFAULT,
+        };
+        Ok(PhaseRecord {
+            round,
+            phase: p.phase,
+            mode: p.mode,
+            figures: phase::measure(run, &spec, bar)?,
+        })
+    }
+
+    fn summary(&self, record: &PhaseRecord) -> String {
+        let f = &record.figures;
+        format!(
+            "p50 {:>8.1} us  p99 {:>8.1} us  max {:>8.1} us  n {:>6}  slices/s {:>8.0}  cpu {:.2} s",
+            f.probe.p50_us, f.probe.p99_us, f.probe.max_us, f.probe.count, f.slices_per_s, f.cpu_s,
+        )
+    }
+
+    fn round_of(record: &PhaseRecord) -> u32 {
+        record.round
+    }
+
+    fn noise_of(record: &PhaseRecord) -> Noise {
+        record.figures.noise
+    }
+
+    /// Per variant (in [`variants`] order) with both phases in the round,
+    /// its metrics.
+    fn round_runs(&self, records: &[&PhaseRecord]) -> Vec<RunFigures> {
+        let find = |phase: &str, runtime: RuntimeKind, mode: &str| {
+            records
+                .iter()
+                .find(|r| r.phase == phase && r.figures.runtime == runtime && r.mode == mode)
+        };
+        let slice_us = self.calibration.measured.as_secs_f64() * 1e6;
+        variants(&self.config.run.runtimes)
+            .into_iter()
+            .filter_map(|(runtime, mode)| {
+                let idle = find("idle", runtime, mode)?;
+                let loaded = find("loaded", runtime, mode)?;
+                Some(RunFigures {
+                    runtime: runtime.to_string(),
+                    mode: mode.into(),
+                    metrics: Pairs(round_metrics(&idle.figures, &loaded.figures, slice_us)),
+                })
+            })
+            .collect()
+    }
+
+    fn verdicts(&self, runs: &[RunFigures]) -> Vec<Verdict> {
+        verdicts(runs, &self.config.run.runtimes)
+    }
+
+    fn check(&self, records: &[PhaseRecord]) -> (Vec<String>, Vec<String>) {
+        check(records, self.config.cpu_tasks)
+    }
+
+    fn sizes(&self) -> Vec<(&'static str, serde_json::Value)> {
+        let (config, calibration) = (&self.config, &self.calibration);
+        vec![
+            ("cpu_tasks", json!(config.cpu_tasks)),
+            ("slice_us", json!(config.slice_us)),
+            ("interval_us", json!(config.interval_us)),
+            ("payload_bytes", json!(config.payload)),
+            ("slice_iters", json!(calibration.iters)),
+            (
+                "slice_measured_us",
+                json!((calibration.measured.as_secs_f64() * 1e7).round() / 10.0),
+            ),
+        ]
+    }
+
+    fn schedulings(record: &PhaseRecord) -> Vec<Option<&ProbeScheduling>> {
+        vec![record.figures.probe.scheduling.as_ref()]
+    }
+
+    fn charts(&self, records: &[PhaseRecord]) -> Vec<Chart> {
+        charts(records)
+    }
 }
 
 /// The variants a run measures: each runtime as it comes, and keel also
@@ -172,43 +262,6 @@ fn variants(runtimes: &[RuntimeKind]) -> Vec<(RuntimeKind, &'static str)> {
         }
     }
     out
-}
-
-/// Each round's figures: per variant (in [`variants`] order) with both
-/// phases in the round, its metrics; the worst noise of the round.
-/// `slice_us` is how long one CPU slice takes.
-fn round_figures(
-    records: &[PhaseRecord],
-    runtimes: &[RuntimeKind],
-    slice_us: f64,
-) -> Vec<RoundFigures> {
-    rounds_of(
-        records,
-        |r| r.round,
-        |r| r.figures.noise,
-        |round| {
-            let find = |phase: &str, runtime: RuntimeKind, mode: &str| {
-                records.iter().find(|r| {
-                    r.round == round
-                        && r.phase == phase
-                        && r.figures.runtime == runtime
-                        && r.mode == mode
-                })
-            };
-            variants(runtimes)
-                .into_iter()
-                .filter_map(|(runtime, mode)| {
-                    let idle = find("idle", runtime, mode)?;
-                    let loaded = find("loaded", runtime, mode)?;
-                    Some(RunFigures {
-                        runtime: runtime.to_string(),
-                        mode: mode.into(),
-                        metrics: Pairs(round_metrics(&idle.figures, &loaded.figures, slice_us)),
-                    })
-                })
-                .collect()
-        },
-    )
 }
 
 /// The first round's latency over time, per runtime and phase, and where
@@ -290,7 +343,7 @@ fn round_metrics(
     ]
 }
 
-/// The S1 verdicts, from one round's figures (see [`judge_rounds`]).
+/// The S1 verdicts, from one round's figures.
 ///
 /// The IO-starvation verdicts are judged on the server's share of the
 /// round trips; the end-to-end ratios are reported beside them.
@@ -401,11 +454,7 @@ fn verdicts(runs: &[RunFigures], runtimes: &[RuntimeKind]) -> Vec<Verdict> {
 
 /// Figures that should exist and do not (problems), and other remarks
 /// (notes).
-fn check(
-    records: &[PhaseRecord],
-    runs: &[RunFigures],
-    cpu_tasks: u64,
-) -> (Vec<String>, Vec<String>) {
+fn check(records: &[PhaseRecord], cpu_tasks: u64) -> (Vec<String>, Vec<String>) {
     let mut problems = Vec::new();
     let mut notes = Vec::new();
     for record in records {
@@ -442,15 +491,31 @@ fn check(
             ));
         }
     }
-    problems.extend(check_runs(runs));
     (problems, notes)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bench::noise::Noise;
+    use crate::bench::outcome::medians_of;
     use crate::load::summary::ProbeSummary;
+
+    /// S1 of `runtimes` with a 200 µs slice.
+    fn s1(runtimes: &[RuntimeKind]) -> S1 {
+        S1 {
+            config: S1Config {
+                run: RunSpec::for_tests(runtimes),
+                cpu_tasks: 8,
+                slice_us: 200,
+                interval_us: 1000,
+                payload: 64,
+            },
+            calibration: Calibration {
+                iters: 1000,
+                measured: Duration::from_micros(200),
+            },
+        }
+    }
 
     /// Figures of a phase with end-to-end p99 `p99` (the server's share
     /// half of it) and `slices_per_s` slices per second.
@@ -532,7 +597,7 @@ mod tests {
     fn medians_across_rounds() {
         let mut all = records(RuntimeKind::Tokio, &[300.0, 100.0, 200.0]);
         all.extend(records(RuntimeKind::Keel, &[50.0, 70.0, 60.0]));
-        let rounds = round_figures(&all, &[RuntimeKind::Keel, RuntimeKind::Tokio], 200.0);
+        let rounds = scenario::round_figures(&s1(&[RuntimeKind::Keel, RuntimeKind::Tokio]), &all);
         assert_eq!(rounds.len(), 3);
         let runs = medians_of(&rounds);
         let tokio = &run_of(&runs, RuntimeKind::Tokio, DEFAULT).unwrap().metrics;
@@ -572,7 +637,7 @@ mod tests {
             10_000.0,
         ));
         all.extend(records(RuntimeKind::Tokio, &[400.0]));
-        let runs = medians_of(&round_figures(&all, &both, 200.0));
+        let runs = medians_of(&scenario::round_figures(&s1(&both), &all));
         let v = verdicts(&runs, &both);
         assert_eq!(v[2].value, Some(0.25), "keel/tokio uses keel's default");
         // keel: server loaded p99 50 us over a 200 us slice + 20 us.
@@ -592,8 +657,8 @@ mod tests {
         let mut all = records(RuntimeKind::Tokio, &[400.0, 800.0, 400.0]);
         all.extend(records(RuntimeKind::Keel, &[100.0, 100.0, 200.0]));
         let both = [RuntimeKind::Keel, RuntimeKind::Tokio];
-        let rounds = round_figures(&all, &both, 200.0);
-        let v = judge_rounds(&rounds, true, |runs| verdicts(runs, &both));
+        let both_s1 = s1(&both);
+        let v = scenario::judged_verdicts(&both_s1, &scenario::round_figures(&both_s1, &all));
         assert_eq!(v[0].name, "server loaded_p99/idle_p99");
         assert_eq!(v[0].rounds, [Some(2.5), Some(2.5), Some(5.0)]);
         assert_eq!(v[0].value, Some(2.5));
@@ -610,7 +675,10 @@ mod tests {
         assert_eq!(v[4].value, Some(2.5));
 
         let tokio = [RuntimeKind::Tokio];
-        let tokio_only = verdicts(&medians_of(&round_figures(&all, &tokio, 200.0)), &tokio);
+        let tokio_only = verdicts(
+            &medians_of(&scenario::round_figures(&s1(&tokio), &all)),
+            &tokio,
+        );
         assert_eq!(tokio_only[0].value, None);
         assert_eq!(tokio_only[0].missing.as_deref(), Some("keel not run"));
         assert_eq!(tokio_only[1].value, Some(10.0));
@@ -623,7 +691,7 @@ mod tests {
         all[1].figures.slices = 0;
         all[0].figures.probe.count = 0;
         all[0].figures.probe.errors = 3;
-        let (problems, notes) = check(&all, &[], 8);
+        let (problems, notes) = check(&all, 8);
         assert_eq!(problems.len(), 2, "{problems:?}");
         assert!(problems[0].contains("no round trips"));
         assert!(problems[1].contains("no slice"));

@@ -29,16 +29,15 @@ use serde_json::json;
 
 use super::calibrate::calibrate_with;
 use super::noise::Noise;
-use super::outcome::{
-    check_runs, find_metric, judge_rounds, medians_of, probe_note, round_noise, rounds_of,
-    why_missing, Goal, Outcome, Pairs, RoundFigures, RunFigures, Verdict,
-};
+use super::outcome::{find_metric, why_missing, Goal, Outcome, Pairs, RunFigures, Verdict};
 use super::phase::{mark, SERVER_SILENCE};
 use super::placement::Role;
 use super::progress::PhaseBar;
+use super::scenario::{self, Scenario};
 use super::stats::ratio;
 use super::RunSpec;
 use crate::error::Error;
+use crate::load::realtime::ProbeScheduling;
 use crate::load::s2::{ApiSummary, StormReady, StormSummary};
 use crate::serve::control::{AddrLine, Mark};
 use crate::serve::s2::S2Mode;
@@ -81,7 +80,7 @@ pub fn modes(runtime: RuntimeKind) -> &'static [S2Mode] {
 
 /// One phase's figures with where it sat in the run.
 #[derive(Debug, Clone, Serialize)]
-struct PhaseRecord {
+pub struct PhaseRecord {
     /// Round number, from 1.
     round: u32,
     /// The node's runtime.
@@ -106,6 +105,15 @@ struct PhaseRecord {
     noise: Noise,
 }
 
+/// S2 ready to run: its sizes and the calibrated API job.
+#[derive(Debug, Clone)]
+pub struct S2 {
+    /// The sizes and setup.
+    config: S2Config,
+    /// Lines of the API job, calibrated on this machine to `job_ms`.
+    job_lines: u64,
+}
+
 /// Runs S2 and judges it.
 pub fn run(config: &S2Config) -> Result<Outcome, Error> {
     let calibration = calibrate_with(Duration::from_millis(config.job_ms), job::time);
@@ -115,106 +123,133 @@ pub fn run(config: &S2Config) -> Result<Outcome, Error> {
         calibration.measured.as_secs_f64() * 1e3,
         config.job_ms
     );
-    let mut records = Vec::new();
-    for round in 0..config.run.runs {
-        let mut order = config.run.runtimes.clone();
-        if round % 2 == 1 {
-            order.reverse();
-        }
-        for &runtime in &order {
-            records.push(phase(config, calibration.iters, round + 1, runtime, None)?);
-        }
-        for &runtime in &order {
-            let mut mine = modes(runtime).to_vec();
-            if round % 2 == 1 {
-                mine.reverse();
-            }
-            for mode in mine {
-                records.push(phase(
-                    config,
-                    calibration.iters,
-                    round + 1,
-                    runtime,
-                    Some(mode),
-                )?);
-            }
-        }
-    }
-    let rounds = round_figures(&records, &config.run.runtimes);
-    let runs = medians_of(&rounds);
-    let runtimes = config.run.runtimes.clone();
-    let verdicts = judge_rounds(&rounds, config.run.judged, |runs| verdicts(runs, &runtimes));
-    let (problems, mut notes) = check(&records, &runs);
-    notes.extend(probe_note(
-        records.iter().map(|r| r.api.latency.scheduling.as_ref()),
-    ));
-    let mut sizes = Pairs(vec![
-        ("streams", json!(config.streams)),
-        ("chunk_bytes", json!(config.chunk)),
-        ("rate_mb_per_s", json!(config.rate_mb)),
-        ("api_interval_ms", json!(config.api_interval_ms)),
-        ("job_ms", json!(config.job_ms)),
-        ("job_lines", json!(calibration.iters)),
-        ("min_bytes", json!(config.min_bytes)),
-        ("max_delay_ms", json!(config.max_delay_ms)),
-    ]);
-    sizes.0.extend(config.run.sizes());
-    Ok(Outcome {
-        id: "s2",
-        title: TITLE,
-        sizes,
-        runs,
-        verdicts,
-        rounds: serde_json::to_value(&records)?,
-        noise: round_noise(&rounds),
-        problems,
-        notes,
-        charts: Vec::new(),
-        chart_files: Vec::new(),
+    scenario::run(&S2 {
+        config: config.clone(),
+        job_lines: calibration.iters,
     })
 }
 
-/// Runs one phase: a fresh node, the API probe, and (with a mode) the
-/// storm at the same time.
-fn phase(
-    config: &S2Config,
-    job_lines: u64,
-    round: u32,
-    runtime: RuntimeKind,
-    mode: Option<S2Mode>,
-) -> Result<PhaseRecord, Error> {
-    let what = mode.map_or("alone", S2Mode::name);
-    let label = format!("s2 r{round}/{} {runtime} {what}", config.run.runs);
-    let expected = SETTLE
-        + Duration::from_millis(config.run.warmup_ms)
-        + Duration::from_secs_f64(config.run.duration_s);
-    let bar = PhaseBar::new(&label, expected);
-    match measure(config, job_lines, runtime, mode, &bar) {
-        Ok(figures) => {
-            let record = PhaseRecord { round, ..figures };
-            let per_delivery = ratio(Some(record.bytes as f64), Some(record.deliveries as f64));
-            bar.finish(&format!(
-                "{label:<28} api p50 {:>7.1} ms  p99 {:>7.1} ms  job {:>5.1} ms  deliveries/s {:>7.0}  bytes/delivery {:>7.0}  cpu {:.2} s",
-                record.api.latency.p50_us / 1e3,
-                record.api.latency.p99_us / 1e3,
-                record.api.job_p50_us / 1e3,
-                record.deliveries as f64 / record.window_s.max(1e-9),
-                per_delivery.unwrap_or(0.0),
-                record.cpu_s,
-            ));
-            Ok(record)
+impl Scenario for S2 {
+    /// The node's runtime, and its read mode under the storm (`None`: the
+    /// API alone).
+    type Phase = (RuntimeKind, Option<S2Mode>);
+    type Record = PhaseRecord;
+    const ID: &'static str = "s2";
+    const TITLE: &'static str = TITLE;
+
+    fn spec(&self) -> &RunSpec {
+        &self.config.run
+    }
+
+    /// The API alone per runtime, then every runtime's read modes under
+    /// the storm.
+    fn stages(&self) -> Vec<Vec<Self::Phase>> {
+        let runtimes = &self.config.run.runtimes;
+        vec![
+            runtimes.iter().map(|&runtime| (runtime, None)).collect(),
+            runtimes
+                .iter()
+                .flat_map(|&runtime| modes(runtime).iter().map(move |&m| (runtime, Some(m))))
+                .collect(),
+        ]
+    }
+
+    fn phase_name(&self, (runtime, mode): Self::Phase) -> String {
+        format!("{runtime} {}", mode.map_or("alone", S2Mode::name))
+    }
+
+    fn expected(&self, _: Self::Phase) -> Duration {
+        SETTLE + self.config.run.window()
+    }
+
+    fn measure(
+        &self,
+        round: u32,
+        (runtime, mode): Self::Phase,
+        bar: &PhaseBar,
+    ) -> Result<PhaseRecord, Error> {
+        measure(&self.config, self.job_lines, round, runtime, mode, bar)
+    }
+
+    fn summary(&self, record: &PhaseRecord) -> String {
+        let per_delivery = ratio(Some(record.bytes as f64), Some(record.deliveries as f64));
+        format!(
+            "api p50 {:>7.1} ms  p99 {:>7.1} ms  job {:>5.1} ms  deliveries/s {:>7.0}  bytes/delivery {:>7.0}  cpu {:.2} s",
+            record.api.latency.p50_us / 1e3,
+            record.api.latency.p99_us / 1e3,
+            record.api.job_p50_us / 1e3,
+            record.deliveries as f64 / record.window_s.max(1e-9),
+            per_delivery.unwrap_or(0.0),
+            record.cpu_s,
+        )
+    }
+
+    fn round_of(record: &PhaseRecord) -> u32 {
+        record.round
+    }
+
+    fn noise_of(record: &PhaseRecord) -> Noise {
+        record.noise
+    }
+
+    /// Per runtime and read mode with both its phases (alone and under
+    /// the storm) in the round, its metrics.
+    fn round_runs(&self, records: &[&PhaseRecord]) -> Vec<RunFigures> {
+        let find = |runtime: RuntimeKind, mode: Option<S2Mode>| {
+            records
+                .iter()
+                .find(|r| r.runtime == runtime && r.mode == mode)
+        };
+        let mut runs = Vec::new();
+        for &runtime in &self.config.run.runtimes {
+            for &mode in modes(runtime) {
+                if let (Some(alone), Some(storm)) = (find(runtime, None), find(runtime, Some(mode)))
+                {
+                    runs.push(RunFigures {
+                        runtime: runtime.to_string(),
+                        mode: mode.to_string(),
+                        metrics: Pairs(round_metrics(alone, storm)),
+                    });
+                }
+            }
         }
-        Err(error) => {
-            bar.abandon();
-            Err(error.context(label))
-        }
+        runs
+    }
+
+    fn verdicts(&self, runs: &[RunFigures]) -> Vec<Verdict> {
+        verdicts(runs, &self.config.run.runtimes)
+    }
+
+    fn check(&self, records: &[PhaseRecord]) -> (Vec<String>, Vec<String>) {
+        check(records)
+    }
+
+    fn sizes(&self) -> Vec<(&'static str, serde_json::Value)> {
+        let config = &self.config;
+        vec![
+            ("streams", json!(config.streams)),
+            ("chunk_bytes", json!(config.chunk)),
+            ("rate_mb_per_s", json!(config.rate_mb)),
+            ("api_interval_ms", json!(config.api_interval_ms)),
+            ("job_ms", json!(config.job_ms)),
+            ("job_lines", json!(self.job_lines)),
+            ("min_bytes", json!(config.min_bytes)),
+            ("max_delay_ms", json!(config.max_delay_ms)),
+        ]
+    }
+
+    fn schedulings(record: &PhaseRecord) -> Vec<Option<&ProbeScheduling>> {
+        vec![record.api.latency.scheduling.as_ref()]
     }
 }
 
-/// The body of [`phase`]; children are killed on any early return.
+/// Measures one phase of `round`: a fresh node, the API probe, and (with
+/// a mode) the storm at the same time. Children are killed on any early
+/// return.
 fn measure(
     config: &S2Config,
     job_lines: u64,
+    round: u32,
     runtime: RuntimeKind,
     mode: Option<S2Mode>,
     bar: &PhaseBar,
@@ -310,7 +345,7 @@ fn measure(
     }
     let counter = |mark: &Mark, name: &str| mark.runtime["s2"][name].as_u64().unwrap_or(0);
     Ok(PhaseRecord {
-        round: 0,
+        round,
         runtime,
         mode,
         api: api_summary,
@@ -368,40 +403,7 @@ fn round_metrics(alone: &PhaseRecord, storm: &PhaseRecord) -> Vec<(&'static str,
     ]
 }
 
-/// Each round's figures: per runtime and read mode with both its phases
-/// (alone and under the storm) in the round, its metrics; the worst noise
-/// of the round.
-fn round_figures(records: &[PhaseRecord], runtimes: &[RuntimeKind]) -> Vec<RoundFigures> {
-    rounds_of(
-        records,
-        |r| r.round,
-        |r| r.noise,
-        |round| {
-            let find = |runtime: RuntimeKind, mode: Option<S2Mode>| {
-                records
-                    .iter()
-                    .find(|r| r.round == round && r.runtime == runtime && r.mode == mode)
-            };
-            let mut runs = Vec::new();
-            for &runtime in runtimes {
-                for &mode in modes(runtime) {
-                    if let (Some(alone), Some(storm)) =
-                        (find(runtime, None), find(runtime, Some(mode)))
-                    {
-                        runs.push(RunFigures {
-                            runtime: runtime.to_string(),
-                            mode: mode.to_string(),
-                            metrics: Pairs(round_metrics(alone, storm)),
-                        });
-                    }
-                }
-            }
-            runs
-        },
-    )
-}
-
-/// The S2 verdicts, from one round's figures (see [`judge_rounds`]).
+/// The S2 verdicts, from one round's figures.
 fn verdicts(runs: &[RunFigures], runtimes: &[RuntimeKind]) -> Vec<Verdict> {
     let metric = |runtime: &str, mode: &str, name: &str| find_metric(runs, runtime, mode, name);
     let missing = |needed: &[RuntimeKind]| why_missing(needed, runtimes);
@@ -508,7 +510,7 @@ fn runtime_name(runtime: &str) -> &'static str {
 }
 
 /// Figures that should exist and do not (problems), and other remarks.
-fn check(records: &[PhaseRecord], runs: &[RunFigures]) -> (Vec<String>, Vec<String>) {
+fn check(records: &[PhaseRecord]) -> (Vec<String>, Vec<String>) {
     let mut problems = Vec::new();
     let mut notes = Vec::new();
     for record in records {
@@ -542,6 +544,5 @@ fn check(records: &[PhaseRecord], runs: &[RunFigures]) -> (Vec<String>, Vec<Stri
             }
         }
     }
-    problems.extend(check_runs(runs));
     (problems, notes)
 }

@@ -29,16 +29,15 @@ use serde_json::json;
 
 use super::charts::{self, Chart};
 use super::noise::Noise;
-use super::outcome::{
-    check_runs, find_metric, judge_rounds, medians_of, probe_note, round_noise, rounds_of,
-    why_missing, Goal, Outcome, Pairs, RoundFigures, RunFigures, Verdict,
-};
+use super::outcome::{find_metric, why_missing, Goal, Outcome, Pairs, RunFigures, Verdict};
 use super::phase::{mark, SERVER_SILENCE};
 use super::placement::Role;
 use super::progress::PhaseBar;
+use super::scenario::{self, Scenario};
 use super::stats::ratio;
 use super::RunSpec;
 use crate::error::Error;
+use crate::load::realtime::ProbeScheduling;
 use crate::load::s3::S3LoadSummary;
 use crate::load::summary::Quantiles;
 use crate::serve::control::AddrLine;
@@ -75,7 +74,7 @@ pub struct S3Config {
 /// One proxy a phase measures.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
-enum Variant {
+pub enum Variant {
     /// keel, admin urgent, setup normal, forwarding bulk.
     Classes,
     /// keel, everything in the normal class.
@@ -117,7 +116,7 @@ impl Variant {
 
 /// One phase's figures with where it sat in the run.
 #[derive(Debug, Clone, Serialize)]
-struct PhaseRecord {
+pub struct PhaseRecord {
     /// Round number, from 1.
     round: u32,
     /// The proxy measured.
@@ -138,38 +137,98 @@ struct PhaseRecord {
 
 /// Runs S3 and judges it.
 pub fn run(config: &S3Config) -> Result<Outcome, Error> {
-    let variants = Variant::all(&config.run.runtimes);
-    let records = config
-        .run
-        .interleaved(&variants, |round, variant| phase(config, round, variant))?;
-    let rounds = round_figures(&records, &variants);
-    let runs = medians_of(&rounds);
-    let runtimes = config.run.runtimes.clone();
-    let verdicts = judge_rounds(&rounds, config.run.judged, |runs| verdicts(runs, &runtimes));
-    let (problems, mut notes) = check(&records, &runs);
-    notes.extend(probe_note(records.iter().flat_map(|r| {
-        [r.idle.scheduling.as_ref(), r.loaded.scheduling.as_ref()]
-    })));
-    let mut sizes = Pairs(vec![
-        ("bulk_connections", json!(config.bulk)),
-        ("object_bytes", json!(1u64 << 20)),
-        ("rate_clients", json!(config.clients)),
-        ("admin_interval_ms", json!(config.admin_interval_ms)),
-    ]);
-    sizes.0.extend(config.run.sizes());
-    Ok(Outcome {
-        id: "s3",
-        title: TITLE,
-        sizes,
-        runs,
-        verdicts,
-        rounds: serde_json::to_value(&records)?,
-        noise: round_noise(&rounds),
-        problems,
-        notes,
-        charts: charts(&records),
-        chart_files: Vec::new(),
-    })
+    scenario::run(config)
+}
+
+impl Scenario for S3Config {
+    type Phase = Variant;
+    type Record = PhaseRecord;
+    const ID: &'static str = "s3";
+    const TITLE: &'static str = TITLE;
+
+    fn spec(&self) -> &RunSpec {
+        &self.run
+    }
+
+    /// Every proxy, in one stage.
+    fn stages(&self) -> Vec<Vec<Variant>> {
+        vec![Variant::all(&self.run.runtimes)]
+    }
+
+    fn phase_name(&self, variant: Variant) -> String {
+        format!("{} {}", variant.runtime(), variant.mode())
+    }
+
+    /// The admin probed alone, then under load.
+    fn expected(&self, _: Variant) -> Duration {
+        SETTLE + self.run.window() * 2
+    }
+
+    fn measure(&self, round: u32, variant: Variant, bar: &PhaseBar) -> Result<PhaseRecord, Error> {
+        measure(self, round, variant, bar)
+    }
+
+    fn summary(&self, record: &PhaseRecord) -> String {
+        format!(
+            "admin p99 alone {:>8.1} us  loaded {:>8.1} us  bulk {:>7.1} MB/s  conns/s {:>7.0}  cpu {:.2} s",
+            record.idle.admin_p99_us,
+            record.loaded.admin_p99_us,
+            record.loaded.bulk_mb_per_s,
+            record.loaded.conns_per_s,
+            record.cpu_s,
+        )
+    }
+
+    fn round_of(record: &PhaseRecord) -> u32 {
+        record.round
+    }
+
+    fn noise_of(record: &PhaseRecord) -> Noise {
+        record.noise
+    }
+
+    /// Per variant measured in the round, its metrics.
+    fn round_runs(&self, records: &[&PhaseRecord]) -> Vec<RunFigures> {
+        Variant::all(&self.run.runtimes)
+            .into_iter()
+            .filter_map(|variant| {
+                let record = records.iter().find(|r| r.variant == variant)?;
+                Some(RunFigures {
+                    runtime: variant.runtime().to_string(),
+                    mode: variant.mode().to_string(),
+                    metrics: Pairs(round_metrics(record)),
+                })
+            })
+            .collect()
+    }
+
+    fn verdicts(&self, runs: &[RunFigures]) -> Vec<Verdict> {
+        verdicts(runs, &self.run.runtimes)
+    }
+
+    fn check(&self, records: &[PhaseRecord]) -> (Vec<String>, Vec<String>) {
+        check(records)
+    }
+
+    fn sizes(&self) -> Vec<(&'static str, serde_json::Value)> {
+        vec![
+            ("bulk_connections", json!(self.bulk)),
+            ("object_bytes", json!(1u64 << 20)),
+            ("rate_clients", json!(self.clients)),
+            ("admin_interval_ms", json!(self.admin_interval_ms)),
+        ]
+    }
+
+    fn schedulings(record: &PhaseRecord) -> Vec<Option<&ProbeScheduling>> {
+        vec![
+            record.idle.scheduling.as_ref(),
+            record.loaded.scheduling.as_ref(),
+        ]
+    }
+
+    fn charts(&self, records: &[PhaseRecord]) -> Vec<Chart> {
+        charts(records)
+    }
 }
 
 /// Where keel's workers spent the first round's loaded windows.
@@ -186,39 +245,15 @@ fn charts(records: &[PhaseRecord]) -> Vec<Chart> {
     )]
 }
 
-/// Runs one phase, showing its progress.
-fn phase(config: &S3Config, round: u32, variant: Variant) -> Result<PhaseRecord, Error> {
-    let label = format!(
-        "s3 r{round}/{} {} {}",
-        config.run.runs,
-        variant.runtime(),
-        variant.mode()
-    );
-    let window = Duration::from_millis(config.run.warmup_ms)
-        + Duration::from_secs_f64(config.run.duration_s);
-    let bar = PhaseBar::new(&label, SETTLE + window * 2);
-    match measure(config, variant, &bar) {
-        Ok(record) => {
-            let record = PhaseRecord { round, ..record };
-            bar.finish(&format!(
-                "{label:<28} admin p99 alone {:>8.1} us  loaded {:>8.1} us  bulk {:>7.1} MB/s  conns/s {:>7.0}  cpu {:.2} s",
-                record.idle.admin_p99_us,
-                record.loaded.admin_p99_us,
-                record.loaded.bulk_mb_per_s,
-                record.loaded.conns_per_s,
-                record.cpu_s,
-            ));
-            Ok(record)
-        }
-        Err(error) => {
-            bar.abandon();
-            Err(error.context(label))
-        }
-    }
-}
-
-/// The body of [`phase`]; children are killed on any early return.
-fn measure(config: &S3Config, variant: Variant, bar: &PhaseBar) -> Result<PhaseRecord, Error> {
+/// Measures one phase of `round`: a fresh backend and proxy, the admin
+/// probed alone and then under load. Children are killed on any early
+/// return.
+fn measure(
+    config: &S3Config,
+    round: u32,
+    variant: Variant,
+    bar: &PhaseBar,
+) -> Result<PhaseRecord, Error> {
     let tick = || bar.tick();
     bar.step("starting the backend");
     let mut backend = config.run.spawn(
@@ -286,7 +321,7 @@ fn measure(config: &S3Config, variant: Variant, bar: &PhaseBar) -> Result<PhaseR
         let _ = child.finish(Duration::from_secs(5))?;
     }
     Ok(PhaseRecord {
-        round: 0,
+        round,
         variant,
         idle,
         loaded,
@@ -380,32 +415,7 @@ fn round_metrics(record: &PhaseRecord) -> Vec<(&'static str, f64)> {
     ]
 }
 
-/// Each round's figures: per variant measured in the round, its metrics;
-/// the worst noise of the round.
-fn round_figures(records: &[PhaseRecord], variants: &[Variant]) -> Vec<RoundFigures> {
-    rounds_of(
-        records,
-        |r| r.round,
-        |r| r.noise,
-        |round| {
-            variants
-                .iter()
-                .filter_map(|&variant| {
-                    let record = records
-                        .iter()
-                        .find(|r| r.round == round && r.variant == variant)?;
-                    Some(RunFigures {
-                        runtime: variant.runtime().to_string(),
-                        mode: variant.mode().to_string(),
-                        metrics: Pairs(round_metrics(record)),
-                    })
-                })
-                .collect()
-        },
-    )
-}
-
-/// The S3 verdicts, from one round's figures (see [`judge_rounds`]).
+/// The S3 verdicts, from one round's figures.
 ///
 /// The control-plane verdicts are judged on the proxy's share of each
 /// admin request; the end-to-end ratios are reported beside them.
@@ -534,7 +544,7 @@ fn verdicts(runs: &[RunFigures], runtimes: &[RuntimeKind]) -> Vec<Verdict> {
 }
 
 /// Figures that should exist and do not (problems), and other remarks.
-fn check(records: &[PhaseRecord], runs: &[RunFigures]) -> (Vec<String>, Vec<String>) {
+fn check(records: &[PhaseRecord]) -> (Vec<String>, Vec<String>) {
     let mut problems = Vec::new();
     let mut notes = Vec::new();
     for record in records {
@@ -572,6 +582,5 @@ fn check(records: &[PhaseRecord], runs: &[RunFigures]) -> (Vec<String>, Vec<Stri
             ));
         }
     }
-    problems.extend(check_runs(runs));
     (problems, notes)
 }

@@ -10,7 +10,10 @@
 //! measures the process CPU over a window (from `/proc`) and what the
 //! runtime reports for the same window.
 //!
-//! keel's report: *busy* is every state a worker is on the CPU for except
+//! keel's report, read from the node's marks as the library's own
+//! `/stats` worker figures ([`keel::admin::WorkerFigures`], so the bench
+//! judges the very figures keel's admin endpoint serves): *busy* is every
+//! state a worker is on the CPU for except
 //! spinning (tasks, IO, timers, and searching for work, which is the
 //! scheduler's own cost), plus the CPU its thread used while parked
 //! (going to sleep and waking up, the rest of that cost, which keel reads
@@ -39,19 +42,19 @@ use serde_json::{json, Value};
 
 use super::charts::{self, Chart};
 use super::noise::Noise;
-use super::outcome::{
-    check_runs, find_metric, judge_rounds, medians_of, round_noise, rounds_of, why_missing, Goal,
-    Outcome, Pairs, RoundFigures, RunFigures, Verdict,
-};
+use super::outcome::{find_metric, why_missing, Goal, Outcome, Pairs, RunFigures, Verdict};
 use super::phase::{mark, SERVER_SILENCE};
 use super::placement::Role;
 use super::progress::PhaseBar;
+use super::scenario::{self, Scenario};
 use super::stats::ratio;
 use super::RunSpec;
 use crate::error::Error;
 use crate::load::s2::{StormReady, StormSummary};
 use crate::serve::control::{AddrLine, Mark};
+use crate::serve::node_keel::worker_pairs;
 use crate::serve::{RuntimeKind, Spin};
+use keel::admin::WorkerFigures;
 
 /// What the scenario measures, for the table.
 const TITLE: &str = "utilization truth";
@@ -85,7 +88,7 @@ pub struct S4Config {
 /// One setting a phase measures.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(tag = "runtime", content = "spin", rename_all = "lowercase")]
-enum Setting {
+pub enum Setting {
     /// keel with this spin policy.
     Keel(Spin),
     /// tokio with its defaults.
@@ -135,7 +138,7 @@ impl Setting {
 /// `states_spin_s` are the unscaled wall times, kept to show what
 /// preemption did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
-struct Reported {
+pub struct Reported {
     /// On a core and not spinning (keel: tasks, IO, timers, search, as
     /// CPU, and the CPU of parking; tokio: its busy time).
     busy_s: f64,
@@ -158,7 +161,7 @@ struct Reported {
 
 /// One phase's figures with where it sat in the run.
 #[derive(Debug, Clone, Serialize)]
-struct PhaseRecord {
+pub struct PhaseRecord {
     /// Round number, from 1.
     round: u32,
     /// What was measured.
@@ -182,34 +185,89 @@ struct PhaseRecord {
 
 /// Runs S4 and judges it.
 pub fn run(config: &S4Config) -> Result<Outcome, Error> {
-    let settings = Setting::all(&config.run.runtimes);
-    let records = config
-        .run
-        .interleaved(&settings, |round, setting| phase(config, round, setting))?;
-    let rounds = round_figures(&records, &settings);
-    let runs = medians_of(&rounds);
-    let runtimes = config.run.runtimes.clone();
-    let verdicts = judge_rounds(&rounds, config.run.judged, |runs| verdicts(runs, &runtimes));
-    let (problems, notes) = check(&records, &runs);
-    let mut sizes = Pairs(vec![
-        ("senders", json!(config.senders)),
-        ("chunk_bytes", json!(config.chunk)),
-        ("rate_mb_per_s", json!(config.rate_mb)),
-    ]);
-    sizes.0.extend(config.run.sizes());
-    Ok(Outcome {
-        id: "s4",
-        title: TITLE,
-        sizes,
-        runs,
-        verdicts,
-        rounds: serde_json::to_value(&records)?,
-        noise: round_noise(&rounds),
-        problems,
-        notes,
-        charts: vec![worker_chart(&records)],
-        chart_files: Vec::new(),
-    })
+    scenario::run(config)
+}
+
+impl Scenario for S4Config {
+    type Phase = Setting;
+    type Record = PhaseRecord;
+    const ID: &'static str = "s4";
+    const TITLE: &'static str = TITLE;
+
+    fn spec(&self) -> &RunSpec {
+        &self.run
+    }
+
+    /// Every setting, in one stage.
+    fn stages(&self) -> Vec<Vec<Setting>> {
+        vec![Setting::all(&self.run.runtimes)]
+    }
+
+    fn phase_name(&self, setting: Setting) -> String {
+        format!("{} {}", setting.runtime(), setting.mode())
+    }
+
+    fn expected(&self, _: Setting) -> Duration {
+        SETTLE + self.run.window()
+    }
+
+    fn measure(&self, round: u32, setting: Setting, bar: &PhaseBar) -> Result<PhaseRecord, Error> {
+        measure(self, round, setting, bar)
+    }
+
+    fn summary(&self, record: &PhaseRecord) -> String {
+        let pct = |s: f64| 100.0 * s / record.window_s.max(1e-9);
+        format!(
+            "cpu {:>6.1}%  reported busy {:>6.1}%  spin {:>6.1}%  received {:>6.1} MB/s",
+            pct(record.cpu_s),
+            pct(record.reported.busy_s),
+            pct(record.reported.spin_s),
+            record.bytes as f64 / 1e6 / record.window_s.max(1e-9),
+        )
+    }
+
+    fn round_of(record: &PhaseRecord) -> u32 {
+        record.round
+    }
+
+    fn noise_of(record: &PhaseRecord) -> Noise {
+        record.noise
+    }
+
+    /// Per setting measured in the round, its metrics.
+    fn round_runs(&self, records: &[&PhaseRecord]) -> Vec<RunFigures> {
+        Setting::all(&self.run.runtimes)
+            .into_iter()
+            .filter_map(|setting| {
+                let record = records.iter().find(|r| r.setting == setting)?;
+                Some(RunFigures {
+                    runtime: setting.runtime().to_string(),
+                    mode: setting.mode().to_string(),
+                    metrics: Pairs(round_metrics(record)),
+                })
+            })
+            .collect()
+    }
+
+    fn verdicts(&self, runs: &[RunFigures]) -> Vec<Verdict> {
+        verdicts(runs, &self.run.runtimes)
+    }
+
+    fn check(&self, records: &[PhaseRecord]) -> (Vec<String>, Vec<String>) {
+        check(records)
+    }
+
+    fn sizes(&self) -> Vec<(&'static str, serde_json::Value)> {
+        vec![
+            ("senders", json!(self.senders)),
+            ("chunk_bytes", json!(self.chunk)),
+            ("rate_mb_per_s", json!(self.rate_mb)),
+        ]
+    }
+
+    fn charts(&self, records: &[PhaseRecord]) -> Vec<Chart> {
+        vec![worker_chart(records)]
+    }
 }
 
 /// Where keel's workers spent the first round's windows, per spin setting.
@@ -229,40 +287,14 @@ fn worker_chart(records: &[PhaseRecord]) -> Chart {
     )
 }
 
-/// Runs one phase, showing its progress.
-fn phase(config: &S4Config, round: u32, setting: Setting) -> Result<PhaseRecord, Error> {
-    let label = format!(
-        "s4 r{round}/{} {} {}",
-        config.run.runs,
-        setting.runtime(),
-        setting.mode()
-    );
-    let expected = SETTLE
-        + Duration::from_millis(config.run.warmup_ms)
-        + Duration::from_secs_f64(config.run.duration_s);
-    let bar = PhaseBar::new(&label, expected);
-    match measure(config, setting, &bar) {
-        Ok(record) => {
-            let record = PhaseRecord { round, ..record };
-            let pct = |s: f64| 100.0 * s / record.window_s.max(1e-9);
-            bar.finish(&format!(
-                "{label:<28} cpu {:>6.1}%  reported busy {:>6.1}%  spin {:>6.1}%  received {:>6.1} MB/s",
-                pct(record.cpu_s),
-                pct(record.reported.busy_s),
-                pct(record.reported.spin_s),
-                record.bytes as f64 / 1e6 / record.window_s.max(1e-9),
-            ));
-            Ok(record)
-        }
-        Err(error) => {
-            bar.abandon();
-            Err(error.context(label))
-        }
-    }
-}
-
-/// The body of [`phase`]; children are killed on any early return.
-fn measure(config: &S4Config, setting: Setting, bar: &PhaseBar) -> Result<PhaseRecord, Error> {
+/// Measures one phase of `round`: a fresh node under the senders' load.
+/// Children are killed on any early return.
+fn measure(
+    config: &S4Config,
+    round: u32,
+    setting: Setting,
+    bar: &PhaseBar,
+) -> Result<PhaseRecord, Error> {
     bar.step("starting the node");
     let mut args: Vec<String> = vec![
         "serve".into(),
@@ -321,7 +353,7 @@ fn measure(config: &S4Config, setting: Setting, bar: &PhaseBar) -> Result<PhaseR
     load.finish_clean(Duration::from_secs(5))?;
     let bytes = |mark: &Mark| mark.runtime["s2"]["bytes"].as_u64().unwrap_or(0);
     Ok(PhaseRecord {
-        round: 0,
+        round,
         setting,
         window_s: measured.window_s,
         cpu_s: measured.cpu_s,
@@ -346,49 +378,62 @@ fn sleep_ticking(duration: Duration, bar: &PhaseBar) {
 }
 
 /// What the runtime reported between two marks (`start`, `end`: the
-/// `runtime` objects of the marks).
+/// `runtime` objects of the marks): keel's `worker_states` (the library's
+/// [`WorkerFigures`]), or tokio's own per-worker busy time.
 fn reported(runtime: RuntimeKind, start: &Value, end: &Value) -> Reported {
+    match runtime {
+        RuntimeKind::Keel => keel_reported(&worker_pairs(start, end).unwrap_or_default()),
+        RuntimeKind::Tokio => tokio_reported(start, end),
+    }
+}
+
+/// keel's report from each worker's figures at the two marks: its states
+/// as CPU (see [`Reported`]), the CPU of parking, and its thread's CPU.
+fn keel_reported(workers: &[(WorkerFigures, WorkerFigures)]) -> Reported {
+    let mut out = Reported::default();
+    for (then, now) in workers {
+        let delta = |field: fn(&WorkerFigures) -> f64| (field(now) - field(then)).max(0.0);
+        let utilized = delta(|w| w.task_s) + delta(|w| w.io_s) + delta(|w| w.timers_s);
+        let busy = utilized + delta(|w| w.search_s);
+        let spin = delta(|w| w.spin_s);
+        let park = delta(|w| w.park_cpu_s.unwrap_or(0.0));
+        let cpu = delta(|w| w.cpu_s.unwrap_or(0.0));
+        let on_cpu = busy + spin;
+        // The share of its on-CPU states the kernel ran the worker: its
+        // CPU outside parks over their wall time, never above one.
+        let awake_cpu = (cpu - park).max(0.0);
+        let ran = if cpu > 0.0 && on_cpu > awake_cpu {
+            awake_cpu / on_cpu
+        } else {
+            1.0
+        };
+        out.busy_s += busy * ran + park;
+        out.spin_s += spin * ran;
+        out.utilized_s += utilized * ran;
+        out.park_cpu_s += park;
+        out.thread_cpu_s += cpu;
+        out.states_busy_s += busy;
+        out.states_spin_s += spin;
+    }
+    out
+}
+
+/// tokio's report: the busy time of each worker (the `workers` array of
+/// the node's tokio marks), paired by position; busy is all it reports.
+fn tokio_reported(start: &Value, end: &Value) -> Reported {
     let empty = Vec::new();
     let starts = start["workers"].as_array().unwrap_or(&empty);
     let ends = end["workers"].as_array().unwrap_or(&empty);
     let mut out = Reported::default();
     for (i, worker) in ends.iter().enumerate() {
-        let delta = |field: &str| {
-            let now = worker[field].as_f64().unwrap_or(0.0);
-            let then = starts.get(i).and_then(|w| w[field].as_f64()).unwrap_or(0.0);
-            (now - then).max(0.0)
-        };
-        match runtime {
-            RuntimeKind::Keel => {
-                let utilized = delta("busy_s") + delta("io_s") + delta("timers_s");
-                let busy = utilized + delta("search_s");
-                let spin = delta("spin_s");
-                let park = delta("park_cpu_s");
-                let cpu = delta("cpu_s");
-                let on_cpu = busy + spin;
-                // The share of its on-CPU states the kernel ran the worker:
-                // its CPU outside parks over their wall time, never above
-                // one.
-                let awake_cpu = (cpu - park).max(0.0);
-                let ran = if cpu > 0.0 && on_cpu > awake_cpu {
-                    awake_cpu / on_cpu
-                } else {
-                    1.0
-                };
-                out.busy_s += busy * ran + park;
-                out.spin_s += spin * ran;
-                out.utilized_s += utilized * ran;
-                out.park_cpu_s += park;
-                out.thread_cpu_s += cpu;
-                out.states_busy_s += busy;
-                out.states_spin_s += spin;
-            }
-            RuntimeKind::Tokio => {
-                let busy = delta("busy_s");
-                out.busy_s += busy;
-                out.utilized_s += busy;
-            }
-        }
+        let now = worker["busy_s"].as_f64().unwrap_or(0.0);
+        let then = starts
+            .get(i)
+            .and_then(|w| w["busy_s"].as_f64())
+            .unwrap_or(0.0);
+        let busy = (now - then).max(0.0);
+        out.busy_s += busy;
+        out.utilized_s += busy;
     }
     out
 }
@@ -437,32 +482,7 @@ fn round_metrics(record: &PhaseRecord) -> Vec<(&'static str, f64)> {
     metrics
 }
 
-/// Each round's figures: per setting measured in the round, its metrics;
-/// the worst noise of the round.
-fn round_figures(records: &[PhaseRecord], settings: &[Setting]) -> Vec<RoundFigures> {
-    rounds_of(
-        records,
-        |r| r.round,
-        |r| r.noise,
-        |round| {
-            settings
-                .iter()
-                .filter_map(|&setting| {
-                    let record = records
-                        .iter()
-                        .find(|r| r.round == round && r.setting == setting)?;
-                    Some(RunFigures {
-                        runtime: setting.runtime().to_string(),
-                        mode: setting.mode().to_string(),
-                        metrics: Pairs(round_metrics(record)),
-                    })
-                })
-                .collect()
-        },
-    )
-}
-
-/// The S4 verdicts, from one round's figures (see [`judge_rounds`]).
+/// The S4 verdicts, from one round's figures.
 fn verdicts(runs: &[RunFigures], runtimes: &[RuntimeKind]) -> Vec<Verdict> {
     let missing = |needed: &[RuntimeKind]| why_missing(needed, runtimes);
     let keel = [RuntimeKind::Keel];
@@ -532,7 +552,7 @@ fn verdicts(runs: &[RunFigures], runtimes: &[RuntimeKind]) -> Vec<Verdict> {
 }
 
 /// Figures that should exist and do not (problems), and other remarks.
-fn check(records: &[PhaseRecord], runs: &[RunFigures]) -> (Vec<String>, Vec<String>) {
+fn check(records: &[PhaseRecord]) -> (Vec<String>, Vec<String>) {
     let mut problems = Vec::new();
     let mut notes = Vec::new();
     for record in records {
@@ -561,7 +581,6 @@ fn check(records: &[PhaseRecord], runs: &[RunFigures]) -> (Vec<String>, Vec<Stri
             ));
         }
     }
-    problems.extend(check_runs(runs));
     (problems, notes)
 }
 
@@ -574,18 +593,34 @@ mod tests {
     /// parking; tokio's is its own busy time.
     #[test]
     fn reads_the_accounting() {
-        let start = json!({"workers": [
-            {"busy_s": 1.0, "io_s": 0.0, "timers_s": 0.0, "search_s": 0.0, "spin_s": 1.0, "cpu_s": 1.0, "park_cpu_s": 0.0},
-            {"busy_s": 0.0, "io_s": 0.0, "timers_s": 0.0, "search_s": 0.0, "spin_s": 0.0, "cpu_s": 0.0, "park_cpu_s": 0.0},
-        ]});
+        // Each worker's task, io, timers, search, spin, CPU and park CPU.
+        let workers = |figures: [[f64; 7]; 2]| {
+            let entries: Vec<Value> = figures
+                .iter()
+                .enumerate()
+                .map(|(index, f)| {
+                    let mut w = WorkerFigures::default();
+                    w.worker = index;
+                    [w.task_s, w.io_s, w.timers_s, w.search_s, w.spin_s] =
+                        [f[0], f[1], f[2], f[3], f[4]];
+                    (w.cpu_s, w.park_cpu_s) = (Some(f[5]), Some(f[6]));
+                    serde_json::to_value(w).unwrap()
+                })
+                .collect();
+            json!({ "worker_states": entries })
+        };
+        let start = workers([
+            [1.0, 0.0, 0.0, 0.0, 1.0, 1.0, 0.0],
+            [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0],
+        ]);
         // Worker 0: 2 s busy + 2 s spin in the window, but 2 s of CPU, of
         // which 0.5 s parking: it ran 1.5 s of its 4 s of on-CPU states.
         // Worker 1: 1 s busy and 0.25 s of parking, 1.25 s of CPU: not
         // scaled.
-        let end = json!({"workers": [
-            {"busy_s": 2.0, "io_s": 0.5, "timers_s": 0.25, "search_s": 0.25, "spin_s": 3.0, "cpu_s": 3.0, "park_cpu_s": 0.5},
-            {"busy_s": 1.0, "io_s": 0.0, "timers_s": 0.0, "search_s": 0.0, "spin_s": 0.0, "cpu_s": 1.25, "park_cpu_s": 0.25},
-        ]});
+        let end = workers([
+            [2.0, 0.5, 0.25, 0.25, 3.0, 3.0, 0.5],
+            [1.0, 0.0, 0.0, 0.0, 0.0, 1.25, 0.25],
+        ]);
         let r = reported(RuntimeKind::Keel, &start, &end);
         assert_eq!(
             r,

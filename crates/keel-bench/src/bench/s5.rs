@@ -33,19 +33,18 @@ use std::time::Duration;
 use serde::Serialize;
 use serde_json::json;
 
-use super::charts;
+use super::charts::{self, Chart};
 use super::disk::{self, SyncLatency};
 use super::noise::Noise;
-use super::outcome::{
-    check_runs, find_metric, judge_rounds, medians_of, probe_note, round_noise, rounds_of,
-    why_missing, Goal, Outcome, Pairs, RoundFigures, RunFigures, Verdict,
-};
+use super::outcome::{find_metric, why_missing, Goal, Outcome, Pairs, RunFigures, Verdict};
 use super::phase::{mark, SERVER_SILENCE};
 use super::placement::Role;
 use super::progress::PhaseBar;
+use super::scenario::{self, Scenario};
 use super::stats::ratio;
 use super::RunSpec;
 use crate::error::{Context, Error};
+use crate::load::realtime::ProbeScheduling;
 use crate::load::s5::LogLoadSummary;
 use crate::load::summary::ProbeSummary;
 use crate::load::summary::Quantiles;
@@ -89,7 +88,7 @@ pub fn modes(runtime: RuntimeKind) -> &'static [LogMode] {
 
 /// One phase's figures with where it sat in the run.
 #[derive(Debug, Clone, Serialize)]
-struct PhaseRecord {
+pub struct PhaseRecord {
     /// Round number, from 1.
     round: u32,
     /// The node's runtime.
@@ -131,6 +130,19 @@ fn client_counts(config: &S5Config) -> Vec<u32> {
     counts
 }
 
+/// S5 ready to run: its sizes, the disk's own sync latency, and what was
+/// found out about the disk on the way.
+#[derive(Debug, Clone)]
+pub struct S5 {
+    /// The sizes and setup.
+    config: S5Config,
+    /// The disk's `fdatasync` latency in the data directory.
+    sync: SyncLatency,
+    /// Notes about the disk (a tmpfs data directory), first in the
+    /// outcome's notes.
+    notes: Vec<String>,
+}
+
 /// Runs S5's performance phases and judges them.
 pub fn run(config: &S5Config) -> Result<Outcome, Error> {
     std::fs::create_dir_all(&config.data_dir)
@@ -151,126 +163,188 @@ pub fn run(config: &S5Config) -> Result<Outcome, Error> {
         "s5: the disk syncs 512 bytes in {:.0} us (median of {}, p99 {:.0} us)",
         sync.p50_us, sync.samples, sync.p99_us
     );
+    let outcome = scenario::run(&S5 {
+        config: config.clone(),
+        sync,
+        notes,
+    })?;
+    let _ = std::fs::remove_dir_all(&config.data_dir);
+    Ok(outcome)
+}
 
-    let mut records = Vec::new();
-    for round in 0..config.run.runs {
-        let mut order = config.run.runtimes.clone();
-        if round % 2 == 1 {
-            order.reverse();
+impl Scenario for S5 {
+    /// The node's runtime, its durability mode (`None`: idle, no log
+    /// load) and its log clients (0 when idle).
+    type Phase = (RuntimeKind, Option<LogMode>, u32);
+    type Record = PhaseRecord;
+    const ID: &'static str = "s5";
+    const TITLE: &'static str = TITLE;
+
+    fn spec(&self) -> &RunSpec {
+        &self.config.run
+    }
+
+    /// Every runtime idle, then per client count every runtime's modes.
+    fn stages(&self) -> Vec<Vec<Self::Phase>> {
+        let runtimes = &self.config.run.runtimes;
+        let mut stages = vec![runtimes.iter().map(|&r| (r, None, 0)).collect()];
+        for clients in client_counts(&self.config) {
+            stages.push(
+                runtimes
+                    .iter()
+                    .flat_map(|&r| modes(r).iter().map(move |&m| (r, Some(m), clients)))
+                    .collect(),
+            );
         }
-        for &runtime in &order {
-            records.push(phase(config, round + 1, runtime, None, 0)?);
-        }
+        stages
+    }
+
+    fn phase_name(&self, (runtime, mode, clients): Self::Phase) -> String {
+        format!("{runtime} {}", what(mode, clients, &self.config))
+    }
+
+    fn expected(&self, _: Self::Phase) -> Duration {
+        SETTLE + self.config.run.window()
+    }
+
+    /// Measures the phase in a log directory of its own, removed before
+    /// and after.
+    fn measure(
+        &self,
+        round: u32,
+        (runtime, mode, clients): Self::Phase,
+        bar: &PhaseBar,
+    ) -> Result<PhaseRecord, Error> {
+        let what = what(mode, clients, &self.config);
+        let dir = self
+            .config
+            .data_dir
+            .join(format!("r{round}-{runtime}-{what}"));
+        let _ = std::fs::remove_dir_all(&dir);
+        let result =
+            measure(&self.config, runtime, mode, clients, &dir, bar).map(|m| PhaseRecord {
+                round,
+                runtime,
+                mode,
+                clients,
+                ..m
+            });
+        let _ = std::fs::remove_dir_all(&dir);
+        result
+    }
+
+    fn summary(&self, record: &PhaseRecord) -> String {
+        let rate = record.log.as_ref().map_or(0.0, |l| l.records_per_s);
+        let server_p99 = record.ping.server.as_ref().map_or(f64::NAN, |q| q.p99_us);
+        format!(
+            "ping p50 {:>8.1} us  p99 {:>8.1} us  server p99 {server_p99:>8.1} us  records/s {rate:>8.0}  per sync {:>5.1}  cpu {:.2} s",
+            record.ping.p50_us,
+            record.ping.p99_us,
+            record.records_per_sync,
+            record.cpu_s,
+        )
+    }
+
+    fn round_of(record: &PhaseRecord) -> u32 {
+        record.round
+    }
+
+    fn noise_of(record: &PhaseRecord) -> Noise {
+        record.noise
+    }
+
+    /// Per runtime, mode and client count with its idle and loaded phases
+    /// in the round, its metrics; then the disk's own column.
+    fn round_runs(&self, records: &[&PhaseRecord]) -> Vec<RunFigures> {
+        let config = &self.config;
+        let find = |runtime: RuntimeKind, mode: Option<LogMode>, clients: u32| {
+            records
+                .iter()
+                .find(|r| r.runtime == runtime && r.mode == mode && r.clients == clients)
+        };
+        let mut runs = Vec::new();
         for clients in client_counts(config) {
-            for &runtime in &order {
-                let mut mine = modes(runtime).to_vec();
-                if round % 2 == 1 {
-                    mine.reverse();
-                }
-                for mode in mine {
-                    records.push(phase(config, round + 1, runtime, Some(mode), clients)?);
+            for &runtime in &config.run.runtimes {
+                for &mode in modes(runtime) {
+                    if let (Some(idle), Some(loaded)) =
+                        (find(runtime, None, 0), find(runtime, Some(mode), clients))
+                    {
+                        runs.push(RunFigures {
+                            runtime: runtime.to_string(),
+                            mode: run_mode(mode, clients, config),
+                            metrics: Pairs(round_metrics(idle, loaded, &self.sync)),
+                        });
+                    }
                 }
             }
         }
+        runs.push(disk_run(&self.sync, config.clients));
+        runs
     }
-    let _ = std::fs::remove_dir_all(&config.data_dir);
 
-    let rounds = round_figures(&records, config, &sync);
-    let runs = medians_of(&rounds);
-    let (runtimes, many) = (config.run.runtimes.clone(), config.many_clients);
-    let verdicts = judge_rounds(&rounds, config.run.judged, |runs| {
-        verdicts(runs, &runtimes, many)
-    });
-    let problems = check(&records, &runs);
-    for record in &records {
-        if record.ping.errors > 0 {
-            notes.push(format!(
-                "round {} {} {}: {} pings failed",
-                record.round,
-                record.runtime,
-                record.mode.map_or("idle", LogMode::name),
-                record.ping.errors
-            ));
-        }
+    fn verdicts(&self, runs: &[RunFigures]) -> Vec<Verdict> {
+        verdicts(runs, &self.config.run.runtimes, self.config.many_clients)
     }
-    notes.extend(probe_note(
-        records.iter().map(|r| r.ping.scheduling.as_ref()),
-    ));
-    let mut sizes = Pairs(vec![
-        ("clients", json!(config.clients)),
-        ("many_clients", json!(config.many_clients)),
-        ("record_bytes", json!(config.record)),
-        ("interval_us", json!(config.interval_us)),
-        ("data_dir", json!(config.data_dir)),
-    ]);
-    sizes.0.extend(config.run.sizes());
-    Ok(Outcome {
-        id: "s5",
-        title: TITLE,
-        sizes,
-        runs,
-        verdicts,
-        rounds: json!({"sync": sync, "phases": records}),
-        noise: round_noise(&rounds),
-        problems,
-        notes,
-        charts: vec![charts::latency_lines(
+
+    /// The disk's notes, then failed pings.
+    fn check(&self, records: &[PhaseRecord]) -> (Vec<String>, Vec<String>) {
+        let mut notes = self.notes.clone();
+        for record in records {
+            if record.ping.errors > 0 {
+                notes.push(format!(
+                    "round {} {} {}: {} pings failed",
+                    record.round,
+                    record.runtime,
+                    record.mode.map_or("idle", LogMode::name),
+                    record.ping.errors
+                ));
+            }
+        }
+        (check(records), notes)
+    }
+
+    fn sizes(&self) -> Vec<(&'static str, serde_json::Value)> {
+        let config = &self.config;
+        vec![
+            ("clients", json!(config.clients)),
+            ("many_clients", json!(config.many_clients)),
+            ("record_bytes", json!(config.record)),
+            ("interval_us", json!(config.interval_us)),
+            ("data_dir", json!(config.data_dir)),
+        ]
+    }
+
+    fn schedulings(record: &PhaseRecord) -> Vec<Option<&ProbeScheduling>> {
+        vec![record.ping.scheduling.as_ref()]
+    }
+
+    /// The disk's sync latency beside every phase.
+    fn rounds_json(&self, records: &[PhaseRecord]) -> Result<serde_json::Value, Error> {
+        Ok(json!({"sync": self.sync, "phases": records}))
+    }
+
+    fn charts(&self, records: &[PhaseRecord]) -> Vec<Chart> {
+        vec![charts::latency_lines(
             "latency",
             "S5: ping RTT over time, idle and under log load (round 1)".into(),
             records
                 .iter()
-                .filter(|r| r.round == 1 && (r.mode.is_none() || r.clients == config.clients))
+                .filter(|r| r.round == 1 && (r.mode.is_none() || r.clients == self.config.clients))
                 .map(|r| {
                     let what = r.mode.map_or("idle", LogMode::name);
                     (format!("{} {what}", r.runtime), r.ping.series.as_slice())
                 })
                 .collect(),
-        )],
-        chart_files: Vec::new(),
-    })
+        )]
+    }
 }
 
-/// Each round's figures: per runtime, mode and client count with its idle
-/// and loaded phases in the round, its metrics; the disk's own column; the
-/// worst noise of the round.
-fn round_figures(
-    records: &[PhaseRecord],
-    config: &S5Config,
-    sync: &SyncLatency,
-) -> Vec<RoundFigures> {
-    rounds_of(
-        records,
-        |r| r.round,
-        |r| r.noise,
-        |round| {
-            let find = |runtime: RuntimeKind, mode: Option<LogMode>, clients: u32| {
-                records.iter().find(|r| {
-                    r.round == round
-                        && r.runtime == runtime
-                        && r.mode == mode
-                        && r.clients == clients
-                })
-            };
-            let mut runs = Vec::new();
-            for clients in client_counts(config) {
-                for &runtime in &config.run.runtimes {
-                    for &mode in modes(runtime) {
-                        if let (Some(idle), Some(loaded)) =
-                            (find(runtime, None, 0), find(runtime, Some(mode), clients))
-                        {
-                            runs.push(RunFigures {
-                                runtime: runtime.to_string(),
-                                mode: run_mode(mode, clients, config),
-                                metrics: Pairs(round_metrics(idle, loaded, sync)),
-                            });
-                        }
-                    }
-                }
-            }
-            runs.push(disk_run(sync, config.clients));
-            runs
-        },
-    )
+/// What a phase is called after its runtime: `idle`, or its run's mode.
+fn what(mode: Option<LogMode>, clients: u32, config: &S5Config) -> String {
+    match mode {
+        None => "idle".to_string(),
+        Some(mode) => run_mode(mode, clients, config),
+    }
 }
 
 /// The disk's figures as a column of the table.
@@ -304,55 +378,9 @@ pub fn ceiling(clients: u32, sync_us: f64, round_trip_us: f64) -> f64 {
     .unwrap_or(f64::NAN)
 }
 
-/// Runs one phase: a fresh node, the ping probe, and (with a mode) the log
-/// clients at the same time.
-fn phase(
-    config: &S5Config,
-    round: u32,
-    runtime: RuntimeKind,
-    mode: Option<LogMode>,
-    clients: u32,
-) -> Result<PhaseRecord, Error> {
-    let what = match mode {
-        None => "idle".to_string(),
-        Some(mode) => run_mode(mode, clients, config),
-    };
-    let label = format!("s5 r{round}/{} {runtime} {what}", config.run.runs);
-    let expected = SETTLE
-        + Duration::from_millis(config.run.warmup_ms)
-        + Duration::from_secs_f64(config.run.duration_s);
-    let bar = PhaseBar::new(&label, expected);
-    let dir = config.data_dir.join(format!("r{round}-{runtime}-{what}"));
-    let _ = std::fs::remove_dir_all(&dir);
-    let result = measure(config, runtime, mode, clients, &dir, &bar).map(|m| PhaseRecord {
-        round,
-        runtime,
-        mode,
-        clients,
-        ..m
-    });
-    let _ = std::fs::remove_dir_all(&dir);
-    match result {
-        Ok(record) => {
-            let rate = record.log.as_ref().map_or(0.0, |l| l.records_per_s);
-            let server_p99 = record.ping.server.as_ref().map_or(f64::NAN, |q| q.p99_us);
-            bar.finish(&format!(
-                "{label:<28} ping p50 {:>8.1} us  p99 {:>8.1} us  server p99 {server_p99:>8.1} us  records/s {rate:>8.0}  per sync {:>5.1}  cpu {:.2} s",
-                record.ping.p50_us,
-                record.ping.p99_us,
-                record.records_per_sync,
-                record.cpu_s,
-            ));
-            Ok(record)
-        }
-        Err(error) => {
-            bar.abandon();
-            Err(error.context(label))
-        }
-    }
-}
-
-/// The body of [`phase`]; children are killed on any early return.
+/// Measures one phase: a fresh node logging in `dir`, the ping probe,
+/// and (with a mode) the log clients at the same time. Children are
+/// killed on any early return.
 fn measure(
     config: &S5Config,
     runtime: RuntimeKind,
@@ -507,7 +535,7 @@ fn round_metrics(
     ]
 }
 
-/// The S5 verdicts, from one round's figures (see [`judge_rounds`]);
+/// The S5 verdicts, from one round's figures;
 /// `many` is the client count of the second loaded phase.
 fn verdicts(runs: &[RunFigures], runtimes: &[RuntimeKind], many: u32) -> Vec<Verdict> {
     let metric = |runtime: &str, mode: &str, name: &str| find_metric(runs, runtime, mode, name);
@@ -609,7 +637,7 @@ fn verdicts(runs: &[RunFigures], runtimes: &[RuntimeKind], many: u32) -> Vec<Ver
 }
 
 /// Figures that should exist and do not.
-fn check(records: &[PhaseRecord], runs: &[RunFigures]) -> Vec<String> {
+fn check(records: &[PhaseRecord]) -> Vec<String> {
     let mut problems = Vec::new();
     for record in records {
         let at = format!(
@@ -638,7 +666,6 @@ fn check(records: &[PhaseRecord], runs: &[RunFigures]) -> Vec<String> {
             }
         }
     }
-    problems.extend(check_runs(runs));
     problems
 }
 
@@ -700,19 +727,7 @@ mod tests {
     /// A config of 8 and 64 clients, keel and tokio.
     fn config() -> S5Config {
         S5Config {
-            run: RunSpec {
-                exe: "/bin/false".into(),
-                runtimes: vec![RuntimeKind::Keel, RuntimeKind::Tokio],
-                runs: 1,
-                workers: 1,
-                duration_s: 1.0,
-                warmup_ms: 0,
-                placement: crate::bench::placement::Placement::plan(
-                    crate::bench::placement::PlacementKind::Isolated,
-                    &crate::bench::placement::CpuSet::new(vec![0, 1]),
-                ),
-                judged: true,
-            },
+            run: RunSpec::for_tests(&[RuntimeKind::Keel, RuntimeKind::Tokio]),
             clients: 8,
             many_clients: 64,
             record: 512,
@@ -781,7 +796,12 @@ mod tests {
             p50_us: 150.0,
             p99_us: 900.0,
         };
-        let rounds = round_figures(&records, &config, &sync);
+        let s5 = S5 {
+            config,
+            sync,
+            notes: Vec::new(),
+        };
+        let rounds = scenario::round_figures(&s5, &records);
         let modes: Vec<String> = rounds[0].runs.iter().map(RunFigures::label).collect();
         assert_eq!(
             modes,
@@ -802,7 +822,7 @@ mod tests {
         assert_eq!(keel_group.get("ceiling_records_per_s"), Some(40_000.0));
         assert_eq!(keel_group.get("records_over_ceiling"), Some(0.3));
         assert_eq!(keel_group.get("raw_fdatasync_us"), Some(150.0));
-        let v = judge_rounds(&rounds, true, |runs| verdicts(runs, &[keel, tokio], 64));
+        let v = scenario::judged_verdicts(&s5, &rounds);
         let value = |name: &str| v.iter().find(|v| v.name == name).and_then(|v| v.value);
         assert_eq!(value("server ping loaded_p99/idle_p99"), Some(1.5));
         assert_eq!(value("server ping loaded_p99 keel/tokio group"), Some(0.5));

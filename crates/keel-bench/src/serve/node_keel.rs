@@ -12,8 +12,10 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use keel::admin::{ClassFigures, WorkerFigures};
 use keel::io::{AsyncReadExt, AsyncWriteExt};
 use keel::net::{TcpListener, TcpStream};
+use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::stamp::stamp_echo;
@@ -102,54 +104,42 @@ async fn echo(mut stream: TcpStream, peer: SocketAddr) {
 /// keel's own accounting as the `runtime` field of a `mark` answer.
 ///
 /// Counters are cumulative since the runtime was built, so the harness can
-/// difference the two marks around a measured window. Durations are in
-/// seconds (`_s`) or microseconds (`_us`), as the report's metric names.
+/// difference the two marks around a measured window. Workers and classes
+/// are the library's own `/stats` types ([`WorkerFigures`],
+/// [`ClassFigures`]) under the document's own names (`worker_states`,
+/// `classes`), so the harness reads what keel's admin endpoint and
+/// `keel top` read, field for field, rather than a copy with names of its
+/// own; [`worker_pairs`] reads them back.
 pub fn stats_json(stats: &keel::stats::Stats) -> Value {
-    let secs = |d: Duration| d.as_secs_f64();
-    let micros = |d: Duration| d.as_secs_f64() * 1e6;
-    let workers: Vec<Value> = stats
-        .workers
-        .iter()
-        .map(|w| {
-            json!({
-                "index": w.index,
-                "busy_s": secs(w.busy()),
-                "search_s": secs(w.search),
-                "spin_s": secs(w.spin),
-                "parked_s": secs(w.parked),
-                "timers_s": secs(w.timers),
-                "io_s": secs(w.io),
-                "wall_s": secs(w.wall()),
-                "cpu_s": secs(w.cpu),
-                "park_cpu_s": secs(w.park_cpu),
-                "io_poll_gap_max_us": micros(w.io_poll_gap_max),
-                "polls": w.polls.iter().sum::<u64>(),
-            })
-        })
-        .collect();
-    let classes: Vec<Value> = stats
-        .classes
-        .iter()
-        .map(|c| {
-            json!({
-                "name": c.name,
-                "shares": c.shares,
-                "busy_s": secs(c.busy),
-                "polls": c.polls,
-                "stalls": c.stalls,
-                "queue_delay_count": c.queue_delay.count(),
-                "queue_delay_p50_us": micros(c.queue_delay.p50()),
-                "queue_delay_p99_us": micros(c.queue_delay.p99()),
-                "queue_delay_max_us": micros(c.queue_delay.max()),
-            })
-        })
-        .collect();
+    let workers: Vec<WorkerFigures> = stats.workers.iter().map(WorkerFigures::from).collect();
     json!({
-        "elapsed_s": secs(stats.elapsed),
+        "elapsed_s": stats.elapsed.as_secs_f64(),
         "pending_timers": stats.pending_timers,
-        "workers": workers,
-        "classes": classes,
+        "worker_states": workers,
+        "classes": ClassFigures::all(stats),
     })
+}
+
+/// Each keel worker's figures at two marks' `runtime` objects (as
+/// [`stats_json`] writes them), paired by worker index: `(start, end)`
+/// per worker of `end`, a worker missing from `start` paired with zeros.
+/// `None` when either mark has no readable `worker_states` (a tokio
+/// server's marks).
+pub fn worker_pairs(start: &Value, end: &Value) -> Option<Vec<(WorkerFigures, WorkerFigures)>> {
+    let read = |mark: &Value| Vec::<WorkerFigures>::deserialize(mark.get("worker_states")?).ok();
+    let (start, end) = (read(start)?, read(end)?);
+    Some(
+        end.into_iter()
+            .map(|now| {
+                let then = start
+                    .iter()
+                    .find(|w| w.worker == now.worker)
+                    .cloned()
+                    .unwrap_or_default();
+                (then, now)
+            })
+            .collect(),
+    )
 }
 
 #[cfg(test)]
@@ -157,18 +147,44 @@ mod tests {
     use super::*;
 
     /// The accounting JSON of a real keel runtime has one entry per worker
-    /// and per class, with the documented field names.
+    /// and per class, in the library's `/stats` types, and reads back.
     #[test]
     fn stats_json_shape() {
         let rt = keel::Runtime::builder().workers(1).build().unwrap();
         rt.block_on(async { keel::yield_now().await });
         let value = stats_json(&rt.stats());
         assert!(value["elapsed_s"].as_f64().unwrap() >= 0.0);
-        assert_eq!(value["workers"].as_array().unwrap().len(), 1);
-        assert!(value["workers"][0]["busy_s"].is_f64());
+        assert_eq!(value["worker_states"].as_array().unwrap().len(), 1);
+        assert!(value["worker_states"][0]["task_s"].is_f64());
+        assert!(value.get("workers").is_none(), "{value}");
         let classes = value["classes"].as_array().unwrap();
         assert!(!classes.is_empty());
         assert!(classes[0]["name"].is_string());
-        assert!(classes[0]["queue_delay_p99_us"].is_f64());
+        assert!(classes[0]["queue_delay"]["p99_us"].is_f64());
+        let pairs = worker_pairs(&value, &value).unwrap();
+        assert_eq!(pairs.len(), 1);
+        assert_eq!(pairs[0].0, pairs[0].1);
+        assert!(pairs[0].1.cpu_s.is_some());
+    }
+
+    /// Workers pair by index whatever their order; a worker the first
+    /// mark lacks starts from zero; a mark without keel's workers (tokio's)
+    /// pairs nothing.
+    #[test]
+    fn worker_pairs_by_index() {
+        let worker = |index: usize, task_s: f64| {
+            let mut w = WorkerFigures::default();
+            w.worker = index;
+            w.task_s = task_s;
+            w
+        };
+        let start = json!({"worker_states": [worker(1, 2.0), worker(0, 1.0)]});
+        let end = json!({"worker_states": [worker(0, 1.5), worker(1, 2.5), worker(2, 0.5)]});
+        let pairs = worker_pairs(&start, &end).unwrap();
+        let tasks: Vec<(f64, f64)> = pairs.iter().map(|(a, b)| (a.task_s, b.task_s)).collect();
+        assert_eq!(tasks, [(1.0, 1.5), (2.0, 2.5), (0.0, 0.5)]);
+        let tokio = json!({"workers": [{"busy_s": 1.0}]});
+        assert!(worker_pairs(&tokio, &end).is_none());
+        assert!(worker_pairs(&start, &Value::Null).is_none());
     }
 }

@@ -81,6 +81,6 @@ mod tests {
         }
         assert!(slices.load(Ordering::Relaxed) > 0);
         let stats = (running.runtime_stats)();
-        assert_eq!(stats["workers"].as_array().unwrap().len(), 2);
+        assert_eq!(stats["worker_states"].as_array().unwrap().len(), 2);
     }
 }
