@@ -18,8 +18,26 @@
 //!
 //! Every model ends with every task done and the workers joined; a
 //! wake-up lost anywhere leaves a thread asleep for good, which loom
-//! reports as a deadlock. The models are bounded to two preemptions, as
-//! the state space of two full worker loops is large.
+//! reports as a deadlock.
+//!
+//! Two full worker loops make a large state space, so each model bounds
+//! the preemptions loom explores (`LOOM_MAX_PREEMPTIONS` overrides it):
+//! two for the spawn models (about a minute each in release), one for
+//! the readiness and dispatch models, which at two ran past ten minutes.
+//! The bound matters: a notification removed from `Shared::inject` is a
+//! deadlock two preemptions deep, invisible at one. The hand-written
+//! models in `loom_tests` explore the notification and timer protocols
+//! to three preemptions, which only their smaller model affords.
+//!
+//! Each model was checked against a deliberate mutation it must catch
+//! (a deadlock): `inject` notifying nobody (the outside spawn, at two
+//! preemptions), the pick never looking in the LIFO slot (the LIFO
+//! model), `stop_blocking` keeping the blocker role (the readiness
+//! model), and the last searcher leaving the search without notifying
+//! (the dispatch model). The dispatch's own surplus notification is not
+//! needed for liveness: removed alone, the searcher's notification still
+//! wakes the sibling (the model passes); removed with it, the model
+//! deadlocks.
 
 use std::future::Future;
 use std::pin::{pin, Pin};
@@ -34,15 +52,12 @@ use crate::loom::sync::atomic::{AtomicBool, Ordering::SeqCst};
 use crate::loom::sync::{Condvar, Mutex};
 use crate::{Runtime, SpinPolicy};
 
-/// Most preemptions loom explores per execution, unless
-/// `LOOM_MAX_PREEMPTIONS` says otherwise.
-const PREEMPTIONS: usize = 2;
-
-/// Runs `body` under loom with the preemption bound.
-fn model(body: impl Fn() + Sync + Send + 'static) {
+/// Runs `body` under loom, exploring up to `preemptions` preemptions per
+/// execution unless `LOOM_MAX_PREEMPTIONS` says otherwise.
+fn model(preemptions: usize, body: impl Fn() + Sync + Send + 'static) {
     let mut builder = loom::model::Builder::new();
     if builder.preemption_bound.is_none() {
-        builder.preemption_bound = Some(PREEMPTIONS);
+        builder.preemption_bound = Some(preemptions);
     }
     builder.check(body);
 }
@@ -112,7 +127,7 @@ fn block_on<F: Future>(future: F) -> F::Output {
 /// and, for the worker blocked in the reactor, the eventfd).
 #[test]
 fn loom_real_workers_run_a_task_spawned_from_outside() {
-    model(|| {
+    model(2, || {
         let rt = Harness::start(2);
         let task = rt.shared.spawn(Class::NORMAL, async { 7 });
         assert_eq!(block_on(task).expect("the task completes"), 7);
@@ -125,7 +140,7 @@ fn loom_real_workers_run_a_task_spawned_from_outside() {
 /// the slot's task must run before its worker sleeps.
 #[test]
 fn loom_real_workers_run_the_lifo_slot_and_spawned_tasks() {
-    model(|| {
+    model(2, || {
         let rt = Harness::start(2);
         let parent = rt.shared.spawn(Class::NORMAL, async {
             let child = crate::spawn(async { 20 });
@@ -185,7 +200,7 @@ impl EventState {
 /// role back when it leaves to run the woken task.
 #[test]
 fn loom_real_workers_see_a_readiness_event() {
-    model(|| {
+    model(1, || {
         let rt = Harness::start(2);
         let state = Arc::new(EventState::default());
         let task = rt.shared.spawn(
@@ -207,7 +222,7 @@ fn loom_real_workers_see_a_readiness_event() {
 /// or the searcher leaving the search with work in sight.
 #[test]
 fn loom_real_workers_share_a_dispatch() {
-    model(|| {
+    model(1, || {
         let rt = Harness::start(2);
         let (first, second) = (
             Arc::new(EventState::default()),
