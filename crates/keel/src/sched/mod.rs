@@ -70,10 +70,10 @@ use crate::io::reactor::Reactor;
 use crate::loom::lock;
 use crate::loom::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};
 use crate::loom::sync::Mutex;
+use crate::net::batch::deliveries::DeliveryCounters;
 use crate::runtime::config::Config;
 use crate::runtime::context;
 use crate::stats::account::{ClassDelays, WorkerMetrics};
-use crate::stats::deliveries::DeliveryCounters;
 use crate::task::registry::Registry;
 use crate::task::{Guarded, JoinHandle, Runnable, TaskId, TaskMeta};
 use crate::time::driver::{TimerDriver, NEVER};
@@ -165,7 +165,7 @@ pub(crate) struct Shared {
     /// The epoll instance; see [`crate::io`].
     pub(crate) reactor: Reactor,
     /// Reads of TCP streams that returned data, per batch mode; any task
-    /// adds, `Handle::stats` reads (see [`crate::stats::deliveries`]).
+    /// adds, `Handle::stats` reads (see [`crate::net::batch::deliveries`]).
     pub(crate) deliveries: DeliveryCounters,
     /// The threads for blocking work; see [`crate::blocking`].
     pub(crate) blocking: Pool,

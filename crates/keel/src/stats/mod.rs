@@ -4,7 +4,7 @@
 //! Workers account for themselves (the `account` module); [`Handle::stats`] gathers
 //! what they published into a [`Stats`] snapshot, with the blocking pool's
 //! figures beside them ([`BlockingStats`]) and the TCP read deliveries per
-//! batch mode ([`DeliveryStats`], counted in the `deliveries` module).
+//! batch mode ([`DeliveryStats`], counted by `net::batch::deliveries`).
 //!
 //! This module holds the counters and the snapshot's types, and reads
 //! nothing of the scheduler: the scheduler gathers the snapshot
@@ -13,7 +13,6 @@
 //! [`Handle::stats`]: crate::Handle::stats
 
 pub(crate) mod account;
-pub(crate) mod deliveries;
 mod snapshot;
 
 pub use snapshot::{

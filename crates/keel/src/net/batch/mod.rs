@@ -186,6 +186,7 @@
 //! [`BatchPolicy::fixed`].
 
 mod adaptive;
+pub(crate) mod deliveries;
 pub(crate) mod reader;
 mod sys;
 

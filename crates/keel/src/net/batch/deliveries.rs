@@ -8,14 +8,15 @@
 //! allowed to see a delivery's count without its bytes for an instant.
 //! The counters live in the runtime's shared state, beside the scheduler's
 //! other subsystems; the reactor only reports readiness and knows nothing
-//! of what the reads that follow return.
+//! of what the reads that follow return. They belong to `net`, which
+//! knows the modes; `stats` only holds the snapshot's types.
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use crossbeam_utils::CachePadded;
 
-use super::snapshot::{Deliveries, DeliveryStats};
-use crate::net::BatchMode;
+use super::BatchMode;
+use crate::stats::{Deliveries, DeliveryStats};
 
 /// The two counters of one mode.
 #[derive(Debug, Default)]
