@@ -20,14 +20,7 @@ use serde_json::Value;
 use support::http::{
     assert_healthy, closed_by_server, connect, get, get_with, read_answer, request,
 };
-use support::{wait_until, within, TEST_LIMIT};
-
-fn runtime() -> Runtime {
-    Runtime::builder()
-        .workers(2)
-        .build()
-        .expect("runtime builds")
-}
+use support::{runtime, wait_until, within, TEST_LIMIT};
 
 // ---------------------------------------------------------------------
 // A strict parser of the two exposition formats, as far as the endpoint

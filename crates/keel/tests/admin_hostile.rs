@@ -17,14 +17,7 @@ use std::time::{Duration, Instant};
 use keel::admin::{self, Admin, AdminServer};
 use keel::Runtime;
 use support::http::{assert_healthy, closed_by_server, connect, get, read_answer};
-use support::{wait_until, within, TEST_LIMIT, WATCHDOG};
-
-fn runtime() -> Runtime {
-    Runtime::builder()
-        .workers(2)
-        .build()
-        .expect("runtime builds")
-}
+use support::{runtime, wait_until, within, TEST_LIMIT, WATCHDOG};
 
 /// Half a request head: what a slowloris client sends before it waits.
 const HALF_A_HEAD: &[u8] = b"GET /health HTTP/1.1\r\nhost: slow\r\n";
