@@ -512,6 +512,7 @@ fn metrics_parse_back_in_both_formats() {
             ("keel_worker_park_cpu_seconds", "counter"),
             ("keel_worker_rescues", "counter"),
             ("keel_class_wall_seconds", "counter"),
+            ("keel_class_charged_seconds", "counter"),
             ("keel_class_cpu_seconds", "counter"),
             ("keel_class_polls", "counter"),
             ("keel_class_stalls", "counter"),
@@ -567,6 +568,17 @@ fn metrics_parse_back_in_both_formats() {
             );
             // 4 tasks x 20 polls x 200 µs of work each.
             assert!(wall >= 0.010, "{class}: {wall} s of polls");
+            // The charge leaves out only preempted time: never more than
+            // the wall time (a charge window may still be unflushed).
+            let charged = value_of(
+                &families,
+                "keel_class_charged_seconds_total",
+                &[("class", class)],
+            );
+            assert!(
+                charged > 0.0 && charged <= wall,
+                "{class}: charged {charged} s of {wall} s"
+            );
             let polls = value_of(&families, "keel_class_polls_total", &[("class", class)]);
             assert!(polls >= 80.0, "{class}: {polls} polls");
             let delays = value_of(

@@ -146,6 +146,13 @@ pub struct WorkerFigures {
     /// predates it.
     #[serde(default)]
     pub rescues: Option<u64>,
+    /// Time the kernel preempted the worker in the middle of task polls,
+    /// measured from its log of the worker's switches and left out of the
+    /// classes' charges (see [`WorkerStats::preempted_in_polls`]); `None`
+    /// where the kernel refuses that log, or from a server that predates
+    /// it.
+    #[serde(default)]
+    pub preempted_in_polls_s: Option<f64>,
 }
 
 impl From<&WorkerStats> for WorkerFigures {
@@ -166,17 +173,21 @@ impl From<&WorkerStats> for WorkerFigures {
             preempted_s: Some(secs(w.preempted())),
             io_poll_gap_max_us: Some(micros(w.io_poll_gap_max)),
             rescues: Some(w.rescues),
+            preempted_in_polls_s: w.preempted_in_polls.map(secs),
         }
     }
 }
 
 /// One class's configuration and cumulative accounting (`classes[]`).
 ///
-/// A class is charged the *wall* time of its tasks' polls: from a poll's
-/// start to its end on its worker, whether the poll computed, blocked or
-/// was preempted by the kernel. That is what the shares divide, and what
-/// [`wall_s`](Self::wall_s) reports. It is not the CPU time the polls
-/// used; the workers' thread CPU is [`WorkerFigures::cpu_s`].
+/// [`wall_s`](Self::wall_s) is the *wall* time of its tasks' polls: from a
+/// poll's start to its end on its worker, whether the poll computed,
+/// blocked or was preempted by the kernel. What the shares divide is
+/// [`charged_s`](Self::charged_s): the same less the time the kernel
+/// preempted the workers inside the polls, where the workers can measure
+/// it (see [`Builder::charge_on_cpu`](crate::Builder::charge_on_cpu)).
+/// Neither is the CPU time the polls used (blocked time counts); the
+/// workers' thread CPU is [`WorkerFigures::cpu_s`].
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(from = "ClassWire")]
 #[non_exhaustive]
@@ -215,6 +226,9 @@ pub struct ClassFigures {
     pub stalls: u64,
     /// Wake → first poll, since the runtime started.
     pub queue_delay: QueueDelayFigures,
+    /// What the shares charged it (see the type's docs and
+    /// [`ClassStats::charged`](crate::stats::ClassStats::charged)); `None` from a server that predates it.
+    pub charged_s: Option<f64>,
 }
 
 impl ClassFigures {
@@ -246,6 +260,7 @@ impl ClassFigures {
                     polls: c.polls,
                     stalls: c.stalls,
                     queue_delay: QueueDelayFigures::from(&c.queue_delay),
+                    charged_s: Some(secs(c.charged)),
                 }
             })
             .collect()
@@ -285,6 +300,9 @@ struct ClassWire {
     stalls: u64,
     /// [`ClassFigures::queue_delay`].
     queue_delay: QueueDelayFigures,
+    /// [`ClassFigures::charged_s`].
+    #[serde(default)]
+    charged_s: Option<f64>,
 }
 
 impl From<ClassWire> for ClassFigures {
@@ -304,6 +322,7 @@ impl From<ClassWire> for ClassFigures {
             polls: wire.polls,
             stalls: wire.stalls,
             queue_delay: wire.queue_delay,
+            charged_s: wire.charged_s,
         }
     }
 }

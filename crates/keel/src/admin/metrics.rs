@@ -175,13 +175,23 @@ fn families(shared: &Shared, stats: &Stats) -> Vec<Family> {
     families.extend([
         labelled(
             "class_wall",
-            "Wall time the polls of each class's tasks took on their workers, from each poll's start to its end, preemption and blocking included: what the shares divide.",
+            "Wall time the polls of each class's tasks took on their workers, from each poll's start to its end, preemption and blocking included.",
             Some(Unit::Seconds),
             Counter,
             stats
                 .classes
                 .iter()
                 .map(|c| (class(&c.name), seconds(c.busy))),
+        ),
+        labelled(
+            "class_charged",
+            "What the shares charged each class: its wall time less the time the kernel preempted the workers inside its polls, where the workers measure that.",
+            Some(Unit::Seconds),
+            Counter,
+            stats
+                .classes
+                .iter()
+                .map(|c| (class(&c.name), seconds(c.charged))),
         ),
         // The same samples under the old name, kept for one release so
         // that dashboards and alerts can move.

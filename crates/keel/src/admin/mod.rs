@@ -243,7 +243,8 @@
 //! | `keel_worker_state_seconds` | counter | `worker`, `state` (`task`, `io`, `timers`, `search`, `spin`, `parked`) |
 //! | `keel_worker_park_cpu_seconds` | counter | `worker` |
 //! | `keel_worker_rescues` | counter | `worker` |
-//! | `keel_class_wall_seconds` | counter | `class`; wall time of the class's polls (what the shares divide) |
+//! | `keel_class_wall_seconds` | counter | `class`; wall time of the class's polls |
+//! | `keel_class_charged_seconds` | counter | `class`; what the shares divide: the wall time less the time the kernel preempted the workers inside the polls (see `Builder::charge_on_cpu`) |
 //! | `keel_class_cpu_seconds` | counter | `class`; **deprecated**, goes away in the next release: the same samples as `keel_class_wall_seconds`, under its old name |
 //! | `keel_class_polls` | counter | `class` |
 //! | `keel_class_stalls` | counter | `class` |

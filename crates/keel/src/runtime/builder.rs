@@ -132,6 +132,7 @@ pub struct Builder {
     task_io_budget: u32,
     stall_threshold: Duration,
     accounting: bool,
+    charge_on_cpu: bool,
     max_blocking_threads: usize,
     blocking_queue: usize,
     blocking_keep_alive: Duration,
@@ -166,6 +167,7 @@ impl Builder {
             task_io_budget: DEFAULT_TASK_IO_BUDGET,
             stall_threshold: DEFAULT_STALL_THRESHOLD,
             accounting: true,
+            charge_on_cpu: true,
             max_blocking_threads: DEFAULT_MAX_BLOCKING_THREADS,
             blocking_queue: DEFAULT_BLOCKING_QUEUE,
             blocking_keep_alive: DEFAULT_BLOCKING_KEEP_ALIVE,
@@ -283,6 +285,31 @@ impl Builder {
     #[doc(hidden)]
     pub fn accounting(&mut self, on: bool) -> &mut Builder {
         self.accounting = on;
+        self
+    }
+
+    /// Whether the class shares charge a poll only for the time its worker
+    /// was on a core. Default: on.
+    ///
+    /// On a machine with more runnable threads than cores (the runtime
+    /// beside its clients, a backend, or other services), the kernel
+    /// preempts workers in the middle of polls for time slices of
+    /// milliseconds. Charged at wall time, such a poll costs its class
+    /// the whole slice: an urgent poll of 100 µs preempted for 4 ms makes
+    /// the urgent class wait behind 4 ms of every other class's work
+    /// before it is served again. With this on, every worker measures how
+    /// long the kernel preempted it inside each poll, from the kernel's log
+    /// of its context switches (a Linux perf event on the worker's own
+    /// thread, read without a system call), and leaves that out of the
+    /// charge. Time a poll spends blocked (on a lock, a file) is still
+    /// charged: it holds the worker.
+    ///
+    /// Where the kernel refuses the perf event (a container's seccomp
+    /// filter, `perf_event_paranoid` above 2, another OS), polls are
+    /// charged their wall time; `WorkerStats::preempted_in_polls` is then
+    /// `None`.
+    pub fn charge_on_cpu(&mut self, on: bool) -> &mut Builder {
+        self.charge_on_cpu = on;
         self
     }
 
@@ -438,6 +465,7 @@ impl Builder {
             task_io_budget: self.task_io_budget,
             stall_threshold: nanos(self.stall_threshold),
             accounting: self.accounting,
+            charge_on_cpu: self.charge_on_cpu,
             classes: self.classes.clone(),
             spin: self.spin.duration(),
             thread_name: self.thread_name.clone(),

@@ -33,6 +33,9 @@ pub(crate) struct Config {
     /// Whether workers keep their accounting (off only for the overhead
     /// benchmark; see `Builder::accounting`).
     pub(crate) accounting: bool,
+    /// Whether polls are charged without the time the kernel preempted
+    /// their worker (see `Builder::charge_on_cpu`).
+    pub(crate) charge_on_cpu: bool,
     /// The blocking pool's limits.
     pub(crate) blocking: crate::blocking::pool::BlockingConfig,
 }

@@ -21,16 +21,28 @@
 //! (about) the current minimum: it is served first, which is what an idle
 //! urgent class wants, but only for its fair turn.
 //!
-//! # What is charged: worker time
+//! # What is charged: worker time the class held, on a core
 //!
-//! A poll is charged its wall time. That is the resource the classes
+//! A poll is charged its wall time less the time the kernel preempted the
+//! worker in the middle of it. Wall time is the resource the classes
 //! compete for: a poll that blocks (on a lock, a file, a sleep) holds its
 //! worker exactly as long as one that computes, so a class cannot escape
 //! its share by blocking, and a blocking class cannot starve the others.
 //! Charging thread CPU time instead would let such a class run nearly for
-//! free. Time the OS takes the core away from a polling worker is charged
-//! to the class that was polling; it falls on the classes in proportion to
-//! how long they poll, so it does not skew the split.
+//! free.
+//!
+//! Time the kernel takes the core away from a polling worker is another
+//! matter. On a machine with more runnable threads than cores the kernel
+//! hands out time slices of milliseconds: an urgent poll of 100 µs that
+//! is preempted for one is charged 40 times its work, and its class then
+//! waits behind the others until they have caught up. So each worker
+//! measures, from the kernel's own log of its context switches, how long
+//! it was preempted inside each poll ([`crate::util::preempt`]), and that
+//! time is not charged. The measure is exact per poll, so the correction
+//! does not favour long polls or short ones. Where the kernel does not
+//! offer the log, or with
+//! [`Builder::charge_on_cpu(false)`](crate::Builder::charge_on_cpu), a
+//! poll is charged its wall time.
 //!
 //! # Cost
 //!
@@ -106,6 +118,8 @@ impl Class {
 pub(crate) struct ClassClocks {
     /// Virtual time per class; any worker adds to it.
     vtime: Box<[CachePadded<AtomicU64>]>,
+    /// Real nanoseconds charged per class, for the stats.
+    charged: Box<[CachePadded<AtomicU64>]>,
     shares: Box<[u64]>,
 }
 
@@ -115,6 +129,10 @@ impl ClassClocks {
         assert!(shares.len() <= MAX_CLASSES && shares.iter().all(|&s| s > 0));
         ClassClocks {
             vtime: shares
+                .iter()
+                .map(|_| CachePadded::new(AtomicU64::new(0)))
+                .collect(),
+            charged: shares
                 .iter()
                 .map(|_| CachePadded::new(AtomicU64::new(0)))
                 .collect(),
@@ -138,6 +156,12 @@ impl ClassClocks {
     /// Adds `ns` of polling to `class`'s clock.
     pub(crate) fn charge(&self, class: usize, ns: u64) {
         self.vtime[class].fetch_add(self.cost(class, ns), Relaxed);
+        self.charged[class].fetch_add(ns, Relaxed);
+    }
+
+    /// Real nanoseconds charged to `class` so far.
+    pub(crate) fn charged(&self, class: usize) -> u64 {
+        self.charged[class].load(Relaxed)
     }
 
     /// Pulls an idle `class` up to `floor` if it lags by more than

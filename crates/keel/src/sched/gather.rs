@@ -42,6 +42,7 @@ impl Shared {
                     io_poll_gap_max: Duration::from_nanos(p.io_gap_max),
                     rescues: p.rescues,
                     park_cpu: Duration::from_nanos(p.park_cpu),
+                    preempted_in_polls: p.preempted_in_polls.map(Duration::from_nanos),
                 }
             })
             .collect::<Vec<_>>();
@@ -57,6 +58,7 @@ impl Shared {
                     name: class.name.clone(),
                     shares: class.shares,
                     busy: workers.iter().map(|w| w.task[index]).sum(),
+                    charged: Duration::from_nanos(shared.clocks.charged(index)),
                     polls: workers.iter().map(|w| w.polls[index]).sum(),
                     stalls: read.iter().map(|(p, _)| p.stalls[index]).sum(),
                     queue_delay: QueueDelay { histogram },

@@ -73,6 +73,7 @@ use crate::runtime::context;
 use crate::stats::account::{Account, State};
 use crate::task::{coop, Runnable, TaskId};
 use crate::time::driver::{tick_start, NEVER};
+use crate::util::preempt::PreemptMeter;
 use crate::util::rng::xorshift64;
 use crate::Class;
 use crate::Handle;
@@ -113,12 +114,20 @@ pub(crate) fn run_worker(shared: Arc<Shared>, index: usize, queues: Deques) {
     context::set_local(Some(local.clone()));
     let now = shared.clock.now();
     let classes = shared.config.classes.len();
-    let account = Account::start(
+    let mut account = Account::start(
         shared.metrics[index].clone(),
         classes,
         now,
         shared.config.accounting,
     );
+    let meter = shared
+        .config
+        .charge_on_cpu
+        .then(PreemptMeter::open)
+        .and_then(Result::ok);
+    if meter.is_some() {
+        account.meter_preemption();
+    }
     // Rescues need a sibling (see `Worker::rescue`).
     let rescues = shared.config.workers > 1;
     let mut worker = Worker {
@@ -126,6 +135,7 @@ pub(crate) fn run_worker(shared: Arc<Shared>, index: usize, queues: Deques) {
         local,
         index,
         account,
+        meter,
         pending: [0; MAX_CLASSES],
         window_start: now,
         searching: false,
@@ -151,6 +161,10 @@ struct Worker {
     local: Rc<Local>,
     index: usize,
     account: Account,
+    /// Measures the time the kernel preempts this worker inside a poll,
+    /// which its class is not charged (see [`class`](super::class));
+    /// `None` where the kernel refuses it or `charge_on_cpu` is off.
+    meter: Option<PreemptMeter>,
     /// Nanoseconds each class polled in the current charge window.
     pending: [u64; MAX_CLASSES],
     /// When the current charge window began.
@@ -398,6 +412,9 @@ impl Worker {
 
         context::set_class(Some(class));
         coop::reset(&self.local, start);
+        if let Some(meter) = &mut self.meter {
+            meter.mark();
+        }
         // Panics inside the future are caught by `Guarded`; what reaches
         // here is a panic in a destructor, which must not end the worker.
         let _ = catch_unwind(AssertUnwindSafe(|| {
@@ -420,7 +437,15 @@ impl Worker {
         if took >= self.shared.config.stall_threshold {
             self.report_stall(id, class, name.as_deref(), took);
         }
-        self.charge(class.index(), took, end);
+        // A poll the kernel preempted is charged the time it was on a core
+        // (and any time it blocked); a read that lost records charges it
+        // all.
+        let preempted = match &mut self.meter {
+            Some(meter) => meter.preempted().unwrap_or(0).min(took),
+            None => 0,
+        };
+        self.account.preempted(preempted);
+        self.charge(class.index(), took - preempted, end);
         self.account.switch(State::Search, end);
         self.account.maybe_publish(end);
         self.polls_since_io += 1;

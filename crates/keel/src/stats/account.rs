@@ -188,6 +188,10 @@ pub(crate) struct Published {
     /// CPU time, ns, the worker's thread used while parked (going to
     /// sleep and waking up), estimated from the sampled parks.
     pub(crate) park_cpu: u64,
+    /// Time, ns, the kernel held the worker off its core in the middle of
+    /// task polls, as the preemption meter measured it; `None` without a
+    /// meter (see `crate::util::preempt`).
+    pub(crate) preempted_in_polls: Option<u64>,
 }
 
 impl Published {
@@ -300,6 +304,7 @@ impl WorkerMetrics {
                 io_gap_max: 0,
                 rescues: 0,
                 park_cpu: 0,
+                preempted_in_polls: None,
             }),
             current: AtomicU64::new(encode(State::Search, 0)),
         }
@@ -353,6 +358,8 @@ pub(crate) struct Account {
     io_gap_max: u64,
     /// See [`Published::rescues`].
     rescues: u64,
+    /// See [`Published::preempted_in_polls`].
+    preempted_in_polls: Option<u64>,
     /// The thread's CPU clock when the worker began to park, while it is
     /// parked in a sampled park.
     park_cpu_from: Option<u64>,
@@ -403,6 +410,7 @@ impl Account {
             enabled,
             io_gap_max: 0,
             rescues: 0,
+            preempted_in_polls: None,
             park_cpu_from: None,
             parks: 0,
             sampled_parks: 0,
@@ -446,6 +454,19 @@ impl Account {
     /// reactor.
     pub(crate) fn io_gap(&mut self, ns: u64) {
         self.io_gap_max = self.io_gap_max.max(ns);
+    }
+
+    /// Says the worker measures preempted time (see
+    /// [`preempted`](Self::preempted)).
+    pub(crate) fn meter_preemption(&mut self) {
+        self.preempted_in_polls.get_or_insert(0);
+    }
+
+    /// Adds `ns` the kernel held the worker off its core during a poll.
+    pub(crate) fn preempted(&mut self, ns: u64) {
+        if let Some(total) = &mut self.preempted_in_polls {
+            *total += ns;
+        }
     }
 
     /// Counts one takeover of a stuck sibling's tasks.
@@ -562,6 +583,7 @@ impl Account {
         published.since = self.since;
         published.io_gap_max = self.io_gap_max;
         published.rescues = self.rescues;
+        published.preempted_in_polls = self.preempted_in_polls;
         published.cpu = self.last_cpu;
         // Where there is no thread clock, `cpu` stays zero, and so does
         // the estimate, which only that clock feeds.

@@ -193,6 +193,15 @@ pub struct WorkerStats {
     /// it: a worker that parks and wakes thousands of times a second can
     /// spend a noticeable share of a core on it.
     pub park_cpu: Duration,
+    /// Time the kernel held the worker off its core in the middle of task
+    /// polls (it preempted the worker to run another thread), measured
+    /// exactly from the kernel's log of the worker's context switches;
+    /// `None` where that log is not available (see
+    /// [`Builder::charge_on_cpu`](crate::Builder::charge_on_cpu)). It is
+    /// left out of what the polling classes are charged (see
+    /// [`ClassStats::charged`]), and it is part of their
+    /// [`busy`](ClassStats::busy) time.
+    pub preempted_in_polls: Option<Duration>,
 }
 
 impl WorkerStats {
@@ -260,6 +269,9 @@ impl WorkerStats {
             io_poll_gap_max: self.io_poll_gap_max,
             rescues: self.rescues.saturating_sub(earlier.rescues),
             park_cpu: self.park_cpu.saturating_sub(earlier.park_cpu),
+            preempted_in_polls: self
+                .preempted_in_polls
+                .map(|now| now.saturating_sub(earlier.preempted_in_polls.unwrap_or_default())),
         }
     }
 }
@@ -276,6 +288,11 @@ pub struct ClassStats {
     /// shares divide (the wall time of the polls, whether they computed or
     /// blocked).
     pub busy: Duration,
+    /// What the shares charged it: [`busy`](Self::busy) less the time the
+    /// kernel preempted the workers in the middle of its polls, where the
+    /// workers measure that (see
+    /// [`WorkerStats::preempted_in_polls`]). The shares divide this.
+    pub charged: Duration,
     /// Polls of its tasks, all workers together.
     pub polls: u64,
     /// Polls that ran past the stall threshold (see

@@ -7,4 +7,5 @@
 //! into each other.
 
 pub(crate) mod clock;
+pub(crate) mod preempt;
 pub(crate) mod rng;

@@ -176,6 +176,34 @@ pub fn busy_for(duration: Duration) {
     }
 }
 
+/// The calling thread's CPU time (`CLOCK_THREAD_CPUTIME_ID`).
+pub fn thread_cpu() -> Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid timespec for the call to fill.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
+
+/// Busy-loops until the calling thread has run `duration` on a core
+/// (however long the kernel keeps it off its core meanwhile), and returns
+/// the CPU time it used.
+pub fn cpu_for(duration: Duration) -> Duration {
+    let start = thread_cpu();
+    let mut x = 0u64;
+    loop {
+        let used = thread_cpu() - start;
+        if used >= duration {
+            return used;
+        }
+        for i in 0..64 {
+            x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(i));
+        }
+    }
+}
+
 /// A one-shot, resettable wake-up: `notify` from any thread, `wait` in a
 /// task. Built from std only, so the tests depend on nothing but keel.
 #[derive(Default)]
