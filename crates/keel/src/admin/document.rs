@@ -612,6 +612,7 @@ mod tests {
             polls: 7,
             stalls: 1,
             queue_delay: QueueDelayFigures::default(),
+            charged_s: Some(1.375),
         };
         class.queue_delay.count = 7;
         class.queue_delay.max_us = 40.0;
@@ -631,6 +632,7 @@ mod tests {
                 preempted_s: Some(0.24),
                 io_poll_gap_max_us: Some(250.0),
                 rescues: Some(2),
+                preempted_in_polls_s: Some(0.125),
                 ..WorkerFigures::default()
             }],
             classes: vec![class],
@@ -709,6 +711,7 @@ mod tests {
             "preempted_s",
             "io_poll_gap_max_us",
             "rescues",
+            "preempted_in_polls_s",
             "classes",
             "name",
             "index",
@@ -728,6 +731,7 @@ mod tests {
             "p99_us",
             "p999_us",
             "max_us",
+            "charged_s",
             "blocking",
             "threads",
             "idle",

@@ -155,15 +155,17 @@
 //! | `worker_states[].io_poll_gap_max_us` | number | the longest the worker went between two looks at the reactor while it had work, since it started (see [`WorkerStats::io_poll_gap_max`](crate::stats::WorkerStats::io_poll_gap_max)) |
 //! | `worker_states[].preempted_s` | number | time in on-CPU states the kernel did not run the worker (see [`WorkerStats::preempted`](crate::stats::WorkerStats::preempted)) |
 //! | `worker_states[].polls` | integer | task polls on this worker, all classes |
+//! | `worker_states[].preempted_in_polls_s` | number or null | time the kernel preempted the worker inside task polls, measured from its log of the worker's switches and left out of the classes' charges; null where the kernel refuses that log (see [`WorkerStats::preempted_in_polls`](crate::stats::WorkerStats::preempted_in_polls)) |
 //! | `classes[]` | array | one object per class, by index: |
 //! | `classes[].name`, `.index` | string, integer | the class |
 //! | `classes[].shares` | integer | its configured shares |
 //! | `classes[].configured_share_pct` | number | its shares over all classes' shares: the share of worker time it is owed when every class has work |
-//! | `classes[].wall_s` | number | wall time its polls took on their workers, from each poll's start to its end (preemption and blocking included, so not CPU time): what the shares divide |
+//! | `classes[].wall_s` | number | wall time its polls took on their workers, from each poll's start to its end (preemption and blocking included, so not CPU time) |
 //! | `classes[].wall_share_pct` | number | its `wall_s` over all classes' `wall_s`: the share it received |
 //! | `classes[].cpu_s` | number | **deprecated**, goes away in the next release: the same value as `wall_s`, under its old name |
 //! | `classes[].cpu_share_pct` | number | **deprecated**, goes away in the next release: the same value as `wall_share_pct`, under its old name |
 //! | `classes[].polls`, `.stalls` | integer | polls, and polls longer than the stall threshold |
+//! | `classes[].charged_s` | number | what the shares divide: `wall_s` less the time the kernel preempted the workers inside its polls (equal to `wall_s` where the workers cannot measure that; see [`ClassStats::charged`](crate::stats::ClassStats::charged)) |
 //! | `classes[].queue_delay` | object | wake → first poll: `count` (integer), `mean_us`, `p50_us`, `p90_us`, `p99_us`, `p999_us`, `max_us` (numbers) |
 //! | `blocking` | object | the blocking pool: `threads`, `idle`, `queued`, `waiting`, `completed`, `rejected`, `max_threads`, `queue_capacity` (integers), `busy_s` (number); see [`BlockingStats`](crate::stats::BlockingStats) |
 //! | `deliveries` | object | TCP read deliveries per batch mode: `off`, `fixed`, `adaptive`, each `{count, bytes}` (integers) |
@@ -171,9 +173,10 @@
 //! | `since_start` | window | accounting against process CPU since the endpoint started ([`serve`] took a baseline) |
 //! | `since_last` | window | the same since the previous `/stats` answer of this endpoint (the first: since it started) |
 //!
-//! A class is charged the wall time of its polls: a poll that blocks, or
-//! whose worker the kernel preempts, pays for all the worker time it
-//! holds. The workers' CPU time is `worker_states[].cpu_s` (their thread
+//! A class is charged the wall time of its polls less the time the kernel
+//! preempted their workers inside them: a poll that blocks pays for all
+//! the worker time it holds, but not for the time slices another thread
+//! had. The workers' CPU time is `worker_states[].cpu_s` (their thread
 //! clocks), and the windows below compare the two. The class figures
 //! used to be named `cpu_s` and `cpu_share_pct`; the old names are still
 //! written beside the new ones, with the same values, for one more
