@@ -255,7 +255,8 @@ fn check_charts(report_path: &Path, report: &serde_json::Value, with_charts: &[&
     }
 }
 
-/// S3 measured keel with and without classes and tokio, and judged them.
+/// S3 measured keel with and without classes, with the urgent lane, and
+/// tokio, and judged them.
 fn check_s3(s3: &serde_json::Value) {
     let modes: Vec<&str> = s3["runs"]
         .as_array()
@@ -263,7 +264,11 @@ fn check_s3(s3: &serde_json::Value) {
         .iter()
         .map(|r| r["mode"].as_str().unwrap())
         .collect();
-    assert_eq!(modes, ["classes", "single-class", "default"], "{s3}");
+    assert_eq!(
+        modes,
+        ["classes", "classes-lane", "single-class", "default"],
+        "{s3}"
+    );
     for run in s3["runs"].as_array().unwrap() {
         for name in [
             "admin_idle_p99_us",

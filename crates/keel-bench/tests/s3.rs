@@ -223,6 +223,11 @@ fn keel_single_class_passes_eof_on() {
 }
 
 #[test]
+fn keel_with_the_urgent_lane_passes_eof_on() {
+    passes_eof_on("keel", &["--urgent-lane"]);
+}
+
+#[test]
 fn tokio_passes_eof_on() {
     passes_eof_on("tokio", &[]);
 }
@@ -317,6 +322,7 @@ fn admin_answers_status() {
     for (runtime, extra) in [
         ("keel", &[][..]),
         ("keel", &["--single-class"]),
+        ("keel", &["--urgent-lane"]),
         ("tokio", &[]),
     ] {
         let mut node = proxy(runtime, nowhere, extra);
@@ -346,6 +352,7 @@ fn load_produces_figures() {
     for (runtime, extra) in [
         ("keel", &[][..]),
         ("keel", &["--single-class"]),
+        ("keel", &["--urgent-lane"]),
         ("tokio", &[]),
     ] {
         let node = proxy(runtime, backend.addr("addr"), extra);
@@ -421,7 +428,7 @@ fn load_produces_figures() {
 /// what is wrong.
 #[test]
 fn bad_flags_are_usage_errors() {
-    let cases: [(&[&str], &str); 5] = [
+    let cases: [(&[&str], &str); 7] = [
         (&["serve", "proxy", "--runtime", "keel"], "--backend"),
         (
             &[
@@ -447,6 +454,31 @@ fn bad_flags_are_usage_errors() {
                 "0",
             ],
             "workers",
+        ),
+        (
+            &[
+                "serve",
+                "proxy",
+                "--runtime",
+                "tokio",
+                "--backend",
+                "127.0.0.1:9",
+                "--urgent-lane",
+            ],
+            "urgent-lane",
+        ),
+        (
+            &[
+                "serve",
+                "proxy",
+                "--runtime",
+                "keel",
+                "--backend",
+                "127.0.0.1:9",
+                "--urgent-lane",
+                "--single-class",
+            ],
+            "cannot be used with",
         ),
         (&["load", "s3", "--admin", "127.0.0.1:9"], "--proxy"),
         (

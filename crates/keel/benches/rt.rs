@@ -32,6 +32,11 @@
 //!   on one worker (the cleanest view of the per-poll cost: no second
 //!   core, no cross-core traffic), each on and off back to back: what the
 //!   state counters, queue-delay records and schedule timestamps cost.
+//! - `charge_on_cpu`: keel against itself with the preemption meter off
+//!   (`Builder::charge_on_cpu(false)`: polls charged their wall time), on
+//!   the lone yield loop (two reads of the meter's ring per poll) and the
+//!   wake chain (workers that park and wake, each switch logged by the
+//!   kernel), on then off back to back.
 
 use std::future::{poll_fn, Future};
 use std::hint::black_box;
@@ -426,17 +431,53 @@ fn accounting(c: &mut Criterion) {
     group.finish();
 }
 
+/// keel with its polls charged their time on a core (the default) and
+/// their wall time, back to back.
+fn charge_on_cpu(c: &mut Criterion) {
+    let mut group = group(c, "charge_on_cpu");
+    let build = |workers: usize, on: bool| {
+        Keel::<true>(
+            keel::Runtime::builder()
+                .workers(workers)
+                .charge_on_cpu(on)
+                .build()
+                .expect("build keel runtime"),
+        )
+    };
+    let name = |on: bool| if on { "keel" } else { "keel-wall-charge" };
+    for on in [true, false] {
+        let rt = build(1, on);
+        group.bench_function(BenchmarkId::new(name(on), "yield_loop_1_worker"), |b| {
+            b.iter(|| on_worker(&rt, yield_loop::<Keel>(YIELD_LOOP)));
+        });
+    }
+    for on in [true, false] {
+        let rt = build(WORKERS, on);
+        group.bench_function(BenchmarkId::new(name(on), "wake_chain_10k"), |b| {
+            b.iter_custom(|iters| {
+                (0..iters)
+                    .map(|_| on_worker(&rt, wake_chain::<Keel>(CHAIN_TASKS)))
+                    .sum()
+            });
+        });
+    }
+    group.finish();
+}
+
 /// `criterion_group!` declares its entry point `pub` and undocumented; a
 /// private module keeps it out of `missing_docs`.
 mod entry {
-    use super::{accounting, criterion_group, spawn_join_100k, wake_chain_10k, yield_pingpong};
+    use super::{
+        accounting, charge_on_cpu, criterion_group, spawn_join_100k, wake_chain_10k, yield_pingpong,
+    };
 
     criterion_group!(
         benches,
         spawn_join_100k,
         yield_pingpong,
         wake_chain_10k,
-        accounting
+        accounting,
+        charge_on_cpu
     );
 }
 

@@ -138,7 +138,7 @@ pub use keel_macros::main;
 /// ```
 #[cfg(feature = "macros")]
 pub use keel_macros::test;
-pub use sched::{Class, MAX_CLASSES};
+pub use sched::{Class, LanePriority, UrgentLane, DEFAULT_WORKER_NICE, MAX_CLASSES};
 pub use task::{yield_now, JoinError, JoinHandle, TaskBuilder, TaskId, YieldNow};
 
 use std::future::Future;

@@ -10,8 +10,9 @@
 //! too. The split must hold on a quiet machine and on one where another
 //! process keeps a core busy: there the kernel preempts the workers, and
 //! keel charges the classes only for their time on a core (see
-//! `Builder::charge_on_cpu`). A class whose polls block (sleep) must not
-//! escape its share either. This file holds only these tests, and they
+//! `Builder::charge_on_cpu`), and with the urgent class on the urgent
+//! lane (`Builder::urgent_lane`). A class whose polls block (sleep) must
+//! not escape its share either. This file holds only these tests, and they
 //! take turns, so nothing else competes for the two cores.
 
 #[macro_use]
@@ -86,12 +87,26 @@ fn split_follows_shares_when_another_thread_takes_a_core() {
     check_split(true);
 }
 
+/// With the urgent lane, the urgent class runs on a thread of its own at
+/// real-time priority, bounded by its share of the workers' time; the two
+/// workers split the rest between normal and bulk. The split over the
+/// whole machine still follows the shares.
+#[test]
+fn split_follows_shares_with_the_urgent_lane() {
+    let _turn = one_at_a_time();
+    check_split_with(false, true);
+}
+
 fn check_split(competitor: bool) {
-    let rt = Runtime::builder()
-        .workers(2)
-        .spin(SpinPolicy::Short)
-        .build()
-        .unwrap();
+    check_split_with(competitor, false);
+}
+
+fn check_split_with(competitor: bool, lane: bool) {
+    let mut builder = Runtime::builder();
+    if lane {
+        builder.urgent_lane(keel::UrgentLane::new());
+    }
+    let rt = builder.workers(2).spin(SpinPolicy::Short).build().unwrap();
     let stop = Arc::new(AtomicBool::new(false));
     let cpu: Vec<Arc<AtomicU64>> = (0..3).map(|_| Arc::new(AtomicU64::new(0))).collect();
     spawn_busy(

@@ -292,12 +292,24 @@ impl Goal {
     }
 }
 
+/// A goal's limit as people write it: at most three decimals, no
+/// trailing zeros (a third is `0.333`, three is `3`).
+struct Limit(f64);
+
+impl fmt::Display for Limit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let text = format!("{:.3}", self.0);
+        let text = text.trim_end_matches('0').trim_end_matches('.');
+        f.write_str(text)
+    }
+}
+
 impl fmt::Display for Goal {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Self::AtMost(limit) => write!(f, "<= {limit}"),
-            Self::AtLeast(limit) => write!(f, ">= {limit}"),
-            Self::Within(low, high) => write!(f, "in [{low}, {high}]"),
+            Self::AtMost(limit) => write!(f, "<= {}", Limit(*limit)),
+            Self::AtLeast(limit) => write!(f, ">= {}", Limit(*limit)),
+            Self::Within(low, high) => write!(f, "in [{}, {}]", Limit(*low), Limit(*high)),
         }
     }
 }
@@ -417,6 +429,10 @@ mod tests {
         assert!(Goal::AtLeast(0.97).met_by(1.0));
         assert!(!Goal::AtLeast(0.97).met_by(0.9));
         assert_eq!(Goal::AtMost(0.333).to_string(), "<= 0.333");
+        assert_eq!(Goal::AtMost(1.0 / 3.0).to_string(), "<= 0.333");
+        assert_eq!(Goal::AtLeast(0.9).to_string(), ">= 0.9");
+        assert_eq!(Goal::AtMost(3.0).to_string(), "<= 3");
+        assert_eq!(Goal::Within(0.9, 1.1).to_string(), "in [0.9, 1.1]");
         assert_eq!(Goal::AtLeast(0.97).to_string(), ">= 0.97");
     }
 

@@ -6,11 +6,13 @@
 //! unloaded latency), then under load: 4 connections download a 1 MiB
 //! object in a loop (bulk), 20 clients open a new connection per request
 //! for an empty object (connection rate), and an admin request every
-//! 20 ms is timed end to end. Three proxies are measured: keel with
-//! classes (admin urgent, accept and setup normal, forwarding bulk), keel
+//! 20 ms is timed end to end. Four proxies are measured: keel with
+//! classes (admin urgent, accept and setup normal, forwarding bulk), the
+//! same with the urgent class on keel's urgent lane (a thread the OS
+//! schedules ahead of the workers; see `keel::Builder::urgent_lane`), keel
 //! with everything in one class, and tokio.
 //!
-//! Rounds interleave the three and alternate their order; figures are
+//! Rounds interleave the four and alternate their order; figures are
 //! medians across rounds, and each verdict is judged on its per-round
 //! ratios (see [`super::judge`]).
 //!
@@ -58,6 +60,9 @@ pub const WELL_BELOW: f64 = 0.5;
 /// Bulk MB/s and connections/s, keel with classes over tokio: at least.
 pub const THROUGHPUT_VS_TOKIO: f64 = 0.9;
 
+/// keel with the urgent lane's loaded admin p99 over tokio's: at most.
+pub const LANE_VS_TOKIO: f64 = 1.0 / 3.0;
+
 /// The sizes and setup of one S3 run.
 #[derive(Debug, Clone)]
 pub struct S3Config {
@@ -77,6 +82,8 @@ pub struct S3Config {
 pub enum Variant {
     /// keel, admin urgent, setup normal, forwarding bulk.
     Classes,
+    /// keel with classes, the urgent class on the urgent lane.
+    Lane,
     /// keel, everything in the normal class.
     SingleClass,
     /// tokio.
@@ -88,7 +95,7 @@ impl Variant {
     fn all(runtimes: &[RuntimeKind]) -> Vec<Variant> {
         let mut out = Vec::new();
         if runtimes.contains(&RuntimeKind::Keel) {
-            out.extend([Variant::Classes, Variant::SingleClass]);
+            out.extend([Variant::Classes, Variant::Lane, Variant::SingleClass]);
         }
         if runtimes.contains(&RuntimeKind::Tokio) {
             out.push(Variant::Tokio);
@@ -99,7 +106,7 @@ impl Variant {
     /// The runtime.
     fn runtime(self) -> RuntimeKind {
         match self {
-            Variant::Classes | Variant::SingleClass => RuntimeKind::Keel,
+            Variant::Classes | Variant::Lane | Variant::SingleClass => RuntimeKind::Keel,
             Variant::Tokio => RuntimeKind::Tokio,
         }
     }
@@ -108,6 +115,7 @@ impl Variant {
     fn mode(self) -> &'static str {
         match self {
             Variant::Classes => "classes",
+            Variant::Lane => "classes-lane",
             Variant::SingleClass => "single-class",
             Variant::Tokio => "default",
         }
@@ -276,8 +284,10 @@ fn measure(
         "--admin-addr".into(),
         "127.0.0.1:0".into(),
     ];
-    if variant == Variant::SingleClass {
-        args.push("--single-class".into());
+    match variant {
+        Variant::SingleClass => args.push("--single-class".into()),
+        Variant::Lane => args.push("--urgent-lane".into()),
+        Variant::Classes | Variant::Tokio => {}
     }
     let mut proxy = config.run.spawn(
         Role::Server,
@@ -475,6 +485,49 @@ fn verdicts(runs: &[RunFigures], runtimes: &[RuntimeKind]) -> Vec<Verdict> {
             .missing_because(missing(&[keel, tokio])),
         );
     }
+    // The urgent lane: the admin within 3x of alone and a third of
+    // tokio's, at no cost to the data plane.
+    let lane = |name| metric("keel", "classes-lane", name);
+    out.push(
+        Verdict::new(
+            "admin server p99 loaded/alone, keel lane",
+            "keel",
+            stretch(
+                "keel",
+                "classes-lane",
+                "admin_server_p99_us",
+                "admin_server_idle_p99_us",
+            ),
+            Some(Goal::AtMost(LOADED_OVER_IDLE)),
+        )
+        .missing_because(missing(&[keel])),
+    );
+    out.push(
+        Verdict::new(
+            "admin server p99 keel lane/tokio",
+            "keel",
+            ratio(
+                lane("admin_server_p99_us"),
+                metric("tokio", "default", "admin_server_p99_us"),
+            ),
+            Some(Goal::AtMost(LANE_VS_TOKIO)),
+        )
+        .missing_because(missing(&[keel, tokio])),
+    );
+    for (name, figure) in [
+        ("bulk_mb_per_s keel lane/tokio", "bulk_mb_per_s"),
+        ("conns_per_s keel lane/tokio", "conns_per_s"),
+    ] {
+        out.push(
+            Verdict::new(
+                name,
+                "keel",
+                ratio(lane(figure), metric("tokio", "default", figure)),
+                Some(Goal::AtLeast(THROUGHPUT_VS_TOKIO)),
+            )
+            .missing_because(missing(&[keel, tokio])),
+        );
+    }
     for (runtime, mode, name) in [
         (
             "keel",
@@ -508,6 +561,11 @@ fn verdicts(runs: &[RunFigures], runtimes: &[RuntimeKind]) -> Vec<Verdict> {
         ),
         (
             "keel",
+            "classes-lane",
+            "end-to-end admin p99 loaded/alone, keel lane",
+        ),
+        (
+            "keel",
             "single-class",
             "end-to-end admin p99 loaded/alone, keel single-class",
         ),
@@ -528,18 +586,23 @@ fn verdicts(runs: &[RunFigures], runtimes: &[RuntimeKind]) -> Vec<Verdict> {
             .missing_because(missing(&[kind])),
         );
     }
-    out.push(
-        Verdict::new(
-            "end-to-end admin p99 keel classes/tokio",
-            "keel",
-            ratio(
-                classes("admin_p99_us"),
-                metric("tokio", "default", "admin_p99_us"),
-            ),
-            None,
-        )
-        .missing_because(missing(&[keel, tokio])),
-    );
+    for (mode, name) in [
+        ("classes", "end-to-end admin p99 keel classes/tokio"),
+        ("classes-lane", "end-to-end admin p99 keel lane/tokio"),
+    ] {
+        out.push(
+            Verdict::new(
+                name,
+                "keel",
+                ratio(
+                    metric("keel", mode, "admin_p99_us"),
+                    metric("tokio", "default", "admin_p99_us"),
+                ),
+                None,
+            )
+            .missing_because(missing(&[keel, tokio])),
+        );
+    }
     out
 }
 

@@ -44,6 +44,17 @@ pub fn runtime_with(
         .map_err(|e| Error::new(format!("cannot start a keel runtime: {e}")))
 }
 
+/// [`runtime`] with the urgent class on a lane of its own (see
+/// `keel::Builder::urgent_lane`), at real-time priority 1 where the process
+/// may set it.
+pub fn runtime_with_lane(workers: usize) -> Result<keel::Runtime, Error> {
+    keel::Runtime::builder()
+        .workers(workers)
+        .urgent_lane(keel::UrgentLane::new())
+        .build()
+        .map_err(|e| Error::new(format!("cannot start a keel runtime: {e}")))
+}
+
 /// Binds a listener on `rt` to `addr`; returns it and its bound address.
 pub fn bind(rt: &keel::Runtime, addr: SocketAddr) -> Result<(TcpListener, SocketAddr), Error> {
     let listener = rt
@@ -117,6 +128,13 @@ pub fn stats_json(stats: &keel::stats::Stats) -> Value {
         "pending_timers": stats.pending_timers,
         "worker_states": workers,
         "classes": ClassFigures::all(stats),
+        "lane": stats.lane.as_ref().map(|lane| json!({
+            "priority": lane.priority,
+            "polls": lane.polls,
+            "busy_s": lane.busy.as_secs_f64(),
+            "charged_s": lane.charged.as_secs_f64(),
+            "throttled": lane.throttled,
+        })),
     })
 }
 

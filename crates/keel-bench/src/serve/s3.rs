@@ -58,6 +58,10 @@ pub struct ServeProxyArgs {
     /// instead of urgent, normal and bulk.
     #[arg(long)]
     pub single_class: bool,
+    /// keel: serve the urgent class (the admin endpoint) on an urgent
+    /// lane, a thread the OS schedules ahead of the workers.
+    #[arg(long, conflicts_with = "single_class")]
+    pub urgent_lane: bool,
 }
 
 /// Runs `keel-bench serve proxy` until `stop` or the end of stdin.
@@ -68,6 +72,7 @@ pub fn run(args: &ServeProxyArgs) -> Result<(), Error> {
         backend: args.backend,
         admin: args.admin_addr,
         single_class: args.single_class,
+        urgent_lane: args.urgent_lane,
     };
     let context = format!("serve proxy --runtime {}", args.runtime);
     let running = match args.runtime {
@@ -92,6 +97,8 @@ pub struct ProxyOpts {
     /// keel: every task in `Class::NORMAL` instead of admin urgent,
     /// forwarding bulk.
     pub single_class: bool,
+    /// keel: the urgent class on an urgent lane.
+    pub urgent_lane: bool,
 }
 
 /// Counters every variant keeps, reported in each `mark` under `proxy`

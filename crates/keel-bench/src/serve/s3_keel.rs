@@ -13,7 +13,10 @@
 //!   other two.
 //!
 //! `--single-class` runs all three in `Class::NORMAL`, to measure what
-//! the classes buy. The forwarding loops need nothing special to share
+//! the classes buy. `--urgent-lane` keeps the classes and serves the
+//! urgent one (the admin endpoint) on keel's urgent lane, a thread the OS
+//! schedules ahead of the workers, to measure what that buys on a
+//! crowded machine. The forwarding loops need nothing special to share
 //! the workers: keel's sockets spend the task's coop budget, so a
 //! connection whose sockets are always ready still yields.
 //!
@@ -70,7 +73,11 @@ impl Classes {
 
 /// Starts the keel proxy.
 pub fn start(opts: &ProxyOpts) -> Result<Running, Error> {
-    let rt = super::node_keel::runtime(opts.workers, None)?;
+    let rt = if opts.urgent_lane {
+        super::node_keel::runtime_with_lane(opts.workers)?
+    } else {
+        super::node_keel::runtime(opts.workers, None)?
+    };
     let classes = Classes::new(opts.single_class);
     let counters = Arc::new(ProxyCounters::default());
     let (listener, addr) = bind(&rt, opts.listen)?;
@@ -107,6 +114,7 @@ pub fn start(opts: &ProxyOpts) -> Result<Running, Error> {
         startup: serde_json::json!({
             "backend": opts.backend,
             "single_class": opts.single_class,
+            "urgent_lane": opts.urgent_lane,
         }),
         runtime_stats: Box::new(move || {
             let mut value = stats_json(&handle.stats());

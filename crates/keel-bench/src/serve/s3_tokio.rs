@@ -49,6 +49,11 @@ pub fn start(opts: &ProxyOpts) -> Result<Running, Error> {
             "--single-class is a keel setting: tokio has no classes",
         ));
     }
+    if opts.urgent_lane {
+        return Err(Error::usage(
+            "--urgent-lane is a keel setting: tokio has no urgent class",
+        ));
+    }
     let rt = super::node_tokio::runtime(opts.workers)?;
     let counters = Arc::new(ProxyCounters::default());
     let (listener, addr) = bind(&rt, opts.listen)?;

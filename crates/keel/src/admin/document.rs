@@ -7,7 +7,9 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::stats::{BlockingStats, Deliveries, DeliveryStats, QueueDelay, Stats, WorkerStats};
+use crate::stats::{
+    BlockingStats, Deliveries, DeliveryStats, LaneStats, QueueDelay, Stats, WorkerStats,
+};
 
 /// The whole `/stats` document: what the endpoint writes, and what a
 /// client reads the answer into.
@@ -95,6 +97,41 @@ pub struct StatsDocument {
     /// first: since it started). Shared by every client of one endpoint:
     /// two clients shorten each other's windows.
     pub since_last: WindowFigures,
+    /// The urgent lane, when the runtime has one (see
+    /// [`Builder::urgent_lane`](crate::Builder::urgent_lane)); `null`
+    /// without one, and from a server that predates it.
+    #[serde(default)]
+    pub lane: Option<LaneFigures>,
+}
+
+/// What the urgent lane did (`lane`; see [`LaneStats`]).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct LaneFigures {
+    /// How the lane got ahead of the workers (`fifo:N`, or `workers nice
+    /// +N` and why the real-time priority was refused).
+    pub priority: String,
+    /// Polls of urgent tasks on the lane.
+    pub polls: u64,
+    /// Wall time of those polls.
+    pub busy_s: f64,
+    /// What they were charged (`busy_s` less the time the lane was
+    /// preempted inside them).
+    pub charged_s: f64,
+    /// Times the lane spent its budget and waited for the next window.
+    pub throttled: u64,
+}
+
+impl From<&LaneStats> for LaneFigures {
+    fn from(lane: &LaneStats) -> LaneFigures {
+        LaneFigures {
+            priority: lane.priority.clone(),
+            polls: lane.polls,
+            busy_s: secs(lane.busy),
+            charged_s: secs(lane.charged),
+            throttled: lane.throttled,
+        }
+    }
 }
 
 /// One worker's cumulative accounting (`worker_states[]`): its time by
@@ -656,6 +693,13 @@ mod tests {
                 process_cpu_s: Some(1.3),
                 ..WindowFigures::default()
             },
+            lane: Some(LaneFigures {
+                priority: "fifo:1".into(),
+                polls: 5,
+                busy_s: 0.5,
+                charged_s: 0.25,
+                throttled: 3,
+            }),
             ..StatsDocument::default()
         }
     }
@@ -763,6 +807,14 @@ mod tests {
         expected.extend(window);
         expected.push("since_last");
         expected.extend(window);
+        expected.extend([
+            "lane",
+            "priority",
+            "polls",
+            "busy_s",
+            "charged_s",
+            "throttled",
+        ]);
         assert_eq!(keys(&json), expected);
     }
 

@@ -172,6 +172,7 @@
 //! | `admin` | object | this endpoint: `class` (string, the class the answering task ran in), `connections_open` (integer, connections holding a slot), `connections_rejected` (integer, 503s since it started), `connections_evicted` (integer, connections closed to make room since it started), `max_connections` (integer) |
 //! | `since_start` | window | accounting against process CPU since the endpoint started ([`serve`] took a baseline) |
 //! | `since_last` | window | the same since the previous `/stats` answer of this endpoint (the first: since it started) |
+//! | `lane` | object or null | the urgent lane, when the runtime has one (see [`Builder::urgent_lane`](crate::Builder::urgent_lane)): `priority` (string, how it got ahead of the workers, and why not at real-time priority if that was refused), `polls`, `throttled` (integers), `busy_s`, `charged_s` (numbers) |
 //!
 //! A class is charged the wall time of its polls less the time the kernel
 //! preempted their workers inside them: a poll that blocks pays for all
@@ -293,8 +294,8 @@ use crate::{Class, Handle, JoinHandle};
 use slots::Slots;
 
 pub use document::{
-    AdminFigures, BlockingFigures, ClassFigures, CountBytes, DeliveryFigures, QueueDelayFigures,
-    StatsDocument, WindowFigures, WorkerFigures,
+    AdminFigures, BlockingFigures, ClassFigures, CountBytes, DeliveryFigures, LaneFigures,
+    QueueDelayFigures, StatsDocument, WindowFigures, WorkerFigures,
 };
 
 /// Default [`AdminOptions::max_connections`]: 16.
@@ -485,9 +486,11 @@ impl AdminOptions {
         }
         let listener = {
             // Sockets register with the current runtime's reactor: make it
-            // `handle`'s for the bind, wherever this is called from.
+            // `handle`'s for the bind, wherever this is called from,
+            // and its class's, so that an urgent endpoint listens on the
+            // urgent lane when the runtime has one.
             let _enter = context::enter(handle.clone());
-            TcpListener::bind(addr)?
+            context::with_class(self.class, || TcpListener::bind(addr))?
         };
         let local_addr = listener.local_addr()?;
         let shared = Arc::new(Shared::new(handle, self));

@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use super::document::{count, micros, ratio_pct, secs};
 use super::{
-    AdminFigures, BlockingFigures, ClassFigures, DeliveryFigures, Shared, StatsDocument,
-    WindowFigures, WorkerFigures,
+    AdminFigures, BlockingFigures, ClassFigures, DeliveryFigures, LaneFigures, Shared,
+    StatsDocument, WindowFigures, WorkerFigures,
 };
 use crate::stats::{Stats, WorkerStats};
 use crate::{Class, Handle};
@@ -146,6 +146,7 @@ pub(super) fn stats_document(shared: &Shared, stats: &Stats) -> StatsDocument {
         },
         since_start,
         since_last,
+        lane: stats.lane.as_ref().map(LaneFigures::from),
     }
 }
 

@@ -22,6 +22,8 @@ pub(crate) struct IoSource<E: Source> {
     token: Token,
     /// Keeps the reactor alive as long as the source is registered.
     shared: Arc<Shared>,
+    /// Registered with the urgent lane's reactor, not the workers'.
+    on_lane: bool,
 }
 
 impl<E: Source + std::fmt::Debug> std::fmt::Debug for IoSource<E> {
@@ -50,14 +52,16 @@ pub(crate) fn current_runtime() -> io::Result<Arc<Shared>> {
 }
 
 impl<E: Source> IoSource<E> {
-    /// Registers `io` with `shared`'s reactor; see [`ScheduledIo::new`] for
+    /// Registers `io` with `shared`'s reactor (its urgent lane's, when it
+    /// has one and the calling task is urgent); see [`ScheduledIo::new`] for
     /// `assume_ready`.
     ///
     /// # Errors
     ///
     /// If epoll refuses the source.
     pub(crate) fn new(shared: Arc<Shared>, mut io: E, assume_ready: bool) -> io::Result<Self> {
-        let (scheduled, token) = shared.reactor.register(
+        let (reactor, on_lane) = shared.reactor_for_new_source();
+        let (scheduled, token) = reactor.register(
             &mut io,
             Interest::READABLE | Interest::WRITABLE,
             assume_ready,
@@ -67,6 +71,7 @@ impl<E: Source> IoSource<E> {
             scheduled,
             token,
             shared,
+            on_lane,
         })
     }
 
@@ -232,7 +237,10 @@ impl<E: Source> Drop for IoSource<E> {
             // Deregistering a live fd only fails if epoll no longer knows
             // it, which cannot happen while we own it; closing it (the
             // drop of `io`) removes it from epoll anyway.
-            let _ = self.shared.reactor.deregister(&mut io, self.token);
+            let _ = self
+                .shared
+                .reactor_of(self.on_lane)
+                .deregister(&mut io, self.token);
         }
     }
 }

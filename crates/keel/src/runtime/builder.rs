@@ -133,6 +133,7 @@ pub struct Builder {
     stall_threshold: Duration,
     accounting: bool,
     charge_on_cpu: bool,
+    urgent_lane: Option<crate::UrgentLane>,
     max_blocking_threads: usize,
     blocking_queue: usize,
     blocking_keep_alive: Duration,
@@ -168,6 +169,7 @@ impl Builder {
             stall_threshold: DEFAULT_STALL_THRESHOLD,
             accounting: true,
             charge_on_cpu: true,
+            urgent_lane: None,
             max_blocking_threads: DEFAULT_MAX_BLOCKING_THREADS,
             blocking_queue: DEFAULT_BLOCKING_QUEUE,
             blocking_keep_alive: DEFAULT_BLOCKING_KEEP_ALIVE,
@@ -310,6 +312,48 @@ impl Builder {
     /// `None`.
     pub fn charge_on_cpu(&mut self, on: bool) -> &mut Builder {
         self.charge_on_cpu = on;
+        self
+    }
+
+    /// Serves [`Class::URGENT`](crate::Class::URGENT) on a lane of its own:
+    /// a thread the OS schedules ahead of the workers. Default: off.
+    ///
+    /// The class shares decide which task a worker runs next; they can do
+    /// nothing while no worker is on a core. On a machine the runtime
+    /// shares with other processes (its clients, a backend, other
+    /// services), the kernel hands out time slices of milliseconds, and a
+    /// control-plane request that arrives while every worker waits for a
+    /// core waits with them. With the lane, urgent tasks run on one more
+    /// thread, which the kernel runs first: at real-time priority
+    /// (`SCHED_FIFO`) when the process may set one, otherwise because the
+    /// workers lower their own priority (see [`LanePriority`](crate::LanePriority)).
+    /// A socket created in an urgent task (or an admin endpoint in the
+    /// urgent class) registers with the lane's own reactor, so its
+    /// readiness wakes the lane thread directly.
+    ///
+    /// The lane cannot run away with a core: in every 10 ms it runs tasks
+    /// for at most the urgent class's share of the workers' time (its
+    /// shares over all shares, times the workers), then waits for the
+    /// next 10 ms. `Stats::lane` reports how the lane got ahead (and why
+    /// not, if the real-time priority was refused), its polls and how
+    /// often it was throttled.
+    ///
+    /// ```
+    /// use keel::{Class, UrgentLane};
+    ///
+    /// let rt = keel::Runtime::builder()
+    ///     .workers(2)
+    ///     .urgent_lane(UrgentLane::new())
+    ///     .build()
+    ///     .unwrap();
+    /// let on_lane = rt.block_on(rt.spawn_in(Class::URGENT, async {
+    ///     std::thread::current().name().map(str::to_owned)
+    /// }));
+    /// assert_eq!(on_lane.unwrap().as_deref(), Some("keel-worker-urgent"));
+    /// assert!(rt.stats().lane.is_some());
+    /// ```
+    pub fn urgent_lane(&mut self, lane: crate::UrgentLane) -> &mut Builder {
+        self.urgent_lane = Some(lane);
         self
     }
 
@@ -456,8 +500,12 @@ impl Builder {
                 "max_blocking_threads must be at least 1 thread".to_owned(),
             ));
         }
+        if let Some(lane) = &self.urgent_lane {
+            lane.validate()?;
+        }
         let nanos = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
         Ok(Config {
+            urgent_lane: self.urgent_lane.clone(),
             workers,
             io_interval: nanos(self.io_interval),
             io_every: self.io_every,

@@ -36,6 +36,8 @@ pub(crate) struct Config {
     /// Whether polls are charged without the time the kernel preempted
     /// their worker (see `Builder::charge_on_cpu`).
     pub(crate) charge_on_cpu: bool,
+    /// The urgent lane, if the runtime has one (see `Builder::urgent_lane`).
+    pub(crate) urgent_lane: Option<crate::UrgentLane>,
     /// The blocking pool's limits.
     pub(crate) blocking: crate::blocking::pool::BlockingConfig,
 }

@@ -17,6 +17,23 @@ struct Context {
     class: Cell<Option<Class>>,
     /// The local queues, on a worker thread.
     local: RefCell<Option<Rc<Local>>>,
+    /// The IO budget of the task being polled (see [`crate::task::coop`]);
+    /// `None` outside a poll on a worker or a lane: no limit.
+    budget: Cell<Option<Budget>>,
+    /// This thread is a runtime's urgent lane (see `sched::urgent`).
+    lane: Cell<bool>,
+}
+
+/// What the task being polled on this thread may still do before its IO
+/// yields (see [`crate::task::coop`]).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Budget {
+    /// IO operations left.
+    pub(crate) ops: u32,
+    /// The full count, given at the poll's start.
+    pub(crate) full: u32,
+    /// When the poll must yield at its next IO operation.
+    pub(crate) deadline: u64,
 }
 
 #[cfg(not(loom))]
@@ -26,6 +43,8 @@ thread_local! {
             handle: RefCell::new(None),
             class: Cell::new(None),
             local: RefCell::new(None),
+            budget: Cell::new(None),
+            lane: Cell::new(false),
         }
     };
 }
@@ -38,6 +57,8 @@ loom::thread_local! {
         handle: RefCell::new(None),
         class: Cell::new(None),
         local: RefCell::new(None),
+        budget: Cell::new(None),
+        lane: Cell::new(false),
     };
 }
 
@@ -67,11 +88,37 @@ pub(crate) fn current() -> Option<Handle> {
         .flatten()
 }
 
-/// Whether this thread is a worker (of any runtime).
+/// Whether this thread is a worker or an urgent lane (of any runtime):
+/// a thread that must not block on a future, since the tasks it should
+/// run would wait.
 pub(crate) fn is_worker() -> bool {
     CONTEXT
-        .try_with(|c| c.local.borrow().is_some())
+        .try_with(|c| c.lane.get() || c.local.borrow().is_some())
         .unwrap_or(false)
+}
+
+/// Marks this thread as an urgent lane, for its whole life.
+pub(crate) fn set_lane() {
+    let _ = CONTEXT.try_with(|c| c.lane.set(true));
+}
+
+/// The budget of the task being polled on this thread, if it has one.
+pub(crate) fn budget() -> Option<Budget> {
+    CONTEXT.try_with(|c| c.budget.get()).ok().flatten()
+}
+
+/// Sets the budget of the task being polled on this thread (`None`: no
+/// limit).
+pub(crate) fn set_budget(budget: Option<Budget>) {
+    let _ = CONTEXT.try_with(|c| c.budget.set(budget));
+}
+
+/// The current runtime's clock, read now; `None` outside a runtime.
+pub(crate) fn now() -> Option<u64> {
+    CONTEXT
+        .try_with(|c| c.handle.borrow().as_ref().map(|h| h.shared.clock.now()))
+        .ok()
+        .flatten()
 }
 
 /// The class of the task being polled on this thread, if it belongs to
@@ -91,6 +138,20 @@ pub(crate) fn current_class(shared: &Shared) -> Option<Class> {
 /// The class of the task being polled on this thread, whatever its runtime.
 pub(crate) fn any_current_class() -> Option<Class> {
     CONTEXT.try_with(|c| c.class.get()).ok().flatten()
+}
+
+/// Runs `f` as if a task of `class` were being polled on this thread: a
+/// socket created inside registers where that class's sockets do (see
+/// `sched::urgent`).
+#[cfg_attr(not(feature = "admin"), allow(dead_code))]
+pub(crate) fn with_class<R>(class: Class, f: impl FnOnce() -> R) -> R {
+    let previous = CONTEXT
+        .try_with(|c| c.class.replace(Some(class)))
+        .ok()
+        .flatten();
+    let result = f();
+    set_class(previous);
+    result
 }
 
 /// Records the class of the task about to be polled (or `None` after).

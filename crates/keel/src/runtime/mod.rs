@@ -118,6 +118,17 @@ impl Runtime {
             threads: Vec::with_capacity(locals.len()),
             shut_down: false,
         };
+        if runtime.handle.shared.lane.is_some() {
+            let shared = runtime.handle.shared.clone();
+            let (ready, settled) = std::sync::mpsc::channel();
+            let name = format!("{}-urgent", shared.config.thread_name);
+            let thread = thread::Builder::new()
+                .name(name)
+                .spawn(move || crate::sched::run_lane(shared, ready))?;
+            runtime.threads.push(thread);
+            // The workers need to know whether to lower their priority.
+            let _ = settled.recv();
+        }
         for (index, local) in locals.into_iter().enumerate() {
             let shared = runtime.handle.shared.clone();
             let config = &shared.config;

@@ -47,6 +47,7 @@ impl Shared {
             })
             .collect::<Vec<_>>();
 
+        let lane = shared.lane.as_ref().map(super::urgent::Lane::stats);
         let classes = shared
             .config
             .classes
@@ -54,12 +55,16 @@ impl Shared {
             .enumerate()
             .map(|(index, class)| {
                 let histogram = shared.delays.read(index);
+                // The lane's polls are the urgent class's too.
+                let on_lane = lane.as_ref().filter(|_| super::urgent::Lane::serves(index));
                 ClassStats {
                     name: class.name.clone(),
                     shares: class.shares,
-                    busy: workers.iter().map(|w| w.task[index]).sum(),
+                    busy: workers.iter().map(|w| w.task[index]).sum::<Duration>()
+                        + on_lane.map_or(Duration::ZERO, |l| l.busy),
                     charged: Duration::from_nanos(shared.clocks.charged(index)),
-                    polls: workers.iter().map(|w| w.polls[index]).sum(),
+                    polls: workers.iter().map(|w| w.polls[index]).sum::<u64>()
+                        + on_lane.map_or(0, |l| l.polls),
                     stalls: read.iter().map(|(p, _)| p.stalls[index]).sum(),
                     queue_delay: QueueDelay { histogram },
                 }
@@ -73,6 +78,7 @@ impl Shared {
             pending_timers: shared.timer_driver.len(),
             blocking: shared.blocking.stats(),
             deliveries: shared.deliveries.snapshot(),
+            lane,
         }
     }
 }

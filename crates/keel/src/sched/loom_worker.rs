@@ -16,6 +16,12 @@
 //! loom-aware: each of their operations is one step here, which is what
 //! they guarantee.
 //!
+//! The urgent lane (`sched::urgent`) has two models of its own: a task
+//! queued on it from outside, and a readiness event on its reactor, each
+//! with the lane thread and one worker. Both deadlock when the pusher
+//! does not write the eventfd for a lane that set `asleep`, and when the
+//! lane blocks without looking at its queue after setting it.
+//!
 //! Every model ends with every task done and the workers joined; a
 //! wake-up lost anywhere leaves a thread asleep for good, which loom
 //! reports as a deadlock.
@@ -46,11 +52,11 @@ use std::task::{Context, Poll, Wake, Waker};
 
 use loom::thread;
 
-use super::{run_worker, Class, Shared};
+use super::{run_lane, run_worker, Class, Shared};
 use crate::loom::lock;
 use crate::loom::sync::atomic::{AtomicBool, Ordering::SeqCst};
 use crate::loom::sync::{Condvar, Mutex};
-use crate::{Runtime, SpinPolicy};
+use crate::{LanePriority, Runtime, SpinPolicy, UrgentLane};
 
 /// Runs `body` under loom, exploring up to `preemptions` preemptions per
 /// execution unless `LOOM_MAX_PREEMPTIONS` says otherwise.
@@ -70,7 +76,18 @@ struct Harness {
 
 impl Harness {
     fn start(workers: usize) -> Harness {
-        let config = Runtime::builder()
+        Harness::start_with(workers, false)
+    }
+
+    /// With `lane`, the runtime has an urgent lane, whose thread starts
+    /// first (as in `Runtime::start`).
+    fn start_with(workers: usize, lane: bool) -> Harness {
+        let mut builder = Runtime::builder();
+        if lane {
+            // Nice workers: the model changes no thread's priority.
+            builder.urgent_lane(UrgentLane::new().priority(LanePriority::NiceWorkers(1)));
+        }
+        let config = builder
             .workers(workers)
             .spin(SpinPolicy::None)
             // The accounting's counters and publications add modelled
@@ -82,14 +99,16 @@ impl Harness {
             .config()
             .expect("a valid configuration");
         let (shared, locals) = Shared::new(config).expect("the reactor opens");
-        let threads = locals
-            .into_iter()
-            .enumerate()
-            .map(|(index, queues)| {
-                let shared = shared.clone();
-                thread::spawn(move || run_worker(shared, index, queues))
-            })
-            .collect();
+        let mut threads = Vec::new();
+        if lane {
+            let shared = shared.clone();
+            let (ready, _settled) = std::sync::mpsc::channel();
+            threads.push(thread::spawn(move || run_lane(shared, ready)));
+        }
+        threads.extend(locals.into_iter().enumerate().map(|(index, queues)| {
+            let shared = shared.clone();
+            thread::spawn(move || run_worker(shared, index, queues))
+        }));
         Harness { shared, threads }
     }
 
@@ -267,6 +286,52 @@ fn loom_real_workers_share_a_dispatch() {
         rt.shared.reactor.model.ready_all(wakers);
         block_on(releaser).expect("the releaser completes");
         block_on(blocker).expect("the blocker completes");
+        rt.stop();
+    });
+}
+
+/// An urgent task spawned from outside goes to the urgent lane's queue,
+/// and the lane thread, asleep in its own reactor or about to be, is woken
+/// for it (`Lane::push` and the lane's `asleep` flag). One worker runs
+/// beside it, as it would in a runtime.
+#[test]
+fn loom_the_lane_runs_an_urgent_task_spawned_from_outside() {
+    model(2, || {
+        let rt = Harness::start_with(1, true);
+        let task = rt.shared.spawn(Class::URGENT, async { 5 });
+        assert_eq!(block_on(task).expect("the task completes"), 5);
+        rt.stop();
+    });
+}
+
+/// A readiness event on the lane's own reactor reaches an urgent task:
+/// the lane thread blocks in that reactor when it has nothing to run, and
+/// the task it wakes is queued on the lane, not on a worker.
+#[test]
+fn loom_the_lane_sees_a_readiness_event_on_its_reactor() {
+    model(2, || {
+        let rt = Harness::start_with(1, true);
+        let state = Arc::new(EventState::default());
+        let task = rt.shared.spawn(
+            Class::URGENT,
+            WaitForEvent {
+                state: state.clone(),
+            },
+        );
+        {
+            let mut waker = lock(&state.waker);
+            while waker.is_none() {
+                waker = state
+                    .registered
+                    .wait(waker)
+                    .unwrap_or_else(|p| p.into_inner());
+            }
+            state.ready.store(true, SeqCst);
+            let waker = waker.take().expect("registered");
+            let lane = rt.shared.lane.as_ref().expect("the runtime has a lane");
+            lane.reactor.model.ready(waker);
+        }
+        block_on(task).expect("the task completes");
         rt.stop();
     });
 }

@@ -52,9 +52,12 @@ mod loom_worker;
 pub(crate) mod park;
 mod policy;
 pub(crate) mod timers;
+pub(crate) mod urgent;
 mod worker;
 
 pub use class::{Class, MAX_CLASSES};
+pub(crate) use urgent::run_lane;
+pub use urgent::{LanePriority, UrgentLane, DEFAULT_WORKER_NICE};
 pub(crate) use worker::run_worker;
 
 use std::cell::Cell;
@@ -111,11 +114,6 @@ pub(crate) struct Local {
     /// the poll is over, stamped with the poll's end, which the worker
     /// reads anyway (see `Worker::requeue_yielded`).
     pub(crate) yielded_task: Cell<Option<Runnable>>,
-    /// IO operations the task being polled may still perform (see
-    /// [`crate::task::coop`]).
-    pub(crate) budget_ops: Cell<u32>,
-    /// When the task being polled must yield at its next IO operation.
-    pub(crate) budget_deadline: Cell<u64>,
 }
 
 /// Why a task is being made runnable; decides where it goes on a worker.
@@ -164,6 +162,8 @@ pub(crate) struct Shared {
     timer_driver: TimerDriver,
     /// The epoll instance; see [`crate::io`].
     pub(crate) reactor: Reactor,
+    /// The urgent lane, when the runtime has one (see [`urgent`]).
+    pub(crate) lane: Option<urgent::Lane>,
     /// Reads of TCP streams that returned data, per batch mode; any task
     /// adds, `Handle::stats` reads (see [`crate::net::batch::deliveries`]).
     pub(crate) deliveries: DeliveryCounters,
@@ -209,6 +209,10 @@ impl Shared {
             delays,
             timer_driver: TimerDriver::new(clock.clone()),
             reactor: Reactor::new()?,
+            lane: match &config.urgent_lane {
+                Some(lane) => Some(urgent::Lane::new(lane.clone())?),
+                None => None,
+            },
             deliveries: DeliveryCounters::default(),
             blocking: Pool::new(&config.blocking, clock.clone()),
             watch: Mutex::new(Watch {
@@ -292,6 +296,19 @@ impl Shared {
             return;
         }
         let class = runnable.metadata().class.index();
+        if let Some(lane) = self.lane.as_ref().filter(|_| urgent::Lane::serves(class)) {
+            if !self.is_stopping() {
+                self.stamp_now(&runnable);
+                // `push` fences after the push: a drain that began before
+                // it may have looked at the lane's queue already, so look
+                // at `draining` again (as `inject` does).
+                lane.push(runnable);
+                if self.draining.load(Ordering::Relaxed) {
+                    self.drop_queued();
+                }
+                return;
+            }
+        }
         let mut runnable = Some(runnable);
         let surplus = context::with_local(|local| {
             // Once stopping, everything goes to the injectors, where the
@@ -407,6 +424,27 @@ impl Shared {
         }
     }
 
+    /// The reactor a new source registers with: the lane's for a source
+    /// created in the urgent class when the runtime has a lane (see
+    /// [`urgent`]), the workers' otherwise. `true` in the second half
+    /// means the lane's.
+    pub(crate) fn reactor_for_new_source(&self) -> (&Reactor, bool) {
+        let urgent =
+            context::current_class(self).is_some_and(|class| urgent::Lane::serves(class.index()));
+        match self.lane.as_ref().filter(|_| urgent) {
+            Some(lane) => (&lane.reactor, true),
+            None => (&self.reactor, false),
+        }
+    }
+
+    /// The reactor of a source: the lane's when `on_lane`.
+    pub(crate) fn reactor_of(&self, on_lane: bool) -> &Reactor {
+        match (&self.lane, on_lane) {
+            (Some(lane), true) => &lane.reactor,
+            _ => &self.reactor,
+        }
+    }
+
     /// The runtime's timers, for filing and cancelling (see [`timers`]).
     pub(crate) fn timers(&self) -> TimerHandle<'_> {
         TimerHandle::new(self)
@@ -471,6 +509,9 @@ impl Shared {
         self.stopping.store(true, Ordering::SeqCst);
         for worker in 0..self.parkers.len() {
             self.unpark(worker);
+        }
+        if let Some(lane) = &self.lane {
+            lane.wake();
         }
     }
 
@@ -537,6 +578,7 @@ impl Shared {
             Steal::Success(runnable) => Some(runnable),
             _ => None,
         });
+        let injected = injected.or_else(|| self.lane.as_ref().and_then(urgent::Lane::pop));
         injected.or_else(|| {
             self.stealers
                 .iter()

@@ -105,13 +105,14 @@ pub(crate) fn run_worker(shared: Arc<Shared>, index: usize, queues: Deques) {
         dispatching: Cell::new(None),
         dispatch_surplus: Cell::new(false),
         yielded_task: Cell::new(None),
-        budget_ops: Cell::new(u32::MAX),
-        budget_deadline: Cell::new(u64::MAX),
     });
     let _enter = context::enter(Handle {
         shared: shared.clone(),
     });
     context::set_local(Some(local.clone()));
+    if let Some(steps) = shared.lane.as_ref().and_then(|lane| lane.worker_nice()) {
+        super::urgent::lower_own_priority(steps);
+    }
     let now = shared.clock.now();
     let classes = shared.config.classes.len();
     let mut account = Account::start(
@@ -411,7 +412,7 @@ impl Worker {
         self.account.maybe_publish(start);
 
         context::set_class(Some(class));
-        coop::reset(&self.local, start);
+        coop::reset(&self.shared, start);
         if let Some(meter) = &mut self.meter {
             meter.mark();
         }
@@ -426,7 +427,7 @@ impl Worker {
         }));
         context::set_class(None);
 
-        coop::clear(&self.local);
+        coop::clear();
 
         let end = self.shared.clock.now();
         self.last_now = end;

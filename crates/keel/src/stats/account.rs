@@ -263,7 +263,7 @@ impl ClassDelays {
 
     /// Records each class's pending delays into its histogram and empties
     /// the lists; a class with none is not locked.
-    fn record(&self, pending: &mut [Vec<u64>]) {
+    pub(crate) fn record(&self, pending: &mut [Vec<u64>]) {
         for (histogram, delays) in self.classes.iter().zip(pending) {
             if delays.is_empty() {
                 continue;

@@ -16,5 +16,5 @@ pub(crate) mod account;
 mod snapshot;
 
 pub use snapshot::{
-    BlockingStats, ClassStats, Deliveries, DeliveryStats, QueueDelay, Stats, WorkerStats,
+    BlockingStats, ClassStats, Deliveries, DeliveryStats, LaneStats, QueueDelay, Stats, WorkerStats,
 };

@@ -31,6 +31,9 @@ pub struct Stats {
     /// Reads of TCP streams that returned data, per batch mode (see
     /// [`crate::net::BatchPolicy`]).
     pub deliveries: DeliveryStats,
+    /// The urgent lane's figures, when the runtime has one (see
+    /// [`Builder::urgent_lane`](crate::Builder::urgent_lane)).
+    pub lane: Option<LaneStats>,
 }
 
 /// Reads of TCP streams that returned data (*deliveries*), per
@@ -274,6 +277,28 @@ impl WorkerStats {
                 .map(|now| now.saturating_sub(earlier.preempted_in_polls.unwrap_or_default())),
         }
     }
+}
+
+/// What the urgent lane did (see
+/// [`Builder::urgent_lane`](crate::Builder::urgent_lane)).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LaneStats {
+    /// How the lane got ahead of the workers: `fifo:N` (real-time
+    /// priority N), or `workers nice +N`, followed by why the real-time
+    /// priority was refused when it was.
+    pub priority: String,
+    /// Polls of urgent tasks on the lane.
+    pub polls: u64,
+    /// Wall time of those polls.
+    pub busy: Duration,
+    /// What they were charged: `busy` less the time the kernel preempted
+    /// the lane inside them (part of the urgent class's
+    /// [`ClassStats::charged`]).
+    pub charged: Duration,
+    /// Times the lane spent its budget (the urgent class's share of the
+    /// workers' time in a 10 ms window) and waited for the next window.
+    pub throttled: u64,
 }
 
 /// One class's configuration and what it received.

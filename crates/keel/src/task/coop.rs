@@ -3,7 +3,8 @@
 //! A task whose sockets are always ready never returns `Pending` on its
 //! own: a loop of reads on a fast sender, or of writes to a fast reader,
 //! would hold its worker for as long as the data flows, and every task
-//! queued behind it would wait. So each poll of a task on a worker gets a
+//! queued behind it would wait. So each poll of a task on a worker (or on
+//! the urgent lane) gets a
 //! budget of IO operations ([`Builder::task_io_budget`], 128 by default)
 //! and of time ([`Builder::task_quota`], 500 µs). keel's IO types call
 //! [`poll_proceed`] before each operation: once either is spent, the
@@ -16,43 +17,43 @@
 //! operation: every poll may make at least one IO step, however much CPU
 //! it spent before reaching it (otherwise a task that computes for longer
 //! than the quota and then reads would never read). Code polled outside a
-//! worker (`block_on`) has no budget.
+//! worker or the lane (`block_on`) has no budget. The budget lives in the
+//! thread's context, which every IO type can reach.
 //!
 //! [`Builder::task_io_budget`]: crate::Builder::task_io_budget
 //! [`Builder::task_quota`]: crate::Builder::task_quota
 
 use std::task::{Context, Poll};
 
-use crate::runtime::context;
-use crate::sched::Local;
+use crate::runtime::context::{self, Budget};
+use crate::sched::Shared;
 
-/// Gives the task about to be polled on `local`'s worker a full budget;
-/// `start` is when its poll begins.
-pub(crate) fn reset(local: &Local, start: u64) {
-    let config = &local.shared.config;
-    local.budget_ops.set(config.task_io_budget);
-    local
-        .budget_deadline
-        .set(start.saturating_add(config.task_quota));
+/// Gives the task about to be polled on this thread (a worker or an
+/// urgent lane of `shared`) a full budget; `start` is when its poll
+/// begins.
+pub(crate) fn reset(shared: &Shared, start: u64) {
+    let config = &shared.config;
+    context::set_budget(Some(Budget {
+        ops: config.task_io_budget,
+        full: config.task_io_budget,
+        deadline: start.saturating_add(config.task_quota),
+    }));
 }
 
-/// Lifts the budget once the poll has ended: what runs on the worker
+/// Lifts the budget once the poll has ended: what runs on the thread
 /// between polls (waking the tasks of IO events) is not a task's poll.
-pub(crate) fn clear(local: &Local) {
-    local.budget_ops.set(u32::MAX);
-    local.budget_deadline.set(u64::MAX);
+pub(crate) fn clear() {
+    context::set_budget(None);
 }
 
 /// `Ready` if the current poll may perform one more IO operation;
 /// otherwise wakes the task (so it runs again soon) and returns `Pending`.
 pub(crate) fn poll_proceed(cx: &mut Context<'_>) -> Poll<()> {
-    let spent = context::with_local(|local| {
-        local.is_some_and(|local| {
-            let ops = local.budget_ops.get();
-            ops == 0
-                || (ops < local.shared.config.task_io_budget
-                    && local.shared.clock.now() >= local.budget_deadline.get())
-        })
+    // The clock is read only once the poll has done some IO.
+    let spent = context::budget().is_some_and(|budget| {
+        budget.ops == 0
+            || (budget.ops < budget.full
+                && context::now().is_some_and(|now| now >= budget.deadline))
     });
     if spent {
         cx.waker().wake_by_ref();
@@ -64,11 +65,8 @@ pub(crate) fn poll_proceed(cx: &mut Context<'_>) -> Poll<()> {
 
 /// Counts one completed IO operation against the current poll's budget.
 pub(crate) fn spend() {
-    context::with_local(|local| {
-        if let Some(local) = local {
-            local
-                .budget_ops
-                .set(local.budget_ops.get().saturating_sub(1));
-        }
-    });
+    if let Some(mut budget) = context::budget() {
+        budget.ops = budget.ops.saturating_sub(1);
+        context::set_budget(Some(budget));
+    }
 }
