@@ -104,7 +104,7 @@ pub enum LanePriority {
 /// scheduler).
 pub const DEFAULT_WORKER_NICE: u8 = 5;
 
-/// The urgent lane's configuration; see the [module docs](self) and
+/// The urgent lane's configuration; see
 /// [`Builder::urgent_lane`](crate::Builder::urgent_lane).
 #[derive(Debug, Clone)]
 pub struct UrgentLane {
