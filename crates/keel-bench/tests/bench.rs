@@ -286,7 +286,7 @@ fn check_s3(s3: &serde_json::Value) {
         }
     }
     let verdicts = s3["verdicts"].as_array().unwrap();
-    assert_eq!(verdicts.len(), 11, "{s3}");
+    assert_eq!(verdicts.len(), 17, "{s3}");
     for verdict in verdicts {
         assert!(verdict["value"].as_f64().unwrap().is_finite(), "{verdict}");
     }
