@@ -129,6 +129,7 @@ impl Runtime {
             // The workers need to know whether to lower their priority.
             let _ = settled.recv();
         }
+        let (started, all_started) = std::sync::mpsc::channel();
         for (index, local) in locals.into_iter().enumerate() {
             let shared = runtime.handle.shared.clone();
             let config = &shared.config;
@@ -137,10 +138,17 @@ impl Runtime {
             if let Some(size) = config.stack_size {
                 builder = builder.stack_size(size);
             }
+            let started = started.clone();
             // On failure, `runtime` drops here and stops the workers already started.
-            let thread = builder.spawn(move || crate::sched::run_worker(shared, index, local))?;
+            let thread = builder
+                .spawn(move || crate::sched::run_worker(shared, index, local, Some(started)))?;
             runtime.threads.push(thread);
         }
+        // Every worker has opened what it opens for itself (a runtime's
+        // descriptors are all open once it is built). A worker that died
+        // before saying so drops its sender, which ends the wait.
+        drop(started);
+        while all_started.recv().is_ok() {}
         Ok(runtime)
     }
 

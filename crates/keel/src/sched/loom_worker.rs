@@ -107,7 +107,7 @@ impl Harness {
         }
         threads.extend(locals.into_iter().enumerate().map(|(index, queues)| {
             let shared = shared.clone();
-            thread::spawn(move || run_worker(shared, index, queues))
+            thread::spawn(move || run_worker(shared, index, queues, None))
         }));
         Harness { shared, threads }
     }

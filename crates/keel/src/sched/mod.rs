@@ -51,6 +51,7 @@ mod loom_tests;
 mod loom_worker;
 pub(crate) mod park;
 mod policy;
+mod poll;
 pub(crate) mod timers;
 pub(crate) mod urgent;
 mod worker;

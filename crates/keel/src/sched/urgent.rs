@@ -49,7 +49,6 @@
 //! blocking poll return.
 
 use std::io;
-use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 use std::task::Waker;
 use std::time::Duration;
@@ -60,7 +59,7 @@ use crate::loom::lock;
 use crate::loom::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};
 use crate::loom::sync::Mutex;
 use crate::runtime::context;
-use crate::task::{coop, Runnable};
+use crate::task::Runnable;
 use crate::util::preempt::PreemptMeter;
 use crate::{Class, Handle};
 
@@ -366,8 +365,8 @@ pub(crate) fn lower_own_priority(steps: u8) {
     }
 }
 
-/// The body of the lane thread. `ready` is told how the priority went
-/// before any task runs.
+/// The body of the lane thread. `ready` is told once the priority is
+/// settled and the lane's preemption meter is open, before any task runs.
 pub(crate) fn run_lane(shared: Arc<Shared>, ready: std::sync::mpsc::Sender<()>) {
     let lane = shared.lane.as_ref().expect("a lane thread has a lane");
     let applied = match lane.config.priority {
@@ -375,6 +374,11 @@ pub(crate) fn run_lane(shared: Arc<Shared>, ready: std::sync::mpsc::Sender<()>) 
         LanePriority::NiceWorkers(_) => Ok(()),
     };
     lane.settle_priority(applied);
+    let mut meter = shared
+        .config
+        .charge_on_cpu
+        .then(PreemptMeter::open)
+        .and_then(Result::ok);
     let _ = ready.send(());
     let _enter = context::enter(Handle {
         shared: shared.clone(),
@@ -389,10 +393,6 @@ pub(crate) fn run_lane(shared: Arc<Shared>, ready: std::sync::mpsc::Sender<()>) 
         config.workers,
         shared.clock.now(),
     );
-    let mut meter = config
-        .charge_on_cpu
-        .then(PreemptMeter::open)
-        .and_then(Result::ok);
     let mut woken: Vec<Waker> = Vec::new();
     let mut polls_since_io = 0u32;
     // Queue delays per class (only the urgent one fills), as the workers
@@ -441,29 +441,10 @@ pub(crate) fn run_lane(shared: Arc<Shared>, ready: std::sync::mpsc::Sender<()>) 
                 shared.delays.record(&mut delays);
             }
         }
-        if let Some(meter) = &mut meter {
-            meter.mark();
-        }
-        context::set_class(Some(Class::URGENT));
-        coop::reset(&shared, start);
-        let aborted = runnable.metadata().is_aborted();
-        // Panics inside the future are caught by `Guarded`; what reaches
-        // here is a panic in a destructor, which must not end the lane.
-        let _ = catch_unwind(AssertUnwindSafe(|| {
-            if aborted {
-                drop(runnable);
-            } else {
-                runnable.run();
-            }
-        }));
-        context::set_class(None);
-        coop::clear();
+        super::poll::run_poll(&shared, &mut meter, runnable, Class::URGENT, start);
         let end = shared.clock.now();
         let took = end.saturating_sub(start);
-        let preempted = match &mut meter {
-            Some(meter) => meter.preempted().unwrap_or(0).min(took),
-            None => 0,
-        };
+        let preempted = super::poll::preempted_in(&mut meter, took);
         let charged = took - preempted;
         budget.spend(charged, end);
         shared.clocks.charge(Class::URGENT.index(), charged);

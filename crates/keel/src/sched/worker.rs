@@ -21,7 +21,9 @@
 //!    virtual time if they lag (see [`class`](super::class)).
 //! 3. **Run.** Poll the task once (or drop it if it was aborted), with
 //!    panics contained and a fresh coop budget (see
-//!    [`coop`](crate::task::coop)). Charge the elapsed time to its class:
+//!    [`coop`](crate::task::coop); the poll itself is `sched::poll`'s,
+//!    shared with the urgent lane). Charge the elapsed time, less what the
+//!    kernel preempted the worker inside the poll, to its class:
 //!    locally, and to the shared clock when the charge window of
 //!    [`CHARGE_WINDOW_NS`] ends. Account the poll and the task's queue
 //!    delay.
@@ -71,7 +73,7 @@ use crate::loom::lock;
 use crate::loom::sync::atomic::{fence, Ordering};
 use crate::runtime::context;
 use crate::stats::account::{Account, State};
-use crate::task::{coop, Runnable, TaskId};
+use crate::task::{Runnable, TaskId};
 use crate::time::driver::{tick_start, NEVER};
 use crate::util::preempt::PreemptMeter;
 use crate::util::rng::xorshift64;
@@ -95,8 +97,15 @@ const SPINS_PER_CHECK: u32 = 128;
 /// 200 wake-ups a second and bounds that wait to 5 ms.
 const REACTOR_CHECK_NS: u64 = 5_000_000;
 
-/// The body of worker thread `index`.
-pub(crate) fn run_worker(shared: Arc<Shared>, index: usize, queues: Deques) {
+/// The body of worker thread `index`. `started` is told once the worker
+/// holds everything it opens for itself (its preemption meter), so that
+/// a runtime is whole when `Builder::build` returns.
+pub(crate) fn run_worker(
+    shared: Arc<Shared>,
+    index: usize,
+    queues: Deques,
+    started: Option<std::sync::mpsc::Sender<()>>,
+) {
     let local = Rc::new(Local {
         shared: shared.clone(),
         queues,
@@ -128,6 +137,9 @@ pub(crate) fn run_worker(shared: Arc<Shared>, index: usize, queues: Deques) {
         .and_then(Result::ok);
     if meter.is_some() {
         account.meter_preemption();
+    }
+    if let Some(started) = started {
+        let _ = started.send(());
     }
     // Rescues need a sibling (see `Worker::rescue`).
     let rescues = shared.config.workers > 1;
@@ -400,7 +412,6 @@ impl Worker {
         let meta = runnable.metadata();
         let class = meta.class;
         let scheduled_at = meta.scheduled_at.load(Ordering::Relaxed);
-        let aborted = meta.is_aborted();
         // What a stall report needs, kept past the poll (which may free the
         // task): the name is cloned only for tasks that have one.
         let (id, name) = (meta.id, meta.name.clone());
@@ -411,23 +422,7 @@ impl Worker {
             .poll(class.index(), start.saturating_sub(scheduled_at));
         self.account.maybe_publish(start);
 
-        context::set_class(Some(class));
-        coop::reset(&self.shared, start);
-        if let Some(meter) = &mut self.meter {
-            meter.mark();
-        }
-        // Panics inside the future are caught by `Guarded`; what reaches
-        // here is a panic in a destructor, which must not end the worker.
-        let _ = catch_unwind(AssertUnwindSafe(|| {
-            if aborted {
-                drop(runnable);
-            } else {
-                runnable.run();
-            }
-        }));
-        context::set_class(None);
-
-        coop::clear();
+        super::poll::run_poll(&self.shared, &mut self.meter, runnable, class, start);
 
         let end = self.shared.clock.now();
         self.last_now = end;
@@ -441,10 +436,7 @@ impl Worker {
         // A poll the kernel preempted is charged the time it was on a core
         // (and any time it blocked); a read that lost records charges it
         // all.
-        let preempted = match &mut self.meter {
-            Some(meter) => meter.preempted().unwrap_or(0).min(took),
-            None => 0,
-        };
+        let preempted = super::poll::preempted_in(&mut self.meter, took);
         self.account.preempted(preempted);
         self.charge(class.index(), took - preempted, end);
         self.account.switch(State::Search, end);
