@@ -53,6 +53,7 @@ use std::task::{Context, Poll, Wake, Waker};
 use loom::thread;
 
 use super::{run_lane, run_worker, Class, Shared};
+use crate::io::reactor::Reactor;
 use crate::loom::lock;
 use crate::loom::sync::atomic::{AtomicBool, Ordering::SeqCst};
 use crate::loom::sync::{Condvar, Mutex};
@@ -200,6 +201,12 @@ impl EventState {
     /// Waits until a task registered its waker, then makes its source
     /// ready as the kernel would: the reactor's next poll wakes it.
     fn deliver(&self, shared: &Shared) {
+        self.deliver_to(&shared.reactor);
+    }
+
+    /// [`deliver`](Self::deliver) through `reactor` (the workers' or the
+    /// urgent lane's).
+    fn deliver_to(&self, reactor: &Reactor) {
         let mut waker = lock(&self.waker);
         while waker.is_none() {
             waker = self
@@ -209,7 +216,7 @@ impl EventState {
         }
         self.ready.store(true, SeqCst);
         let waker = waker.take().expect("registered");
-        shared.reactor.model.ready(waker);
+        reactor.model.ready(waker);
     }
 }
 
@@ -318,19 +325,8 @@ fn loom_the_lane_sees_a_readiness_event_on_its_reactor() {
                 state: state.clone(),
             },
         );
-        {
-            let mut waker = lock(&state.waker);
-            while waker.is_none() {
-                waker = state
-                    .registered
-                    .wait(waker)
-                    .unwrap_or_else(|p| p.into_inner());
-            }
-            state.ready.store(true, SeqCst);
-            let waker = waker.take().expect("registered");
-            let lane = rt.shared.lane.as_ref().expect("the runtime has a lane");
-            lane.reactor.model.ready(waker);
-        }
+        let lane = rt.shared.lane.as_ref().expect("the runtime has a lane");
+        state.deliver_to(&lane.reactor);
         block_on(task).expect("the task completes");
         rt.stop();
     });
