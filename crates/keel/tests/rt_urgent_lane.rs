@@ -23,6 +23,14 @@ fn lane_runtime(priority: LanePriority) -> Runtime {
         .unwrap()
 }
 
+/// A listener bound by an urgent task: registered with the lane's reactor.
+fn urgent_listener(rt: &Runtime) -> TcpListener {
+    rt.block_on(rt.spawn_in(Class::URGENT, async {
+        TcpListener::bind("127.0.0.1:0").unwrap()
+    }))
+    .unwrap()
+}
+
 fn thread_name() -> Option<String> {
     std::thread::current().name().map(str::to_owned)
 }
@@ -61,11 +69,7 @@ fn urgent_tasks_run_on_the_lane_and_the_others_on_the_workers() {
 #[test]
 fn the_lane_serves_its_sockets_while_every_worker_is_held() {
     let rt = lane_runtime(LanePriority::RealTime(1));
-    let listener = rt
-        .block_on(rt.spawn_in(Class::URGENT, async {
-            TcpListener::bind("127.0.0.1:0").unwrap()
-        }))
-        .unwrap();
+    let listener = urgent_listener(&rt);
     let addr = listener.local_addr().unwrap();
     rt.spawn_in(Class::URGENT, async move {
         loop {
@@ -162,11 +166,7 @@ fn the_coop_budget_holds_on_the_lane() {
     use futures_util::AsyncReadExt;
     const TOTAL: usize = 64 * 1024;
     let rt = lane_runtime(LanePriority::NiceWorkers(1));
-    let listener = rt
-        .block_on(rt.spawn_in(Class::URGENT, async {
-            TcpListener::bind("127.0.0.1:0").unwrap()
-        }))
-        .unwrap();
+    let listener = urgent_listener(&rt);
     let addr = listener.local_addr().unwrap();
     let mut writer = std::net::TcpStream::connect(addr).unwrap();
     writer.write_all(&vec![1u8; TOTAL]).unwrap();
@@ -203,11 +203,7 @@ fn the_coop_budget_holds_on_the_lane() {
 #[test]
 fn a_runtime_with_a_lane_shuts_down_with_urgent_tasks_waiting() {
     let rt = lane_runtime(LanePriority::NiceWorkers(1));
-    let listener = rt
-        .block_on(rt.spawn_in(Class::URGENT, async {
-            TcpListener::bind("127.0.0.1:0").unwrap()
-        }))
-        .unwrap();
+    let listener = urgent_listener(&rt);
     let waiting = rt.spawn_in(Class::URGENT, async move {
         let _ = listener.accept().await;
     });

@@ -437,19 +437,55 @@ fn verdicts(runs: &[RunFigures], runtimes: &[RuntimeKind]) -> Vec<Verdict> {
     let stretch = |runtime: &str, mode: &str, loaded: &str, alone: &str| {
         ratio(metric(runtime, mode, loaded), metric(runtime, mode, alone))
     };
-    let mut out = vec![
+    // A keel proxy's loaded admin p99 over its unloaded one.
+    let loaded_over_alone = |mode: &str, name: &'static str| {
         Verdict::new(
-            "admin server p99 loaded/alone, keel classes",
+            name,
             "keel",
             stretch(
                 "keel",
-                "classes",
+                mode,
                 "admin_server_p99_us",
                 "admin_server_idle_p99_us",
             ),
             Some(Goal::AtMost(LOADED_OVER_IDLE)),
         )
-        .missing_because(missing(&[keel])),
+        .missing_because(missing(&[keel]))
+    };
+    // A keel proxy's loaded admin p99 over tokio's.
+    let admin_vs_tokio = |mode: &str, name: &'static str, goal: f64| {
+        Verdict::new(
+            name,
+            "keel",
+            ratio(
+                metric("keel", mode, "admin_server_p99_us"),
+                metric("tokio", "default", "admin_server_p99_us"),
+            ),
+            Some(Goal::AtMost(goal)),
+        )
+        .missing_because(missing(&[keel, tokio]))
+    };
+    // A keel proxy's bulk MB/s and connections/s over tokio's.
+    let data_plane = |mode: &str, names: [&'static str; 2]| -> Vec<Verdict> {
+        names
+            .into_iter()
+            .zip(["bulk_mb_per_s", "conns_per_s"])
+            .map(|(name, figure)| {
+                Verdict::new(
+                    name,
+                    "keel",
+                    ratio(
+                        metric("keel", mode, figure),
+                        metric("tokio", "default", figure),
+                    ),
+                    Some(Goal::AtLeast(THROUGHPUT_VS_TOKIO)),
+                )
+                .missing_because(missing(&[keel, tokio]))
+            })
+            .collect()
+    };
+    let mut out = vec![
+        loaded_over_alone("classes", "admin server p99 loaded/alone, keel classes"),
         Verdict::new(
             "admin server p99 keel classes/keel single-class",
             "keel",
@@ -460,74 +496,33 @@ fn verdicts(runs: &[RunFigures], runtimes: &[RuntimeKind]) -> Vec<Verdict> {
             Some(Goal::AtMost(WELL_BELOW)),
         )
         .missing_because(missing(&[keel])),
-        Verdict::new(
-            "admin server p99 keel classes/tokio",
-            "keel",
-            ratio(
-                classes("admin_server_p99_us"),
-                metric("tokio", "default", "admin_server_p99_us"),
-            ),
-            Some(Goal::AtMost(WELL_BELOW)),
-        )
-        .missing_because(missing(&[keel, tokio])),
+        admin_vs_tokio("classes", "admin server p99 keel classes/tokio", WELL_BELOW),
     ];
-    for (name, figure) in [
-        ("bulk_mb_per_s keel classes/tokio", "bulk_mb_per_s"),
-        ("conns_per_s keel classes/tokio", "conns_per_s"),
-    ] {
-        out.push(
-            Verdict::new(
-                name,
-                "keel",
-                ratio(classes(figure), metric("tokio", "default", figure)),
-                Some(Goal::AtLeast(THROUGHPUT_VS_TOKIO)),
-            )
-            .missing_because(missing(&[keel, tokio])),
-        );
-    }
+    out.extend(data_plane(
+        "classes",
+        [
+            "bulk_mb_per_s keel classes/tokio",
+            "conns_per_s keel classes/tokio",
+        ],
+    ));
     // The urgent lane: the admin within 3x of alone and a third of
     // tokio's, at no cost to the data plane.
-    let lane = |name| metric("keel", "classes-lane", name);
-    out.push(
-        Verdict::new(
-            "admin server p99 loaded/alone, keel lane",
-            "keel",
-            stretch(
-                "keel",
-                "classes-lane",
-                "admin_server_p99_us",
-                "admin_server_idle_p99_us",
-            ),
-            Some(Goal::AtMost(LOADED_OVER_IDLE)),
-        )
-        .missing_because(missing(&[keel])),
-    );
-    out.push(
-        Verdict::new(
-            "admin server p99 keel lane/tokio",
-            "keel",
-            ratio(
-                lane("admin_server_p99_us"),
-                metric("tokio", "default", "admin_server_p99_us"),
-            ),
-            Some(Goal::AtMost(LANE_VS_TOKIO)),
-        )
-        .missing_because(missing(&[keel, tokio])),
-    );
-    for (name, figure) in [
-        ("bulk_mb_per_s keel lane/tokio", "bulk_mb_per_s"),
-        ("conns_per_s keel lane/tokio", "conns_per_s"),
-    ] {
-        out.push(
-            Verdict::new(
-                name,
-                "keel",
-                ratio(lane(figure), metric("tokio", "default", figure)),
-                Some(Goal::AtLeast(THROUGHPUT_VS_TOKIO)),
-            )
-            .missing_because(missing(&[keel, tokio])),
-        );
-    }
+    out.push(loaded_over_alone(
+        "classes-lane",
+        "admin server p99 loaded/alone, keel lane",
+    ));
+    out.push(admin_vs_tokio(
+        "classes-lane",
+        "admin server p99 keel lane/tokio",
+        LANE_VS_TOKIO,
+    ));
+    out.extend(data_plane(
+        "classes-lane",
+        [
+            "bulk_mb_per_s keel lane/tokio",
+            "conns_per_s keel lane/tokio",
+        ],
+    ));
     for (runtime, mode, name) in [
         (
             "keel",

@@ -210,10 +210,11 @@ impl Shared {
             delays,
             timer_driver: TimerDriver::new(clock.clone()),
             reactor: Reactor::new()?,
-            lane: match &config.urgent_lane {
-                Some(lane) => Some(urgent::Lane::new(lane.clone())?),
-                None => None,
-            },
+            lane: config
+                .urgent_lane
+                .is_some()
+                .then(urgent::Lane::new)
+                .transpose()?,
             deliveries: DeliveryCounters::default(),
             blocking: Pool::new(&config.blocking, clock.clone()),
             watch: Mutex::new(Watch {

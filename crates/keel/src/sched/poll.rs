@@ -12,6 +12,16 @@ use crate::task::{coop, Runnable};
 use crate::util::preempt::PreemptMeter;
 use crate::Class;
 
+/// The calling thread's preemption meter, when the runtime charges
+/// on-CPU time and the kernel grants one (see [`crate::util::preempt`]).
+pub(crate) fn open_meter(shared: &Shared) -> Option<PreemptMeter> {
+    shared
+        .config
+        .charge_on_cpu
+        .then(PreemptMeter::open)
+        .and_then(Result::ok)
+}
+
 /// Polls `runnable`, a task of `class`, once; the poll begins at `start`
 /// (read by the caller, which accounts from it). An aborted task is
 /// dropped instead of polled.

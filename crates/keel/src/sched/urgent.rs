@@ -60,7 +60,6 @@ use crate::loom::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};
 use crate::loom::sync::Mutex;
 use crate::runtime::context;
 use crate::task::Runnable;
-use crate::util::preempt::PreemptMeter;
 use crate::{Class, Handle};
 
 use super::Shared;
@@ -216,7 +215,6 @@ pub(crate) struct Lane {
     /// Set while the lane thread is about to block or blocked in its
     /// reactor (see the module docs).
     asleep: AtomicBool,
-    pub(crate) config: UrgentLane,
     /// The nice steps the workers take: `Some` when they lower their own
     /// priority (configured, or a real-time lane was refused).
     worker_nice: Mutex<Option<u8>>,
@@ -231,19 +229,17 @@ pub(crate) struct Lane {
 impl std::fmt::Debug for Lane {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Lane")
-            .field("config", &self.config)
             .field("asleep", &self.asleep)
             .finish_non_exhaustive()
     }
 }
 
 impl Lane {
-    pub(crate) fn new(config: UrgentLane) -> io::Result<Lane> {
+    pub(crate) fn new() -> io::Result<Lane> {
         Ok(Lane {
             queue: Injector::new(),
             reactor: Reactor::new()?,
             asleep: AtomicBool::new(false),
-            config,
             worker_nice: Mutex::new(None),
             report: Mutex::new(String::from("starting")),
             polls: AtomicU64::new(0),
@@ -292,8 +288,8 @@ impl Lane {
 
     /// Records how the lane got ahead (or did not); called once, before
     /// the workers start.
-    pub(crate) fn settle_priority(&self, applied: Result<(), io::Error>) {
-        let (nice, report) = match (self.config.priority, applied) {
+    pub(crate) fn settle_priority(&self, priority: LanePriority, applied: Result<(), io::Error>) {
+        let (nice, report) = match (priority, applied) {
             (LanePriority::RealTime(p), Ok(())) => (None, format!("fifo:{p}")),
             (LanePriority::RealTime(p), Err(error)) => {
                 tracing::warn!(
@@ -369,16 +365,18 @@ pub(crate) fn lower_own_priority(steps: u8) {
 /// settled and the lane's preemption meter is open, before any task runs.
 pub(crate) fn run_lane(shared: Arc<Shared>, ready: std::sync::mpsc::Sender<()>) {
     let lane = shared.lane.as_ref().expect("a lane thread has a lane");
-    let applied = match lane.config.priority {
+    let priority = shared
+        .config
+        .urgent_lane
+        .as_ref()
+        .expect("a lane thread has a lane's configuration")
+        .priority;
+    let applied = match priority {
         LanePriority::RealTime(p) => set_real_time(p),
         LanePriority::NiceWorkers(_) => Ok(()),
     };
-    lane.settle_priority(applied);
-    let mut meter = shared
-        .config
-        .charge_on_cpu
-        .then(PreemptMeter::open)
-        .and_then(Result::ok);
+    lane.settle_priority(priority, applied);
+    let mut meter = super::poll::open_meter(&shared);
     let _ = ready.send(());
     let _enter = context::enter(Handle {
         shared: shared.clone(),
@@ -514,14 +512,17 @@ mod tests {
 
     #[test]
     fn a_refused_real_time_priority_falls_back_to_nicer_workers_and_says_so() {
-        let lane = Lane::new(UrgentLane::new().priority(LanePriority::RealTime(3))).unwrap();
-        lane.settle_priority(Err(io::Error::from_raw_os_error(libc::EPERM)));
+        let lane = Lane::new().unwrap();
+        lane.settle_priority(
+            LanePriority::RealTime(3),
+            Err(io::Error::from_raw_os_error(libc::EPERM)),
+        );
         assert_eq!(lane.worker_nice(), Some(DEFAULT_WORKER_NICE));
         let report = lane.stats().priority;
         assert!(report.contains("fifo:3 refused"), "{report}");
 
-        let lane = Lane::new(UrgentLane::new().priority(LanePriority::RealTime(3))).unwrap();
-        lane.settle_priority(Ok(()));
+        let lane = Lane::new().unwrap();
+        lane.settle_priority(LanePriority::RealTime(3), Ok(()));
         assert_eq!(lane.worker_nice(), None);
         assert_eq!(lane.stats().priority, "fifo:3");
     }

@@ -130,11 +130,7 @@ pub(crate) fn run_worker(
         now,
         shared.config.accounting,
     );
-    let meter = shared
-        .config
-        .charge_on_cpu
-        .then(PreemptMeter::open)
-        .and_then(Result::ok);
+    let meter = super::poll::open_meter(&shared);
     if meter.is_some() {
         account.meter_preemption();
     }
