@@ -320,6 +320,7 @@ impl Lane {
 }
 
 /// Puts the calling thread under `SCHED_FIFO` at `priority`.
+#[cfg(not(miri))]
 fn set_real_time(priority: u8) -> io::Result<()> {
     let param = libc::sched_param {
         sched_priority: i32::from(priority),
@@ -333,13 +334,24 @@ fn set_real_time(priority: u8) -> io::Result<()> {
     }
 }
 
+/// Under Miri, which emulates no scheduling policy: refused, so the lane
+/// takes the path of a kernel that refuses it.
+#[cfg(miri)]
+fn set_real_time(_priority: u8) -> io::Result<()> {
+    Err(io::Error::new(
+        io::ErrorKind::Unsupported,
+        "Miri emulates no scheduling policy",
+    ))
+}
+
 /// Raises the calling thread's nice value by `steps` (always permitted).
-/// Not under loom, whose threads share one OS thread.
-#[cfg(loom)]
+/// Not under loom, whose threads share one OS thread, nor Miri, which
+/// emulates no priorities.
+#[cfg(any(loom, miri))]
 pub(crate) fn lower_own_priority(_steps: u8) {}
 
 /// Raises the calling thread's nice value by `steps` (always permitted).
-#[cfg(not(loom))]
+#[cfg(not(any(loom, miri)))]
 pub(crate) fn lower_own_priority(steps: u8) {
     // SAFETY: gettid has no preconditions.
     let tid = unsafe { libc::gettid() };

@@ -625,9 +625,9 @@ fn clock_read_ns() -> u64 {
 
 /// CPU time the kernel has charged to the calling thread, ns; zero where
 /// the platform has no per-thread CPU clock (and under loom, whose threads
-/// are not the OS's).
+/// are not the OS's, and Miri, which does not emulate that clock).
 pub(crate) fn thread_cpu_ns() -> u64 {
-    #[cfg(all(target_os = "linux", not(loom)))]
+    #[cfg(all(target_os = "linux", not(loom), not(miri)))]
     {
         let mut ts = libc::timespec {
             tv_sec: 0,
@@ -644,13 +644,13 @@ pub(crate) fn thread_cpu_ns() -> u64 {
         }
         0
     }
-    #[cfg(not(all(target_os = "linux", not(loom))))]
+    #[cfg(not(all(target_os = "linux", not(loom), not(miri))))]
     {
         0
     }
 }
 
-#[cfg(all(test, target_os = "linux", not(loom)))]
+#[cfg(all(test, target_os = "linux", not(loom), not(miri)))]
 mod tests {
     use std::time::{Duration, Instant};
 

@@ -184,30 +184,40 @@ impl<F: Future> Future for Guarded<F> {
     type Output = Output<F::Output>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        // Never reborrow `self` as `&Guarded`: a shared reference to the
+        // wrapper covers the future's bytes, and creating one is a read of
+        // them that invalidates every `&mut` the future holds into its own
+        // state across an await (undefined behaviour on its next write; see
+        // `tests/task_self_borrow.rs`). So the wrapper is taken as
+        // `&mut` once, and each field is reached by a place projection
+        // that touches that field alone.
+        //
+        // SAFETY: nothing is moved out of `this`: the metadata pointer is
+        // copied, the future is either dropped in place or re-pinned, as
+        // structural pinning requires.
+        let this = unsafe { self.get_unchecked_mut() };
         // SAFETY: by the invariant of `OwnMeta`, the header outlives this
-        // future, and the reference does not outlive this call.
-        let meta = unsafe { self.meta.0.as_ref() };
+        // future, and the reference does not outlive this call. It is a
+        // reference to the task's header, not into `this`.
+        let meta = unsafe { this.meta.0.as_ref() };
         if meta.is_aborted() {
-            let id = meta.id;
-            // SAFETY: the future is dropped in place (assigning `None`
-            // drops the old value where it lies) and never moved, as
-            // structural pinning requires.
-            let guard = unsafe { &mut self.get_unchecked_mut().future };
             // As in `DropGuard::drop`: a panicking destructor costs only
-            // its own task.
+            // its own task. Assigning `None` drops the future where it
+            // lies, never moving it.
+            let guard = &mut this.future;
             let _ = catch_unwind(AssertUnwindSafe(|| guard.0 = None));
-            return Poll::Ready(DropGuard::new(Err(JoinError::cancelled(id))));
+            return Poll::Ready(DropGuard::new(Err(JoinError::cancelled(meta.id))));
         }
-        // SAFETY: `future` is structurally pinned: the value inside the
-        // guard is never moved out of `self` (`into_inner` is never called
-        // on it; the guard's `Drop` drops it in place), neither `Guarded`
-        // nor `DropGuard` is `Unpin` unless `F` is, and `Guarded` has no
-        // `Drop` impl of its own.
-        let future = unsafe { self.map_unchecked_mut(|this| &mut this.future.0) };
-        let Some(future) = future.as_pin_mut() else {
+        let Some(future) = this.future.0.as_mut() else {
             // Only reachable if polled after its own `Drop`, which cannot be.
             return Poll::Pending;
         };
+        // SAFETY: `future` is structurally pinned: the value inside the
+        // guard is never moved out of the `Guarded` (`into_inner` is never
+        // called on it; the guard's `Drop` and the abort above drop it in
+        // place), neither `Guarded` nor `DropGuard` is `Unpin` unless `F`
+        // is, and `Guarded` has no `Drop` impl of its own.
+        let future = unsafe { Pin::new_unchecked(future) };
         let output = match catch_unwind(AssertUnwindSafe(|| future.poll(cx))) {
             Ok(Poll::Pending) => return Poll::Pending,
             Ok(Poll::Ready(output)) => Ok(output),

@@ -12,9 +12,14 @@
 //! `clock_gettime` with `Instant`'s arithmetic), calibrated once per
 //! process; where the counter is not invariant across cores and power
 //! states, `quanta` falls back to the OS monotonic clock by itself.
+//!
+//! Under Miri the clock is `std::time::Instant`: `quanta` detects the
+//! counter with `cpuid`, inline assembly that Miri cannot run, and Miri's
+//! own monotonic clock is what its scheduler of threads and timeouts
+//! follows anyway.
 
 /// Monotonic nanoseconds since the runtime was built.
-#[cfg(not(loom))]
+#[cfg(not(any(loom, miri)))]
 #[derive(Debug, Clone)]
 pub(crate) struct Clock {
     source: quanta::Clock,
@@ -22,7 +27,7 @@ pub(crate) struct Clock {
     epoch: u64,
 }
 
-#[cfg(not(loom))]
+#[cfg(not(any(loom, miri)))]
 impl Clock {
     pub(crate) fn new() -> Clock {
         let source = quanta::Clock::new();
@@ -32,6 +37,27 @@ impl Clock {
 
     pub(crate) fn now(&self) -> u64 {
         self.source.delta_as_nanos(self.epoch, self.source.raw())
+    }
+}
+
+/// Under Miri, the standard monotonic clock (see the module docs).
+#[cfg(all(miri, not(loom)))]
+#[derive(Debug, Clone)]
+pub(crate) struct Clock {
+    epoch: std::time::Instant,
+}
+
+#[cfg(all(miri, not(loom)))]
+impl Clock {
+    pub(crate) fn new() -> Clock {
+        Clock {
+            epoch: std::time::Instant::now(),
+        }
+    }
+
+    pub(crate) fn now(&self) -> u64 {
+        // Saturates after some 584 years.
+        u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX)
     }
 }
 

@@ -36,7 +36,8 @@
 //!
 //! `perf_event_open` may be refused (a seccomp filter in a container, a
 //! `perf_event_paranoid` above 2, a kernel without perf events, a system
-//! other than Linux). [`PreemptMeter::open`] then fails and the worker
+//! other than Linux, Miri, which runs no system call it does not
+//! emulate). [`PreemptMeter::open`] then fails and the worker
 //! charges wall time, as it would without the meter; the stats say which
 //! (a worker's `preempted` is `None`). A ring that overflows (more than
 //! [`RING_PAGES`] pages of switches between two reads) loses records; the
@@ -47,16 +48,17 @@ use std::io;
 
 /// Pages of switch records (32 KiB: some 1,000 switches between two reads;
 /// a worker reads at the start and end of every poll and after parking).
+#[cfg_attr(any(loom, miri), allow(dead_code))]
 pub(crate) const RING_PAGES: usize = 8;
 
 /// A thread's view of its own context switches; see the module docs.
 /// Belongs to the thread that opened it: the records are that thread's.
 #[derive(Debug)]
 pub(crate) struct PreemptMeter {
-    #[cfg(all(target_os = "linux", not(loom)))]
+    #[cfg(all(target_os = "linux", not(loom), not(miri)))]
     ring: sys::Ring,
     /// How far the records have been read (the ring's tail).
-    #[cfg(all(target_os = "linux", not(loom)))]
+    #[cfg(all(target_os = "linux", not(loom), not(miri)))]
     tail: u64,
 }
 
@@ -68,23 +70,23 @@ impl PreemptMeter {
     /// When the kernel refuses the perf event or its ring buffer (see the
     /// module docs), or on a system other than Linux.
     pub(crate) fn open() -> io::Result<PreemptMeter> {
-        #[cfg(all(target_os = "linux", not(loom)))]
+        #[cfg(all(target_os = "linux", not(loom), not(miri)))]
         {
             let ring = sys::Ring::open(RING_PAGES)?;
             let tail = ring.head();
             Ok(PreemptMeter { ring, tail })
         }
-        #[cfg(not(all(target_os = "linux", not(loom))))]
+        #[cfg(not(all(target_os = "linux", not(loom), not(miri))))]
         Err(io::Error::new(
             io::ErrorKind::Unsupported,
-            "the preemption meter needs Linux perf events",
+            "the preemption meter needs Linux perf events (and not Miri)",
         ))
     }
 
     /// Forgets the switches logged so far: call where a measured interval
     /// begins (a poll's start).
     pub(crate) fn mark(&mut self) {
-        #[cfg(all(target_os = "linux", not(loom)))]
+        #[cfg(all(target_os = "linux", not(loom), not(miri)))]
         {
             let head = self.ring.head();
             if head != self.tail {
@@ -98,7 +100,7 @@ impl PreemptMeter {
     /// [`mark`](Self::mark) (or read), and marks again. `None` if the
     /// kernel lost records in between (the ring overflowed).
     pub(crate) fn preempted(&mut self) -> Option<u64> {
-        #[cfg(all(target_os = "linux", not(loom)))]
+        #[cfg(all(target_os = "linux", not(loom), not(miri)))]
         {
             let head = self.ring.head();
             if head == self.tail {
@@ -109,12 +111,12 @@ impl PreemptMeter {
             self.ring.release(head);
             total
         }
-        #[cfg(not(all(target_os = "linux", not(loom))))]
+        #[cfg(not(all(target_os = "linux", not(loom), not(miri))))]
         Some(0)
     }
 }
 
-#[cfg(all(target_os = "linux", not(loom)))]
+#[cfg(all(target_os = "linux", not(loom), not(miri)))]
 mod sys {
     //! The perf event, its mapping, and the record format (from
     //! `linux/perf_event.h`, which `libc` does not carry).
@@ -345,7 +347,7 @@ mod sys {
     }
 }
 
-#[cfg(all(test, target_os = "linux", not(loom)))]
+#[cfg(all(test, target_os = "linux", not(loom), not(miri)))]
 mod tests {
     use super::*;
     use std::time::{Duration, Instant};
