@@ -327,7 +327,7 @@ fn unblock_waits_for_room_and_serves_callers_in_arrival_order() {
 
 #[test]
 fn many_unblock_calls_through_one_thread_and_a_queue_of_one_all_complete() {
-    const CALLERS: usize = 200;
+    const CALLERS: usize = support::miri_or(200, 40);
     let rt = pool(1, 1);
     let done = rt.block_on(async {
         let callers: Vec<_> = (0..CALLERS)
@@ -377,6 +377,10 @@ fn dropping_a_waiting_unblock_future_leaves_the_line_unrun() {
 // ---------------------------------------------------------------------------
 
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "counts threads in /proc/self/task, which Miri isolates"
+)]
 fn idle_threads_retire_after_the_keep_alive_and_come_back_on_demand() {
     let rt = Runtime::builder()
         .workers(1)
@@ -531,6 +535,10 @@ fn stats_count_blocking_time_apart_from_task_time_and_jobs_apart_from_tasks() {
 // ---------------------------------------------------------------------------
 
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "counts threads in /proc/self/task, which Miri isolates"
+)]
 fn shutdown_cancels_queued_jobs_finishes_running_ones_and_joins_every_thread() {
     let rt = Runtime::builder()
         .workers(2)
@@ -667,6 +675,10 @@ fn a_closure_may_drop_its_own_runtime() {
 /// natural "never retire") keeps idle threads for good: the idle thread
 /// neither dies nor strands the next job.
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "counts threads in /proc/self/task, which Miri isolates"
+)]
 fn a_keep_alive_of_duration_max_never_retires_and_never_strands_a_job() {
     let rt = keel::Runtime::builder()
         .workers(1)

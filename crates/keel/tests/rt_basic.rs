@@ -309,7 +309,7 @@ rt_test! {
     }
 
     fn ten_thousand_tasks_all_complete_with_their_outputs(rt) {
-        const TASKS: u64 = 10_000;
+        const TASKS: u64 = support::miri_or(10_000, 500);
         let outputs = rt.block_on(within(async {
             let handles: Vec<JoinHandle<u64>> =
                 (0..TASKS).map(|i| keel::spawn(async move { i * 3 })).collect();
@@ -342,9 +342,10 @@ rt_test! {
                 nodes
             })
         }
-        // 1 + 4 + 16 + 64 + 256 nodes.
-        let nodes = rt.block_on(within(rt.spawn(tree(4)))).unwrap();
-        assert_eq!(nodes, 341);
+        // 1 + 4 + 16 + 64 + 256 nodes (85 under Miri, a level less).
+        let depth = support::miri_or(4, 3);
+        let nodes = rt.block_on(within(rt.spawn(tree(depth)))).unwrap();
+        assert_eq!(nodes, (0..=depth).map(|level| 4u64.pow(level)).sum::<u64>());
     }
 
     fn dropped_join_handle_detaches_the_task_which_still_completes(rt) {
@@ -504,8 +505,12 @@ rt_test! {
 
     fn runtime_runs_tasks_on_every_worker_after_100_panics(rt) {
         let workers = rt.handle().workers();
-        let panics = rt.block_on(within(async {
-            let handles: Vec<_> = (0..100).map(|_| keel::spawn(async { explode() })).collect();
+        // 100 panics (20 under Miri, where each unwinds slowly).
+        let expected_panics = support::miri_or(100, 20);
+        let panics = rt.block_on(within(async move {
+            let handles: Vec<_> = (0..expected_panics)
+                .map(|_| keel::spawn(async { explode() }))
+                .collect();
             let mut panics = 0;
             for handle in handles {
                 let error = handle.await.expect_err("panicking task has no output");
@@ -514,18 +519,19 @@ rt_test! {
             }
             panics
         }));
-        assert_eq!(panics, 100);
+        assert_eq!(panics, expected_panics);
 
         // Plain tasks still complete...
-        let sum = rt.block_on(within(async {
-            let handles: Vec<_> = (0..1_000u64).map(|i| keel::spawn(async move { i })).collect();
+        let tasks = support::miri_or(1_000u64, 100);
+        let sum = rt.block_on(within(async move {
+            let handles: Vec<_> = (0..tasks).map(|i| keel::spawn(async move { i })).collect();
             let mut sum = 0;
             for handle in handles {
                 sum += handle.await.unwrap();
             }
             sum
         }));
-        assert_eq!(sum, 499_500);
+        assert_eq!(sum, tasks * (tasks - 1) / 2);
 
         // ...and every worker still runs tasks.
         let before = rt.stats();
@@ -709,7 +715,7 @@ rt_test! {
                     keel::spawn(async move {
                         let mut acc = 0u64;
                         for round in 0..4 {
-                            for j in 0..2_000u64 {
+                            for j in 0..support::miri_or(2_000u64, 50) {
                                 acc = acc.wrapping_add(black_box(i * j + round));
                             }
                             keel::yield_now().await;

@@ -11,6 +11,7 @@ use keel::{Handle, Runtime};
 use support::wait_until;
 
 #[test]
+#[cfg_attr(miri, ignore = "binds a TCP listener: Miri isolates the network")]
 fn enter_makes_the_runtime_current_until_the_guard_drops() {
     let a = Runtime::builder().workers(1).build().unwrap();
     let b = Runtime::builder().workers(2).build().unwrap();

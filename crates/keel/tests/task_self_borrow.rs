@@ -74,7 +74,7 @@ async fn append_across_joins(rounds: usize) -> String {
     let mut text = String::new();
     let borrowed = &mut text;
     for i in 0..rounds {
-        borrowed.push_str("a");
+        borrowed.push('a');
         let n = keel::spawn(async move {
             keel::yield_now().await;
             i

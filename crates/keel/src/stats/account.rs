@@ -650,7 +650,7 @@ pub(crate) fn thread_cpu_ns() -> u64 {
     }
 }
 
-#[cfg(all(test, target_os = "linux", not(loom), not(miri)))]
+#[cfg(all(test, target_os = "linux", not(loom)))]
 mod tests {
     use std::time::{Duration, Instant};
 
@@ -700,6 +700,10 @@ mod tests {
     /// What the thread computes between a park and its wake-up is park
     /// CPU: the window is measured with the thread's clock.
     #[test]
+    #[cfg_attr(
+        miri,
+        ignore = "a thread CPU clock: Miri emulates no CLOCK_THREAD_CPUTIME_ID"
+    )]
     fn cpu_used_inside_a_park_is_park_cpu() {
         let (shared, mut account) = account_timing_every_park();
         account.park(1);
@@ -715,6 +719,10 @@ mod tests {
     /// time to the thread, and a window of a few microseconds has been
     /// seen to cost 10 ms that way on a busy host.
     #[test]
+    #[cfg_attr(
+        miri,
+        ignore = "a thread CPU clock: Miri emulates no CLOCK_THREAD_CPUTIME_ID"
+    )]
     fn cpu_used_between_parks_is_not_park_cpu() {
         let (shared, mut account) = account_timing_every_park();
         for now in [1, 3] {
@@ -736,6 +744,10 @@ mod tests {
     /// A park's sleep is not CPU: a park CPU read from the wall clock
     /// would hold the 300 ms asleep.
     #[test]
+    #[cfg_attr(
+        miri,
+        ignore = "a thread CPU clock: Miri emulates no CLOCK_THREAD_CPUTIME_ID"
+    )]
     fn time_asleep_in_a_park_is_not_park_cpu() {
         let (shared, mut account) = account_timing_every_park();
         account.park(1);
@@ -762,6 +774,10 @@ mod tests {
     /// An estimate beyond the thread's CPU clock is published as the
     /// clock: the parks cannot have used more than the whole thread.
     #[test]
+    #[cfg_attr(
+        miri,
+        ignore = "a thread CPU clock: Miri emulates no CLOCK_THREAD_CPUTIME_ID"
+    )]
     fn the_published_estimate_never_exceeds_the_thread_clock() {
         let (shared, mut account) = account_timing_every_park();
         account.parks = 1_000;

@@ -53,6 +53,10 @@ fn first_segment_len(dir: &Path) -> u64 {
 }
 
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "a log on disk: Miri isolates the file system and emulates no fcntl locks"
+)]
 fn a_write_error_fails_its_batch_and_the_log_goes_on() {
     let dir = TempDir::new("write-error");
     let (log, faults) = faulty_log(dir.path(), Options::default());
@@ -78,6 +82,10 @@ fn a_write_error_fails_its_batch_and_the_log_goes_on() {
 }
 
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "a log on disk: Miri isolates the file system and emulates no fcntl locks"
+)]
 fn a_torn_write_is_cut_back_to_the_durable_length() {
     let dir = TempDir::new("torn-write");
     let (log, faults) = faulty_log(dir.path(), Options::default());
@@ -104,6 +112,10 @@ fn a_torn_write_is_cut_back_to_the_durable_length() {
 }
 
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "a log on disk: Miri isolates the file system and emulates no fcntl locks"
+)]
 fn a_sync_error_closes_the_log() {
     let dir = TempDir::new("sync-error");
     let (log, faults) = faulty_log(dir.path(), Options::default());
@@ -136,6 +148,10 @@ fn a_sync_error_closes_the_log() {
 }
 
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "a log on disk: Miri isolates the file system and emulates no fcntl locks"
+)]
 fn a_failed_truncate_after_a_failed_write_closes_the_log() {
     let dir = TempDir::new("truncate-error");
     let (log, faults) = faulty_log(dir.path(), Options::default());
@@ -155,6 +171,10 @@ fn a_failed_truncate_after_a_failed_write_closes_the_log() {
 }
 
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "a log on disk: Miri isolates the file system and emulates no fcntl locks"
+)]
 fn a_failed_segment_creation_fails_its_batch_and_the_log_goes_on() {
     let dir = TempDir::new("create-error");
     let opts = || Options::default().segment_size(HEADER_LEN + 2 * (FRAME_LEN as u64 + 10));
@@ -180,6 +200,10 @@ fn a_failed_segment_creation_fails_its_batch_and_the_log_goes_on() {
 }
 
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "a log on disk: Miri isolates the file system and emulates no fcntl locks"
+)]
 fn max_batch_bytes_bounds_every_batch() {
     let dir = TempDir::new("batch-limit");
     let (log, faults) = faulty_log(dir.path(), Options::default().max_batch_bytes(1));
@@ -195,6 +219,10 @@ fn max_batch_bytes_bounds_every_batch() {
 }
 
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "a log on disk: Miri isolates the file system and emulates no fcntl locks"
+)]
 fn an_append_polled_after_completion_errs_instead_of_panicking() {
     let dir = TempDir::new("poll-after");
     let log = Log::open(dir.path(), Options::default()).unwrap();
@@ -212,6 +240,10 @@ fn an_append_polled_after_completion_errs_instead_of_panicking() {
 /// A waker that drops the last handle of the log when the writer thread
 /// wakes it: the writer must not wait for itself.
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "a log on disk: Miri isolates the file system and emulates no fcntl locks"
+)]
 fn the_last_handle_dropped_by_a_waker_on_the_writer_thread_does_not_hang() {
     struct DropOnWake {
         log: Mutex<Option<Log>>,
@@ -364,6 +396,10 @@ impl Disk for RecordingDisk {
 /// the old segment's tail was still only in the page cache, and a power
 /// loss would leave a gap that stops the log from opening.
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "a log on disk: Miri isolates the file system and emulates no fcntl locks"
+)]
 fn recovery_syncs_what_it_counts_before_taking_appends() {
     use std::os::unix::fs::{FileExt, MetadataExt};
     let dir = TempDir::new("recovery-syncs");
@@ -404,6 +440,10 @@ fn recovery_syncs_what_it_counts_before_taking_appends() {
 /// writer thread: its record and the rest of its batch are still
 /// answered as durable, and the log goes on.
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "a log on disk: Miri isolates the file system and emulates no fcntl locks"
+)]
 fn a_panicking_waker_neither_fails_its_batch_nor_closes_the_log() {
     struct Boom;
     impl Wake for Boom {

@@ -16,12 +16,32 @@ pub use block_on::block_on;
 pub use temp_dir::TempDir;
 
 /// Every spin policy a runtime test runs under.
+#[cfg(not(miri))]
 pub const SPINS: [SpinPolicy; 4] = [
     SpinPolicy::None,
     SpinPolicy::Short,
     SpinPolicy::Medium,
     SpinPolicy::Long,
 ];
+
+/// Under Miri, the default policy and one that spins: each test runs some
+/// thousand times slower there, and what Miri checks (every memory
+/// access of the runtime and the tasks) is the same whatever the policy.
+#[cfg(miri)]
+pub const SPINS: [SpinPolicy; 2] = [SpinPolicy::None, SpinPolicy::Short];
+
+/// `native` natively, `miri` under Miri: the size of a test's workload.
+/// Miri interprets every step some thousand times slower, and its clock
+/// runs with the interpreted work, so a workload sized for the watchdogs
+/// natively outlasts them there; what Miri checks (every memory access)
+/// needs only enough of the work to reach each path.
+pub const fn miri_or<T: Copy>(native: T, miri: T) -> T {
+    if cfg!(miri) {
+        miri
+    } else {
+        native
+    }
+}
 
 /// How long one runtime test may take before it counts as hung.
 pub const TEST_LIMIT: Duration = Duration::from_secs(120);
@@ -50,29 +70,39 @@ pub fn each_spin(workers: usize, run: fn(usize, SpinPolicy)) {
 }
 
 /// One `#[test]` per worker count (1, 2 and 4), each running `$run` under
-/// every spin policy (see [`each_spin`]).
+/// every spin policy (see [`each_spin`]); under Miri, one worker alone.
+/// Attributes in brackets before `$run` go on each test.
 #[macro_export]
 macro_rules! rt_matrix {
-    ($run:expr) => {
+    ([$(#[$attr:meta])*] $run:expr) => {
         #[test]
+        $(#[$attr])*
         fn one_worker() {
             $crate::support::each_spin(1, $run);
         }
 
         #[test]
+        $(#[$attr])*
+        #[cfg_attr(miri, ignore = "one worker under Miri: more only add interleavings, explored slowly")]
         fn two_workers() {
             $crate::support::each_spin(2, $run);
         }
 
         #[test]
+        $(#[$attr])*
+        #[cfg_attr(miri, ignore = "one worker under Miri: more only add interleavings, explored slowly")]
         fn four_workers() {
             $crate::support::each_spin(4, $run);
         }
+    };
+    ($run:expr) => {
+        $crate::rt_matrix!([] $run);
     };
 }
 
 /// Declares runtime tests that each run with 1, 2 and 4 workers and with
 /// every spin policy, on a runtime built for them (under a watchdog).
+/// Attributes before a `fn` go on each of its tests (an `ignore`, say).
 ///
 /// ```ignore
 /// rt_test! {
@@ -83,7 +113,7 @@ macro_rules! rt_matrix {
 /// ```
 #[macro_export]
 macro_rules! rt_test {
-    ($(fn $name:ident($rt:ident) $body:block)*) => {
+    ($($(#[$attr:meta])* fn $name:ident($rt:ident) $body:block)*) => {
         $(
             mod $name {
                 #[allow(unused_imports)]
@@ -91,7 +121,10 @@ macro_rules! rt_test {
 
                 fn body($rt: &keel::Runtime) $body
 
-                $crate::rt_matrix!(|workers, spin| $crate::support::with_runtime(workers, spin, body));
+                $crate::rt_matrix!(
+                    [$(#[$attr])*]
+                    |workers, spin| $crate::support::with_runtime(workers, spin, body)
+                );
             }
         )*
     };
@@ -122,8 +155,12 @@ macro_rules! rt_builder_test {
 const CHILD_ENV: &str = "KEEL_TEST_CHILD";
 
 /// Whether this is the child process of [`run_in_child_process`].
+///
+/// Always under Miri, which starts no processes: the body then runs in
+/// the test's own process, and an abort fails the whole run rather than
+/// the one test.
 pub fn in_child_process() -> bool {
-    std::env::var_os(CHILD_ENV).is_some()
+    cfg!(miri) || std::env::var_os(CHILD_ENV).is_some()
 }
 
 /// Runs the test called `name` in a child process (this test binary, with
