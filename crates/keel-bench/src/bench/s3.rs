@@ -139,6 +139,12 @@ pub struct PhaseRecord {
     window_s: f64,
     /// keel: per worker, the share of the loaded window each state took.
     worker_states: Option<Vec<[f64; 6]>>,
+    /// Seconds of the proxy's polls in the loaded window by role: setup,
+    /// short forwarding, long forwarding (see `serve::s3`).
+    roles: Option<[f64; 3]>,
+    /// keel: seconds each class (urgent, normal, bulk) was charged in the
+    /// loaded window.
+    charged: Option<[f64; 3]>,
     /// The host's noise, the worse of the alone and the loaded windows.
     noise: Noise,
 }
@@ -338,11 +344,35 @@ fn measure(
         cpu_s: measured.cpu_s,
         window_s: measured.window_s,
         worker_states: charts::keel_worker_states(&start.mark.runtime, &end.mark.runtime),
+        roles: between(&start.mark.runtime, &end.mark.runtime, |mark| {
+            let proxy = &mark["proxy"];
+            Some([
+                proxy["setup_s"].as_f64()?,
+                proxy["forward_short_s"].as_f64()?,
+                proxy["forward_long_s"].as_f64()?,
+            ])
+        }),
+        charged: between(&start.mark.runtime, &end.mark.runtime, |mark| {
+            let class = |index: usize| mark["classes"][index]["charged_s"].as_f64();
+            Some([class(0)?, class(1)?, class(2)?])
+        }),
         noise: alone_start
             .to(&start, &config.run.placement.server)
             .noise
             .worst(measured.noise),
     })
+}
+
+/// What `read` finds at the `end` mark less what it finds at `start`,
+/// figure by figure; `None` when either mark lacks it (a tokio proxy has
+/// no classes).
+fn between(
+    start: &serde_json::Value,
+    end: &serde_json::Value,
+    read: impl Fn(&serde_json::Value) -> Option<[f64; 3]>,
+) -> Option<[f64; 3]> {
+    let (start, end) = (read(start)?, read(end)?);
+    Some(std::array::from_fn(|i| (end[i] - start[i]).max(0.0)))
 }
 
 /// Runs `keel-bench load s3` (the probe alone with `alone`) and reads its line.
@@ -393,7 +423,7 @@ fn round_metrics(record: &PhaseRecord) -> Vec<(&'static str, f64)> {
     let server = |summary: &S3LoadSummary, q: fn(&Quantiles) -> f64| {
         summary.admin_server.as_ref().map_or(f64::NAN, q)
     };
-    vec![
+    let mut metrics = vec![
         (
             "admin_server_idle_p50_us",
             server(&record.idle, |q| q.p50_us),
@@ -422,7 +452,30 @@ fn round_metrics(record: &PhaseRecord) -> Vec<(&'static str, f64)> {
         ("conns_per_s", record.loaded.conns_per_s),
         ("admin_samples", record.loaded.admin_samples as f64),
         ("cpu_s", record.cpu_s),
-    ]
+    ];
+    let percent = |part: f64, whole: f64| {
+        if whole > 0.0 {
+            100.0 * part / whole
+        } else {
+            0.0
+        }
+    };
+    if let Some([setup, short, long]) = record.roles {
+        metrics.extend([
+            ("setup_pct", percent(setup, record.window_s)),
+            ("forward_short_pct", percent(short, record.window_s)),
+            ("forward_long_pct", percent(long, record.window_s)),
+        ]);
+    }
+    if let Some(charged) = record.charged {
+        let total: f64 = charged.iter().sum();
+        metrics.extend([
+            ("charged_urgent_pct", percent(charged[0], total)),
+            ("charged_normal_pct", percent(charged[1], total)),
+            ("charged_bulk_pct", percent(charged[2], total)),
+        ]);
+    }
+    metrics
 }
 
 /// The S3 verdicts, from one round's figures.

@@ -16,8 +16,18 @@
 //! control plane must stay responsive under data-plane load, which is
 //! what keel's classes are for (admin in `urgent`, accepts and backend
 //! connects in `normal`, forwarding in `bulk`).
+//!
+//! Both proxies time their own polls by *role* ([`ProxyCounters`]): the
+//! setup of connections (the accept loop and the backend connects), the
+//! forwarding of short connections, and the forwarding of long ones (a
+//! connection counts as long once it has forwarded
+//! [`LONG_CONNECTION_BYTES`]: the downloads). That says how each runtime
+//! divided the proxy's time between the work S3 loads it with, whatever
+//! classes the work ran in.
 
+use std::future::{poll_fn, Future};
 use std::net::SocketAddr;
+use std::pin::pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -34,6 +44,24 @@ pub const BUFFER: usize = 64 * 1024;
 
 /// How long a backend connect may take before the client is dropped.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Bytes forwarded (both ways) past which a connection's forwarding
+/// counts as long: S3's downloads of 1 MiB pass it in their first
+/// object, its short connections (one request for an empty object, a few
+/// hundred bytes) never do.
+pub const LONG_CONNECTION_BYTES: u64 = 256 * 1024;
+
+/// Runs `future`, handing `record` the wall time of each of its polls.
+pub async fn timed<F: Future>(future: F, mut record: impl FnMut(Duration)) -> F::Output {
+    let mut future = pin!(future);
+    poll_fn(|cx| {
+        let start = Instant::now();
+        let outcome = future.as_mut().poll(cx);
+        record(start.elapsed());
+        outcome
+    })
+    .await
+}
 
 /// Flags of `keel-bench serve proxy`.
 #[derive(Debug, Args)]
@@ -125,6 +153,14 @@ pub struct ProxyCounters {
     pub bytes_down: AtomicU64,
     /// Admin requests answered.
     pub admin_requests: AtomicU64,
+    /// Nanoseconds of polls setting connections up: the accept loop and
+    /// the backend connects.
+    pub setup_ns: AtomicU64,
+    /// Nanoseconds of forwarding polls of connections that had not yet
+    /// forwarded [`LONG_CONNECTION_BYTES`].
+    pub forward_short_ns: AtomicU64,
+    /// Nanoseconds of forwarding polls of connections past it.
+    pub forward_long_ns: AtomicU64,
 }
 
 impl Default for ProxyCounters {
@@ -138,6 +174,9 @@ impl Default for ProxyCounters {
             bytes_up: AtomicU64::new(0),
             bytes_down: AtomicU64::new(0),
             admin_requests: AtomicU64::new(0),
+            setup_ns: AtomicU64::new(0),
+            forward_short_ns: AtomicU64::new(0),
+            forward_long_ns: AtomicU64::new(0),
         }
     }
 }
@@ -161,8 +200,37 @@ impl ProxyCounters {
             "bytes_up": self.bytes_up.load(Ordering::Relaxed),
             "bytes_down": self.bytes_down.load(Ordering::Relaxed),
             "admin_requests": self.admin_requests.load(Ordering::Relaxed),
+            "setup_s": seconds(&self.setup_ns),
+            "forward_short_s": seconds(&self.forward_short_ns),
+            "forward_long_s": seconds(&self.forward_long_ns),
         })
     }
+
+    /// Counts `took` of polling as connection set-up.
+    pub fn add_setup(&self, took: Duration) {
+        self.setup_ns.fetch_add(nanos(took), Ordering::Relaxed);
+    }
+
+    /// Counts `took` of forwarding polls for a connection that has
+    /// forwarded `moved` bytes so far (both ways).
+    pub fn add_forward(&self, moved: u64, took: Duration) {
+        let role = if moved >= LONG_CONNECTION_BYTES {
+            &self.forward_long_ns
+        } else {
+            &self.forward_short_ns
+        };
+        role.fetch_add(nanos(took), Ordering::Relaxed);
+    }
+}
+
+/// Whole nanoseconds of `took`, saturating.
+fn nanos(took: Duration) -> u64 {
+    u64::try_from(took.as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// A counter of nanoseconds, in seconds.
+fn seconds(ns: &AtomicU64) -> f64 {
+    ns.load(Ordering::Relaxed) as f64 / 1e9
 }
 
 /// Counts a client connection as open for as long as it lives; it moves
@@ -241,6 +309,32 @@ mod tests {
         drop(open);
         assert_eq!(counters.to_json()["open"], 0);
         assert_eq!(counters.to_json()["accepted"], 1);
+    }
+
+    #[test]
+    fn forwarding_time_goes_to_the_role_of_the_bytes_moved_so_far() {
+        let counters = ProxyCounters::default();
+        counters.add_setup(Duration::from_millis(1));
+        counters.add_forward(LONG_CONNECTION_BYTES - 1, Duration::from_millis(2));
+        counters.add_forward(LONG_CONNECTION_BYTES, Duration::from_millis(3));
+        let json = counters.to_json();
+        assert_eq!(json["setup_s"], 0.001);
+        assert_eq!(json["forward_short_s"], 0.002);
+        assert_eq!(json["forward_long_s"], 0.003);
+    }
+
+    #[test]
+    fn timed_hands_over_each_poll() {
+        let rt = keel::Runtime::builder().workers(1).build().unwrap();
+        let mut polls = 0;
+        let out = rt.block_on(timed(
+            async {
+                keel::yield_now().await;
+                7
+            },
+            |_| polls += 1,
+        ));
+        assert_eq!((out, polls), (7, 2));
     }
 
     /// Backend failures are logged at powers of two only.

@@ -31,13 +31,16 @@ use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::task::{ready, Context, Poll};
+use std::time::Instant;
 
 use keel::io::{AsyncRead, AsyncWrite};
 use keel::net::{TcpListener, TcpStream};
 use keel::Class;
 
 use super::node_keel::{accept_each, bind, stats_json};
-use super::s3::{status_text, OpenConnection, ProxyCounters, ProxyOpts, BUFFER, CONNECT_TIMEOUT};
+use super::s3::{
+    status_text, timed, OpenConnection, ProxyCounters, ProxyOpts, BUFFER, CONNECT_TIMEOUT,
+};
 use super::Running;
 use crate::error::Error;
 
@@ -134,10 +137,15 @@ async fn accept_loop(
     classes: Classes,
     counters: Arc<ProxyCounters>,
 ) {
-    accept_each(listener, move |client, _| {
-        connect_and_forward(client, backend, classes.forward, Arc::clone(&counters))
-    })
-    .await
+    let setup = Arc::clone(&counters);
+    let accepts = accept_each(listener, move |client, _| {
+        let setup = Arc::clone(&counters);
+        timed(
+            connect_and_forward(client, backend, classes.forward, Arc::clone(&counters)),
+            move |took| setup.add_setup(took),
+        )
+    });
+    timed(accepts, |took| setup.add_setup(took)).await
 }
 
 /// Connects to the backend for `client`, then hands both to a forwarding
@@ -180,7 +188,8 @@ async fn connect_and_forward(
 
 /// Forwards bytes both ways until both directions have ended (each EOF
 /// half-closes the other side), or until either side fails. The caller
-/// drops both sockets when it returns, which closes them.
+/// drops both sockets when it returns, which closes them. Each poll's
+/// time is counted as short or long forwarding by the bytes moved so far.
 async fn forward(
     client: &TcpStream,
     backend: &TcpStream,
@@ -189,13 +198,18 @@ async fn forward(
     let mut up = Pipe::new(&counters.bytes_up);
     let mut down = Pipe::new(&counters.bytes_down);
     poll_fn(|cx| {
-        let up_done = up.poll(cx, client, backend)?.is_ready();
-        let down_done = down.poll(cx, backend, client)?.is_ready();
-        if up_done && down_done {
-            Poll::Ready(Ok(()))
-        } else {
-            Poll::Pending
-        }
+        let start = Instant::now();
+        let outcome = (|| {
+            let up_done = up.poll(cx, client, backend)?.is_ready();
+            let down_done = down.poll(cx, backend, client)?.is_ready();
+            if up_done && down_done {
+                Poll::Ready(Ok(()))
+            } else {
+                Poll::Pending
+            }
+        })();
+        counters.add_forward(up.moved + down.moved, start.elapsed());
+        outcome
     })
     .await
 }
@@ -215,6 +229,8 @@ struct Pipe<'a> {
     done: bool,
     /// Where the forwarded bytes are counted.
     bytes: &'a AtomicU64,
+    /// Bytes this direction has forwarded.
+    moved: u64,
 }
 
 impl<'a> Pipe<'a> {
@@ -227,6 +243,7 @@ impl<'a> Pipe<'a> {
             eof: false,
             done: false,
             bytes,
+            moved: 0,
         }
     }
 
@@ -255,6 +272,7 @@ impl<'a> Pipe<'a> {
                     self.eof = true;
                 } else {
                     self.bytes.fetch_add(n as u64, Ordering::Relaxed);
+                    self.moved += n as u64;
                     self.start = 0;
                     self.end = n;
                 }

@@ -35,7 +35,9 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 
 use super::node_tokio::{accept_each, bind, tokio_stats_json, Guard};
-use super::s3::{status_text, OpenConnection, ProxyCounters, ProxyOpts, BUFFER, CONNECT_TIMEOUT};
+use super::s3::{
+    status_text, timed, OpenConnection, ProxyCounters, ProxyOpts, BUFFER, CONNECT_TIMEOUT,
+};
 use super::Running;
 use crate::error::Error;
 
@@ -93,41 +95,47 @@ pub fn start(opts: &ProxyOpts) -> Result<Running, Error> {
 
 /// Accepts clients forever, one task each.
 async fn accept_loop(listener: TcpListener, backend: SocketAddr, counters: Arc<ProxyCounters>) {
-    accept_each(listener, move |client, _| {
+    let setup = Arc::clone(&counters);
+    let accepts = accept_each(listener, move |client, _| {
         proxy(client, backend, Arc::clone(&counters))
-    })
-    .await
+    });
+    timed(accepts, |took| setup.add_setup(took)).await
 }
 
 /// Connects to the backend for `client` and forwards both ways until both
 /// directions end or either side fails; dropping the sockets closes them.
 async fn proxy(client: TcpStream, backend: SocketAddr, counters: Arc<ProxyCounters>) {
     let open = OpenConnection::new(Arc::clone(&counters));
-    let mut upstream =
-        match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(backend)).await {
-            Ok(Ok(upstream)) => upstream,
-            Ok(Err(error)) => {
-                if counters.backend_failed() {
-                    eprintln!("keel serve: cannot connect to the backend {backend}: {error}");
-                }
-                return;
+    let connect = tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(backend));
+    let mut upstream = match timed(connect, |took| counters.add_setup(took)).await {
+        Ok(Ok(upstream)) => upstream,
+        Ok(Err(error)) => {
+            if counters.backend_failed() {
+                eprintln!("keel serve: cannot connect to the backend {backend}: {error}");
             }
-            Err(_) => {
-                if counters.backend_failed() {
-                    eprintln!("keel serve: the backend {backend} did not answer a connect in time");
-                }
-                return;
+            return;
+        }
+        Err(_) => {
+            if counters.backend_failed() {
+                eprintln!("keel serve: the backend {backend} did not answer a connect in time");
             }
-        };
+            return;
+        }
+    };
     let _ = client.set_nodelay(true);
     let _ = upstream.set_nodelay(true);
+    let moved = AtomicU64::new(0);
     let mut client = Counted {
         stream: client,
         up: &counters.bytes_up,
         down: &counters.bytes_down,
+        moved: &moved,
     };
-    let result =
-        tokio::io::copy_bidirectional_with_sizes(&mut client, &mut upstream, BUFFER, BUFFER).await;
+    let copy = tokio::io::copy_bidirectional_with_sizes(&mut client, &mut upstream, BUFFER, BUFFER);
+    let result = timed(copy, |took| {
+        counters.add_forward(moved.load(Ordering::Relaxed), took);
+    })
+    .await;
     // Close both sockets before the connection stops counting as open.
     drop((client, upstream));
     if result.is_err() {
@@ -145,6 +153,8 @@ struct Counted<'a> {
     up: &'a AtomicU64,
     /// Bytes written to the client.
     down: &'a AtomicU64,
+    /// Bytes this connection has forwarded, both ways.
+    moved: &'a AtomicU64,
 }
 
 impl AsyncRead for Counted<'_> {
@@ -157,6 +167,7 @@ impl AsyncRead for Counted<'_> {
         ready!(Pin::new(&mut self.stream).poll_read(cx, buf))?;
         let read = buf.filled().len() - before;
         self.up.fetch_add(read as u64, Ordering::Relaxed);
+        self.moved.fetch_add(read as u64, Ordering::Relaxed);
         Poll::Ready(Ok(()))
     }
 }
@@ -169,6 +180,7 @@ impl AsyncWrite for Counted<'_> {
     ) -> Poll<io::Result<usize>> {
         let written = ready!(Pin::new(&mut self.stream).poll_write(cx, buf))?;
         self.down.fetch_add(written as u64, Ordering::Relaxed);
+        self.moved.fetch_add(written as u64, Ordering::Relaxed);
         Poll::Ready(Ok(written))
     }
 
