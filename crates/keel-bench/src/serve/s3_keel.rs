@@ -8,9 +8,16 @@
 //! - The accept loop and each connection's setup (the backend connect)
 //!   run in `Class::NORMAL`, so new connections keep being taken while
 //!   bulk transfers saturate the workers.
-//! - The forwarding of each connection runs in `Class::BULK`: throughput
-//!   work, which gets the largest share of the CPU but cannot starve the
-//!   other two.
+//! - A connection's forwarding starts in the setup's class too, and moves
+//!   to `Class::BULK` once the connection has moved
+//!   [`LONG_CONNECTION_BYTES`](super::s3::LONG_CONNECTION_BYTES): a
+//!   short exchange is connection work, served whole where it was
+//!   accepted, and only transfers that prove long are throughput work,
+//!   which gets the largest share of the CPU but cannot starve the other
+//!   two. (Forwarding every connection in bulk from its first byte puts
+//!   each short exchange in the downloads' queue: under S3's load the
+//!   short connections then took more of the bulk class's time than the
+//!   downloads did.)
 //!
 //! `--single-class` runs all three in `Class::NORMAL`, to measure what
 //! the classes buy. `--urgent-lane` keeps the classes and serves the
@@ -20,7 +27,7 @@
 //! the workers: keel's sockets spend the task's coop budget, so a
 //! connection whose sockets are always ready still yields.
 //!
-//! One task forwards both directions of a connection, so an error on
+//! One task at a time forwards both directions of a connection, so an error on
 //! either side ends the task and closes both sockets at once, with no
 //! cancellation between tasks.
 
@@ -40,6 +47,7 @@ use keel::Class;
 use super::node_keel::{accept_each, bind, stats_json};
 use super::s3::{
     status_text, timed, OpenConnection, ProxyCounters, ProxyOpts, BUFFER, CONNECT_TIMEOUT,
+    LONG_CONNECTION_BYTES,
 };
 use super::Running;
 use crate::error::Error;
@@ -139,18 +147,22 @@ async fn accept_loop(
 ) {
     let setup = Arc::clone(&counters);
     let accepts = accept_each(listener, move |client, _| {
-        let setup = Arc::clone(&counters);
-        timed(
-            connect_and_forward(client, backend, classes.forward, Arc::clone(&counters)),
-            move |took| setup.add_setup(took),
-        )
+        connect_and_forward(client, backend, classes.forward, Arc::clone(&counters))
     });
     timed(accepts, |took| setup.add_setup(took)).await
 }
 
-/// Connects to the backend for `client`, then hands both to a forwarding
-/// task in `class`. A backend that refuses or does not answer in time
-/// closes the client.
+/// Connects to the backend for `client` and forwards in the setup's class
+/// until the connection has moved [`LONG_CONNECTION_BYTES`]; a connection
+/// still open then is a bulk transfer, and a task in `class` forwards the
+/// rest. A backend that refuses or does not answer in time closes the
+/// client.
+///
+/// So a short connection (a request and its small answer) is served
+/// whole in the class that accepted it, as connection work, and only
+/// transfers that prove long take the bulk class's time: the downloads
+/// then have the bulk class to themselves, rather than queueing behind
+/// every short exchange that happens to be forwarding.
 async fn connect_and_forward(
     client: TcpStream,
     backend: SocketAddr,
@@ -158,7 +170,8 @@ async fn connect_and_forward(
     counters: Arc<ProxyCounters>,
 ) {
     let open = OpenConnection::new(Arc::clone(&counters));
-    let upstream = match keel::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(backend)).await {
+    let connect = keel::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(backend));
+    let upstream = match timed(connect, |took| counters.add_setup(took)).await {
         Ok(Ok(upstream)) => upstream,
         Ok(Err(error)) => {
             if counters.backend_failed() {
@@ -175,40 +188,82 @@ async fn connect_and_forward(
     };
     let _ = client.set_nodelay(true);
     let _ = upstream.set_nodelay(true);
-    keel::spawn_in(class, async move {
-        let result = forward(&client, &upstream, &counters).await;
-        // Close both sockets before the connection stops counting as open.
-        drop((client, upstream));
-        if result.is_err() {
-            counters.io_errors.fetch_add(1, Ordering::Relaxed);
+    let mut pipes = [Pipe::new(), Pipe::new()];
+    let first = forward(
+        &client,
+        &upstream,
+        &counters,
+        &mut pipes,
+        Some(LONG_CONNECTION_BYTES),
+    )
+    .await;
+    match first {
+        Ok(Forwarded::Long) => {
+            keel::spawn_in(class, async move {
+                let rest = forward(&client, &upstream, &counters, &mut pipes, None).await;
+                close(client, upstream, rest, &counters, open);
+            });
         }
-        drop(open);
-    });
+        done => close(client, upstream, done, &counters, open),
+    }
 }
 
-/// Forwards bytes both ways until both directions have ended (each EOF
-/// half-closes the other side), or until either side fails. The caller
-/// drops both sockets when it returns, which closes them. Each poll's
-/// time is counted as short or long forwarding by the bytes moved so far.
+/// Closes both sockets of a connection whose forwarding ended with
+/// `result`, then stops counting it as open.
+fn close(
+    client: TcpStream,
+    upstream: TcpStream,
+    result: io::Result<Forwarded>,
+    counters: &ProxyCounters,
+    open: OpenConnection,
+) {
+    drop((client, upstream));
+    if result.is_err() {
+        counters.io_errors.fetch_add(1, Ordering::Relaxed);
+    }
+    drop(open);
+}
+
+/// How a call of [`forward`] ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Forwarded {
+    /// Both directions ended.
+    Done,
+    /// The connection moved the bytes it was allowed; it is still open.
+    Long,
+}
+
+/// Forwards bytes both ways (`pipes[0]` client to backend, `pipes[1]`
+/// back) until both directions have ended (each EOF half-closes the other
+/// side), until either side fails, or, with a `limit`, until the
+/// connection has moved that many bytes in all. The caller drops both
+/// sockets once it is done, which closes them. Each poll's time is
+/// counted as short or long forwarding by the bytes moved so far.
 async fn forward(
     client: &TcpStream,
     backend: &TcpStream,
     counters: &ProxyCounters,
-) -> io::Result<()> {
-    let mut up = Pipe::new(&counters.bytes_up);
-    let mut down = Pipe::new(&counters.bytes_down);
+    pipes: &mut [Pipe; 2],
+    limit: Option<u64>,
+) -> io::Result<Forwarded> {
     poll_fn(|cx| {
         let start = Instant::now();
         let outcome = (|| {
-            let up_done = up.poll(cx, client, backend)?.is_ready();
-            let down_done = down.poll(cx, backend, client)?.is_ready();
+            let [up, down] = &mut *pipes;
+            let up_done = up.poll(cx, client, backend, &counters.bytes_up)?.is_ready();
+            let down_done = down
+                .poll(cx, backend, client, &counters.bytes_down)?
+                .is_ready();
+            let moved = up.moved + down.moved;
             if up_done && down_done {
-                Poll::Ready(Ok(()))
+                Poll::Ready(Ok(Forwarded::Done))
+            } else if limit.is_some_and(|limit| moved >= limit) {
+                Poll::Ready(Ok(Forwarded::Long))
             } else {
                 Poll::Pending
             }
         })();
-        counters.add_forward(up.moved + down.moved, start.elapsed());
+        counters.add_forward(pipes[0].moved + pipes[1].moved, start.elapsed());
         outcome
     })
     .await
@@ -216,7 +271,7 @@ async fn forward(
 
 /// One direction of a forwarded connection: read into the buffer, write
 /// it all out, repeat; on EOF, shut down the writing side.
-struct Pipe<'a> {
+struct Pipe {
     /// Bytes read and not yet written are `buf[start..end]`.
     buf: Box<[u8]>,
     /// Start of the bytes still to write.
@@ -227,33 +282,32 @@ struct Pipe<'a> {
     eof: bool,
     /// The writing side has been shut down: the direction is over.
     done: bool,
-    /// Where the forwarded bytes are counted.
-    bytes: &'a AtomicU64,
-    /// Bytes this direction has forwarded.
+    /// Bytes this direction has read.
     moved: u64,
 }
 
-impl<'a> Pipe<'a> {
+impl Pipe {
     /// A direction with an empty buffer of [`BUFFER`] bytes.
-    fn new(bytes: &'a AtomicU64) -> Self {
+    fn new() -> Self {
         Self {
             buf: vec![0u8; BUFFER].into_boxed_slice(),
             start: 0,
             end: 0,
             eof: false,
             done: false,
-            bytes,
             moved: 0,
         }
     }
 
     /// Moves bytes from `from` to `to` until either would block, the
-    /// direction ends (ready with `Ok`), or it fails.
+    /// direction ends (ready with `Ok`), or it fails; counts what it reads
+    /// in `bytes`.
     fn poll(
         &mut self,
         cx: &mut Context<'_>,
         from: &TcpStream,
         to: &TcpStream,
+        bytes: &AtomicU64,
     ) -> Poll<io::Result<()>> {
         while !self.done {
             if self.start < self.end {
@@ -271,7 +325,7 @@ impl<'a> Pipe<'a> {
                 if n == 0 {
                     self.eof = true;
                 } else {
-                    self.bytes.fetch_add(n as u64, Ordering::Relaxed);
+                    bytes.fetch_add(n as u64, Ordering::Relaxed);
                     self.moved += n as u64;
                     self.start = 0;
                     self.end = n;
