@@ -23,6 +23,7 @@
 #[macro_use]
 mod support;
 
+use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
 use std::sync::{Arc, Mutex};
 use std::task::{Poll, Waker};
@@ -54,6 +55,19 @@ fn runtime() -> Runtime {
         .workers(1)
         .build()
         .expect("runtime builds")
+}
+
+/// Runs `future` as a task spawned on a fresh [`runtime`], under the
+/// watchdog, and returns its output.
+fn spawned<F>(future: F) -> F::Output
+where
+    F: Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    within(TEST_LIMIT, move || {
+        let rt = runtime();
+        rt.block_on(async { keel::spawn(future).await.expect("the task finishes") })
+    })
 }
 
 /// Pushes through a `&mut Vec` held across every yield.
@@ -144,54 +158,25 @@ fn expected_nested(rounds: usize) -> Vec<u8> {
 
 #[test]
 fn a_spawned_task_borrows_its_state_across_yields() {
-    within(TEST_LIMIT, || {
-        let rt = runtime();
-        let values = rt.block_on(async {
-            keel::spawn(push_across_yields(ROUNDS))
-                .await
-                .expect("the task finishes")
-        });
-        assert_eq!(values, expected_pushes(ROUNDS));
-    });
+    assert_eq!(spawned(push_across_yields(ROUNDS)), expected_pushes(ROUNDS));
 }
 
 #[test]
 fn a_spawned_task_borrows_its_state_across_wakes_by_other_tasks() {
-    within(TEST_LIMIT, || {
-        let rt = runtime();
-        let text = rt.block_on(async {
-            keel::spawn(append_across_joins(ROUNDS))
-                .await
-                .expect("the task finishes")
-        });
-        assert_eq!(text, expected_appends(ROUNDS));
-    });
+    assert_eq!(
+        spawned(append_across_joins(ROUNDS)),
+        expected_appends(ROUNDS)
+    );
 }
 
 #[test]
 fn a_spawned_task_borrows_its_state_across_timers() {
-    within(TEST_LIMIT, || {
-        let rt = runtime();
-        let array = rt.block_on(async {
-            keel::spawn(fill_across_timers(ROUNDS))
-                .await
-                .expect("the task finishes")
-        });
-        assert_eq!(array, expected_fill(ROUNDS));
-    });
+    assert_eq!(spawned(fill_across_timers(ROUNDS)), expected_fill(ROUNDS));
 }
 
 #[test]
 fn a_nested_async_fn_borrows_its_parent_across_yields() {
-    within(TEST_LIMIT, || {
-        let rt = runtime();
-        let data = rt.block_on(async {
-            keel::spawn(nested_borrow(ROUNDS))
-                .await
-                .expect("the task finishes")
-        });
-        assert_eq!(data, expected_nested(ROUNDS));
-    });
+    assert_eq!(spawned(nested_borrow(ROUNDS)), expected_nested(ROUNDS));
 }
 
 #[test]

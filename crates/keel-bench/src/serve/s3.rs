@@ -206,6 +206,21 @@ impl ProxyCounters {
         })
     }
 
+    /// Counts a backend connect that failed with `error`, or timed out
+    /// (`None`), logging the first and then sparsely.
+    pub fn connect_failed(&self, backend: SocketAddr, error: Option<std::io::Error>) {
+        if self.backend_failed() {
+            match error {
+                Some(error) => {
+                    eprintln!("keel serve: cannot connect to the backend {backend}: {error}");
+                }
+                None => {
+                    eprintln!("keel serve: the backend {backend} did not answer a connect in time");
+                }
+            }
+        }
+    }
+
     /// Counts `took` of polling as connection set-up.
     pub fn add_setup(&self, took: Duration) {
         self.setup_ns.fetch_add(nanos(took), Ordering::Relaxed);

@@ -173,18 +173,8 @@ async fn connect_and_forward(
     let connect = keel::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(backend));
     let upstream = match timed(connect, |took| counters.add_setup(took)).await {
         Ok(Ok(upstream)) => upstream,
-        Ok(Err(error)) => {
-            if counters.backend_failed() {
-                eprintln!("keel serve: cannot connect to the backend {backend}: {error}");
-            }
-            return;
-        }
-        Err(_) => {
-            if counters.backend_failed() {
-                eprintln!("keel serve: the backend {backend} did not answer a connect in time");
-            }
-            return;
-        }
+        Ok(Err(error)) => return counters.connect_failed(backend, Some(error)),
+        Err(_) => return counters.connect_failed(backend, None),
     };
     let _ = client.set_nodelay(true);
     let _ = upstream.set_nodelay(true);
