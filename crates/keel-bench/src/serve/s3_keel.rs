@@ -10,7 +10,7 @@
 //!   bulk transfers saturate the workers.
 //! - A connection's forwarding starts in the setup's class too, and moves
 //!   to `Class::BULK` once the connection has moved
-//!   [`LONG_CONNECTION_BYTES`](super::s3::LONG_CONNECTION_BYTES): a
+//!   [`LONG_CONNECTION_BYTES`]: a
 //!   short exchange is connection work, served whole where it was
 //!   accepted, and only transfers that prove long are throughput work,
 //!   which gets the largest share of the CPU but cannot starve the other
