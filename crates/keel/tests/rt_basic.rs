@@ -342,10 +342,10 @@ rt_test! {
                 nodes
             })
         }
-        // 1 + 4 + 16 + 64 + 256 nodes (85 under Miri, a level less).
-        let depth = support::miri_or(4, 3);
+        // 1 + 4 + 16 + 64 + 256 nodes; under Miri a level less, 85.
+        let (depth, expected) = support::miri_or((4, 341), (3, 85));
         let nodes = rt.block_on(within(rt.spawn(tree(depth)))).unwrap();
-        assert_eq!(nodes, (0..=depth).map(|level| 4u64.pow(level)).sum::<u64>());
+        assert_eq!(nodes, expected);
     }
 
     fn dropped_join_handle_detaches_the_task_which_still_completes(rt) {
@@ -522,7 +522,7 @@ rt_test! {
         assert_eq!(panics, expected_panics);
 
         // Plain tasks still complete...
-        let tasks = support::miri_or(1_000u64, 100);
+        let (tasks, expected_sum) = support::miri_or((1_000u64, 499_500), (100, 4_950));
         let sum = rt.block_on(within(async move {
             let handles: Vec<_> = (0..tasks).map(|i| keel::spawn(async move { i })).collect();
             let mut sum = 0;
@@ -531,7 +531,7 @@ rt_test! {
             }
             sum
         }));
-        assert_eq!(sum, tasks * (tasks - 1) / 2);
+        assert_eq!(sum, expected_sum);
 
         // ...and every worker still runs tasks.
         let before = rt.stats();
