@@ -569,7 +569,9 @@ fn metrics_parse_back_in_both_formats() {
             // 4 tasks x 20 polls x 200 µs of work each.
             assert!(wall >= 0.010, "{class}: {wall} s of polls");
             // The charge leaves out only preempted time: never more than
-            // the wall time (a charge window may still be unflushed).
+            // the wall time. Both come from the same publications of each
+            // worker's account, so this holds at any instant, even while
+            // the endpoint's own polls are being charged.
             let charged = value_of(
                 &families,
                 "keel_class_charged_seconds_total",

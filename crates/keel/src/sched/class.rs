@@ -118,8 +118,6 @@ impl Class {
 pub(crate) struct ClassClocks {
     /// Virtual time per class; any worker adds to it.
     vtime: Box<[CachePadded<AtomicU64>]>,
-    /// Real nanoseconds charged per class, for the stats.
-    charged: Box<[CachePadded<AtomicU64>]>,
     shares: Box<[u64]>,
 }
 
@@ -129,10 +127,6 @@ impl ClassClocks {
         assert!(shares.len() <= MAX_CLASSES && shares.iter().all(|&s| s > 0));
         ClassClocks {
             vtime: shares
-                .iter()
-                .map(|_| CachePadded::new(AtomicU64::new(0)))
-                .collect(),
-            charged: shares
                 .iter()
                 .map(|_| CachePadded::new(AtomicU64::new(0)))
                 .collect(),
@@ -156,12 +150,6 @@ impl ClassClocks {
     /// Adds `ns` of polling to `class`'s clock.
     pub(crate) fn charge(&self, class: usize, ns: u64) {
         self.vtime[class].fetch_add(self.cost(class, ns), Relaxed);
-        self.charged[class].fetch_add(ns, Relaxed);
-    }
-
-    /// Real nanoseconds charged to `class` so far.
-    pub(crate) fn charged(&self, class: usize) -> u64 {
-        self.charged[class].load(Relaxed)
     }
 
     /// Pulls an idle `class` up to `floor` if it lags by more than

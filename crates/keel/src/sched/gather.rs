@@ -62,7 +62,13 @@ impl Shared {
                     shares: class.shares,
                     busy: workers.iter().map(|w| w.task[index]).sum::<Duration>()
                         + on_lane.map_or(Duration::ZERO, |l| l.busy),
-                    charged: Duration::from_nanos(shared.clocks.charged(index)),
+                    // From the same publications as `busy`, so a class is
+                    // never shown charged more than its polls took.
+                    charged: read
+                        .iter()
+                        .map(|(p, _)| Duration::from_nanos(p.charged[index]))
+                        .sum::<Duration>()
+                        + on_lane.map_or(Duration::ZERO, |l| l.charged),
                     polls: workers.iter().map(|w| w.polls[index]).sum::<u64>()
                         + on_lane.map_or(0, |l| l.polls),
                     stalls: read.iter().map(|(p, _)| p.stalls[index]).sum(),

@@ -309,11 +309,14 @@ impl Lane {
 
     /// The lane's figures for [`Stats`](crate::stats::Stats).
     pub(crate) fn stats(&self) -> crate::stats::LaneStats {
+        // The charge is read first: `busy` then covers at least the polls
+        // it counts (see the Release in the lane's loop).
+        let charged = Duration::from_nanos(self.charged_ns.load(Ordering::Acquire));
         crate::stats::LaneStats {
             priority: lock(&self.report).clone(),
             polls: self.polls.load(Ordering::Relaxed),
             busy: Duration::from_nanos(self.busy_ns.load(Ordering::Relaxed)),
-            charged: Duration::from_nanos(self.charged_ns.load(Ordering::Relaxed)),
+            charged,
             throttled: self.throttled.load(Ordering::Relaxed),
         }
     }
@@ -460,7 +463,9 @@ pub(crate) fn run_lane(shared: Arc<Shared>, ready: std::sync::mpsc::Sender<()>) 
         shared.clocks.charge(Class::URGENT.index(), charged);
         lane.polls.fetch_add(1, Ordering::Relaxed);
         lane.busy_ns.fetch_add(took, Ordering::Relaxed);
-        lane.charged_ns.fetch_add(charged, Ordering::Relaxed);
+        // Release, paired with the Acquire in `stats`: a reader that sees
+        // this charge sees the poll's busy time too.
+        lane.charged_ns.fetch_add(charged, Ordering::Release);
     }
 }
 

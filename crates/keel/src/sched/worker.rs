@@ -434,6 +434,7 @@ impl Worker {
         // all.
         let preempted = super::poll::preempted_in(&mut self.meter, took);
         self.account.preempted(preempted);
+        self.account.charge(class.index(), took - preempted);
         self.charge(class.index(), took - preempted, end);
         self.account.switch(State::Search, end);
         self.account.maybe_publish(end);

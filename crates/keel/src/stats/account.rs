@@ -171,6 +171,11 @@ pub(crate) struct Published {
     pub(crate) polls: Box<[u64]>,
     /// Stalls (polls longer than the stall threshold) per class.
     pub(crate) stalls: Box<[u64]>,
+    /// Nanoseconds charged per class: each finished poll's wall time less
+    /// the time the kernel preempted the worker inside it. Published with
+    /// `times`, so a class's charge never exceeds its polls' time in one
+    /// publication.
+    pub(crate) charged: Box<[u64]>,
     /// The state the worker was in at `since`.
     pub(crate) state: State,
     /// When `state` began: the end of what `times` covers.
@@ -297,6 +302,7 @@ impl WorkerMetrics {
                 times: zeros(TASK_SLOT + classes),
                 polls: zeros(classes),
                 stalls: zeros(classes),
+                charged: zeros(classes),
                 state: State::Search,
                 since: 0,
                 stopped: false,
@@ -340,6 +346,8 @@ pub(crate) struct Account {
     times: Box<[u64]>,
     polls: Box<[u64]>,
     stalls: Box<[u64]>,
+    /// See [`Published::charged`].
+    charged: Box<[u64]>,
     /// Queue delays (ns) per class, not yet published.
     delays: Vec<Vec<u64>>,
     state: State,
@@ -400,6 +408,7 @@ impl Account {
             times: zeros(TASK_SLOT + classes),
             polls: zeros(classes),
             stalls: zeros(classes),
+            charged: zeros(classes),
             delays: vec![Vec::new(); classes],
             state: State::Search,
             since: now,
@@ -467,6 +476,16 @@ impl Account {
         if let Some(total) = &mut self.preempted_in_polls {
             *total += ns;
         }
+    }
+
+    /// Adds `ns` charged to `class` for a poll that has ended (the worker
+    /// has not yet left its task state, so the publication that carries
+    /// this charge carries the poll's time too).
+    pub(crate) fn charge(&mut self, class: usize, ns: u64) {
+        if !self.enabled {
+            return;
+        }
+        self.charged[class] += ns;
     }
 
     /// Counts one takeover of a stuck sibling's tasks.
@@ -579,6 +598,7 @@ impl Account {
         published.times.copy_from_slice(&self.times);
         published.polls.copy_from_slice(&self.polls);
         published.stalls.copy_from_slice(&self.stalls);
+        published.charged.copy_from_slice(&self.charged);
         published.state = self.state;
         published.since = self.since;
         published.io_gap_max = self.io_gap_max;
@@ -678,6 +698,26 @@ mod tests {
             account.switch(State::Search, 40);
             assert_eq!(shared.busy_since(), Some(40), "enabled {enabled}");
         }
+    }
+
+    /// A poll's charge is published with its time, never before it: a
+    /// snapshot never shows a class charged more than its polls took.
+    #[test]
+    fn a_charge_is_published_with_the_polls_time() {
+        let shared = Arc::new(WorkerMetrics::new(Arc::new(ClassDelays::new(2)), 2));
+        let mut account = Account::start(Arc::clone(&shared), 2, 0, true);
+        account.switch(State::Task(1), 10);
+        // A 20 ns poll, 5 ns of which the kernel held the worker off.
+        account.preempted(5);
+        account.charge(1, 15);
+        account.switch(State::Search, 30);
+        let (published, _) = shared.read();
+        assert_eq!(&*published.charged, &[0, 0], "nothing published yet");
+        assert_eq!(Published::task_ns(&published.times), &[0, 0]);
+        account.maybe_publish(30 + PUBLISH_NS);
+        let (published, _) = shared.read();
+        assert_eq!(&*published.charged, &[0, 15]);
+        assert_eq!(Published::task_ns(&published.times), &[0, 20]);
     }
 
     /// Keeps this thread on a core for `cpu` of its own CPU time.
