@@ -12,7 +12,8 @@
 //! keel charges the classes only for their time on a core (see
 //! `Builder::charge_on_cpu`), and with the urgent class on the urgent
 //! lane (`Builder::urgent_lane`). A class whose polls block (sleep) must
-//! not escape its share either. This file holds only these tests, and they
+//! not escape its share either, nor a class whose tasks wait on a socket
+//! between polls lose it. This file holds only these tests, and they
 //! take turns, so nothing else competes for the two cores.
 
 #[macro_use]
@@ -224,4 +225,114 @@ fn a_class_that_blocks_in_its_polls_cannot_starve_another() {
         (share - expected).abs() <= TOLERANCE_PP,
         "normal received {share:.1}% of the workers, expected {expected:.1}% ± {TOLERANCE_PP}"
     );
+}
+
+/// Tasks of the class that waits on sockets in
+/// [`a_class_that_waits_on_sockets_between_polls_keeps_its_share`].
+const ECHOING_TASKS: usize = 8;
+
+/// What each of them computes per echo: each task's polls are short, and
+/// between every two of them it waits for the reactor.
+const ECHO_WORK: Duration = Duration::from_micros(100);
+
+/// A class whose tasks wait on a socket between polls (here: each writes a
+/// byte to a thread that echoes it, waits for the echo, then computes
+/// [`ECHO_WORK`]) keeps its share while another class is always runnable.
+/// Its tasks are runnable only once the reactor has seen their echoes,
+/// and its queue drains whenever every one waits at once; the split must
+/// still be its shares', not what is left behind the class that never
+/// waits.
+#[test]
+fn a_class_that_waits_on_sockets_between_polls_keeps_its_share() {
+    use keel::io::{AsyncReadExt, AsyncWriteExt};
+    use std::io::{Read, Write};
+
+    let _turn = one_at_a_time();
+    let rt = Runtime::builder()
+        .workers(2)
+        .spin(SpinPolicy::Short)
+        .build()
+        .unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let cpu: Vec<Arc<AtomicU64>> = (0..2).map(|_| Arc::new(AtomicU64::new(0))).collect();
+    spawn_busy(
+        &rt,
+        Class::NORMAL,
+        4,
+        Duration::from_micros(100),
+        &stop,
+        &cpu[0],
+    );
+    let mut echoes = Vec::new();
+    for _ in 0..ECHOING_TASKS {
+        let (ours, theirs) = std::os::unix::net::UnixStream::pair().unwrap();
+        // The echo ends when the task's end closes.
+        echoes.push(std::thread::spawn(move || {
+            let mut theirs = theirs;
+            let mut byte = [0u8; 1];
+            while theirs.read_exact(&mut byte).is_ok() {
+                if theirs.write_all(&byte).is_err() {
+                    break;
+                }
+            }
+        }));
+        let (stop, cpu) = (stop.clone(), cpu[1].clone());
+        rt.spawn_in(Class::BULK, async move {
+            let mut stream = keel::net::UnixStream::from_std(ours).unwrap();
+            let mut byte = [7u8; 1];
+            // Errors end the task: the runtime closes its sockets when it
+            // shuts down.
+            while !stop.load(Ordering::Relaxed) {
+                if stream.write_all(&byte).await.is_err()
+                    || stream.read_exact(&mut byte).await.is_err()
+                {
+                    break;
+                }
+                let used = cpu_for(ECHO_WORK);
+                cpu.fetch_add(used.as_nanos() as u64, Ordering::Relaxed);
+            }
+        });
+    }
+
+    let read = || -> Vec<u64> { cpu.iter().map(|c| c.load(Ordering::Relaxed)).collect() };
+    std::thread::sleep(Duration::from_millis(300));
+    let (before, stats_before) = (read(), rt.stats());
+    std::thread::sleep(Duration::from_secs(2));
+    let (after, stats_after) = (read(), rt.stats());
+    stop.store(true, Ordering::Relaxed);
+    drop(rt);
+    for echo in echoes {
+        echo.join().unwrap();
+    }
+
+    let measured: Vec<u64> = after.iter().zip(&before).map(|(a, b)| a - b).collect();
+    // Normal and bulk, the two backlogged classes (urgent has no tasks).
+    let charged: Vec<u64> = [1, 2]
+        .iter()
+        .map(|&c| {
+            (stats_after.classes[c].charged - stats_before.classes[c].charged).as_nanos() as u64
+        })
+        .collect();
+    let shares: Vec<u64> = [1, 2]
+        .iter()
+        .map(|&c| u64::from(stats_after.classes[c].shares))
+        .collect();
+    let (measured, charged, expected) = (split(&measured), split(&charged), split(&shares));
+    eprintln!(
+        "normal : bulk %: expected {expected:.1?}, measured {measured:.1?}, charged {charged:.1?}"
+    );
+    for (class, name) in ["normal", "bulk"].iter().enumerate() {
+        assert!(
+            (measured[class] - expected[class]).abs() <= TOLERANCE_PP,
+            "{name}: measured {:.1}% of the CPU, expected {:.1}% ± {TOLERANCE_PP}",
+            measured[class],
+            expected[class]
+        );
+        assert!(
+            (charged[class] - expected[class]).abs() <= TOLERANCE_PP,
+            "{name}: keel charged {:.1}%, expected {:.1}% ± {TOLERANCE_PP}",
+            charged[class],
+            expected[class]
+        );
+    }
 }

@@ -372,7 +372,10 @@ fn measure(
         }),
         shares: {
             let class = |index: usize| end.mark.runtime["classes"][index]["shares"].as_f64();
-            class(0).zip(class(1)).zip(class(2)).map(|((u, n), b)| [u, n, b])
+            class(0)
+                .zip(class(1))
+                .zip(class(2))
+                .map(|((u, n), b)| [u, n, b])
         },
         noise: alone_start
             .to(&start, &config.run.placement.server)
@@ -485,8 +488,11 @@ fn round_metrics(record: &PhaseRecord) -> Vec<(&'static str, f64)> {
             ("forward_long_pct", percent(long, record.window_s)),
             (
                 "mb_per_download_s",
-                ratio(Some(record.loaded.bulk_mb_per_s * record.window_s), Some(long))
-                    .unwrap_or(f64::NAN),
+                ratio(
+                    Some(record.loaded.bulk_mb_per_s * record.window_s),
+                    Some(long),
+                )
+                .unwrap_or(f64::NAN),
             ),
         ]);
     }
@@ -571,11 +577,7 @@ fn verdicts(runs: &[RunFigures], runtimes: &[RuntimeKind]) -> Vec<Verdict> {
             .zip(metric("keel", mode, "bulk_of_backlogged_shares_pct"))
             .map(|(charged, shares)| (charged - shares).abs());
         vec![
-            vs_tokio(
-                names[0],
-                "conns_per_s",
-                Some(Goal::AtLeast(CONNS_VS_TOKIO)),
-            ),
+            vs_tokio(names[0], "conns_per_s", Some(Goal::AtLeast(CONNS_VS_TOKIO))),
             Verdict::new(names[1], "keel", split, Some(Goal::AtMost(SPLIT_POINTS)))
                 .missing_because(missing(&[keel])),
             vs_tokio(
