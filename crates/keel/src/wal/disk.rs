@@ -1,16 +1,20 @@
-//! [`Disk`]: every file operation the writer thread performs, behind one
-//! trait, so that tests can make any of them fail on demand.
+//! [`Disk`]: every operation by which the log changes its files (the
+//! writer thread's, and those of opening: creating the directory,
+//! recovery's cuts, the syncs), behind one trait, so that tests can make
+//! any of them fail on demand and see which of them made what durable.
+//! Reading goes to the files directly.
 //!
 //! [`RealDisk`] calls the operating system. In unit tests, `FaultyDisk`
 //! wraps it and fails the operations a test asks for, with the errors a
-//! full or failing disk gives (`ENOSPC`, `EIO`).
+//! full or failing disk gives (`ENOSPC`, `EIO`), and `crash_disk` models
+//! the page cache and power loss.
 
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 
-/// The file operations of the writer thread.
+/// The file operations by which the log changes its files.
 pub(crate) trait Disk: Send + 'static {
     /// Creates (or empties) the file at `path` for reading and writing.
     fn create(&mut self, path: &Path) -> io::Result<File>;

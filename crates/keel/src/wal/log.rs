@@ -10,11 +10,12 @@ use std::thread::{self, JoinHandle, ThreadId};
 
 use super::append::Append;
 use super::dirlock::DirLock;
-use super::disk::{sync_dir, Disk, RealDisk};
+use super::disk::{Disk, RealDisk};
 use super::error::{self, context, Failure};
 use super::format;
 use super::iter::Iter;
 use super::recovery::{recover, Recovery};
+use super::repair;
 use super::shared::{closed_error, Closed, Shared};
 use super::writer::{Current, Writer};
 use super::{lock, Lsn, Options};
@@ -119,9 +120,10 @@ impl Log {
         // The writer creates files in `dir` for as long as the log is open:
         // a later change of the working directory must not move them.
         let dir = &std::path::absolute(dir).map_err(|e| context("resolving", dir, e))?;
-        create_dir(dir)?;
+        create_dir(dir, &mut *disk)?;
         let dir_lock = DirLock::acquire(dir)?;
-        let recovered = recover(dir, opts.max_record)?;
+        repair::make(dir, &mut *disk)?;
+        let recovered = recover(dir, opts.max_record, &mut *disk)?;
         let mut spans = recovered.spans;
         // Recovery read whole records from the page cache, and a process
         // killed between a write and its sync leaves some there that no
@@ -302,16 +304,24 @@ fn run_writer(writer: Writer) {
     }
 }
 
-/// Creates `dir` if it is missing, and syncs its parent so that the new
-/// directory survives a crash.
-fn create_dir(dir: &Path) -> io::Result<()> {
+/// Creates `dir` (an absolute path) and any missing parents, and syncs the
+/// directory that holds each one it created, from the top down, so that
+/// the whole path survives a power loss: a synced log directory under a
+/// parent whose own entry never reached the disk is lost with it.
+fn create_dir(dir: &Path, disk: &mut dyn Disk) -> io::Result<()> {
     if dir.is_dir() {
         return Ok(());
     }
+    let mut missing: Vec<&Path> = dir.ancestors().take_while(|a| !a.is_dir()).collect();
+    missing.reverse();
     fs::create_dir_all(dir).map_err(|e| context("creating", dir, e))?;
-    let parent = match dir.parent() {
-        Some(parent) if !parent.as_os_str().is_empty() => parent,
-        _ => Path::new("."),
-    };
-    sync_dir(parent).map_err(|e| context("syncing directory", parent, e))
+    for created in missing {
+        let parent = match created.parent() {
+            Some(parent) if !parent.as_os_str().is_empty() => parent,
+            _ => Path::new("."),
+        };
+        disk.sync_dir(parent)
+            .map_err(|e| context("syncing directory", parent, e))?;
+    }
+    Ok(())
 }

@@ -55,10 +55,16 @@
 //! this in 2018). The log cannot know which of its bytes are durable any
 //! more, so it stops: the batch, every pending and every later append fail
 //! with "log closed after an IO error", and [`Log::close`] returns the
-//! error. Reopening the log reads back what really is on disk. A failed
-//! *write*, on the other hand (a full disk), leaves the durable bytes
-//! alone: the writer cuts the file back to its durable length, fails that
-//! batch only, and goes on.
+//! error. The bytes of the failed batch stay in the page cache, marked
+//! clean: a log reopened in the same boot would read them back as records
+//! that no sync will ever write, and append after them. So before it
+//! stops, the writer cuts the segment back to its length at the last
+//! successful sync and `fsync`s it (or removes a new segment whose sync
+//! failed); if even that fails, the next open in this process makes the
+//! repair first, and the error says so. An `ENOSPC` from `fdatasync`
+//! takes the same path. A failed *write*, on the other hand (a full
+//! disk), leaves the durable bytes alone: the writer cuts the file back to
+//! its durable length, fails that batch only, and goes on.
 //!
 //! # Guarantees
 //!
@@ -85,7 +91,10 @@
 //!    appends, so a record a crashed process wrote but never synced is
 //!    made durable before it is counted (and before anything after it is
 //!    acknowledged).
-//! 7. One log per directory: an open log holds a lock on the file `LOCK`
+//! 7. A log directory that [`Log::open`] creates survives a power loss
+//!    with its parents: each directory it creates is synced into the one
+//!    above, from the top down.
+//! 8. One log per directory: an open log holds a lock on the file `LOCK`
 //!    in it (released when the log closes or the process dies), and a
 //!    second `open`, from this process or another, fails while it does.
 //!    The lock is a POSIX record lock: code in the same process that opens
@@ -145,8 +154,11 @@
 //! - `segment`: reading one segment, record by record.
 //! - `format`: encoding headers and record frames.
 //! - `dirlock`: one open log per directory, across threads and processes.
-//! - `disk`: the writer's file operations behind a trait, and the faulty
+//! - `disk`: the log's file operations behind a trait, and the faulty
 //!   disk of the unit tests.
+//! - `repair`: what a failed sync left for the next open to put right.
+//! - `crash_disk` (tests only): a disk that models the page cache and
+//!   power loss, and the tests that cut the power at every step.
 //! - `options`: [`Options`].
 
 mod append;
@@ -159,10 +171,13 @@ mod log;
 mod options;
 mod record;
 mod recovery;
+mod repair;
 mod segment;
 mod shared;
 mod writer;
 
+#[cfg(test)]
+mod crash_disk;
 #[cfg(test)]
 mod tests;
 

@@ -23,11 +23,11 @@
 //! much.
 
 use std::fmt;
-use std::fs::{self, OpenOptions};
+use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
 
-use super::disk::sync_dir;
+use super::disk::Disk;
 use super::error::{context, corrupt};
 use super::format::{self, HEADER_LEN};
 use super::segment::{Opened, SegmentReader, Step};
@@ -119,8 +119,9 @@ pub(crate) struct Recovered {
     pub(crate) next_lsn: u64,
 }
 
-/// Reads and checks every segment in `dir`, truncating a torn tail.
-pub(crate) fn recover(dir: &Path, max_record: usize) -> io::Result<Recovered> {
+/// Reads and checks every segment in `dir`, truncating a torn tail; the
+/// changes it makes (a cut, a removal, their syncs) go through `disk`.
+pub(crate) fn recover(dir: &Path, max_record: usize, disk: &mut dyn Disk) -> io::Result<Recovered> {
     let files = segment_files(dir)?;
     let mut spans: Vec<SegmentSpan> = Vec::with_capacity(files.len());
     let mut next_lsn: Option<u64> = None;
@@ -132,8 +133,10 @@ pub(crate) fn recover(dir: &Path, max_record: usize) -> io::Result<Recovered> {
                 Opened::Valid(reader, header) => (reader, header),
                 Opened::BadHeader { len, .. } if last && len <= HEADER_LEN => {
                     // A segment being created when the process died.
-                    fs::remove_file(path).map_err(|e| context("removing torn segment", path, e))?;
-                    sync_dir(dir).map_err(|e| context("syncing directory", dir, e))?;
+                    disk.remove(path)
+                        .map_err(|e| context("removing torn segment", path, e))?;
+                    disk.sync_dir(dir)
+                        .map_err(|e| context("syncing directory", dir, e))?;
                     next_lsn.get_or_insert(*name_lsn);
                     torn_tail = Some(TornTail {
                         segment: path.clone(),
@@ -184,7 +187,7 @@ pub(crate) fn recover(dir: &Path, max_record: usize) -> io::Result<Recovered> {
                     ))
                 }
                 Step::Damaged { offset, reason } if last => {
-                    let bytes = truncate(path, offset)?;
+                    let bytes = truncate(path, offset, disk)?;
                     torn_tail = Some(TornTail {
                         segment: path.clone(),
                         offset,
@@ -256,30 +259,25 @@ fn segment_files(dir: &Path) -> io::Result<Vec<(u64, PathBuf)>> {
 /// Cuts the file at `path` to `len` bytes and syncs it; returns the bytes
 /// of damage cut, that is up to the last byte that is not zero (zeros the
 /// writer prepared ahead were never records).
-fn truncate(path: &Path, len: u64) -> io::Result<u64> {
-    let mut file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(path)
-        .map_err(|e| context("opening", path, e))?;
-    let damaged = last_nonzero_end(&mut file, len)
+fn truncate(path: &Path, len: u64, disk: &mut dyn Disk) -> io::Result<u64> {
+    let file = disk.open(path).map_err(|e| context("opening", path, e))?;
+    let damaged = last_nonzero_end(&file, len)
         .map_err(|e| context("reading", path, e))?
         .saturating_sub(len);
-    file.set_len(len)
-        .and_then(|()| file.sync_all())
+    disk.set_len(&file, len)
+        .and_then(|()| disk.sync_all(&file))
         .map_err(|e| context("truncating the torn tail of", path, e))?;
     Ok(damaged)
 }
 
 /// The offset just after the last byte of `file` at or after `from` that
 /// is not zero (`from` if there is none).
-fn last_nonzero_end(file: &mut fs::File, from: u64) -> io::Result<u64> {
-    use std::io::{Read, Seek, SeekFrom};
-    file.seek(SeekFrom::Start(from))?;
+fn last_nonzero_end(file: &fs::File, from: u64) -> io::Result<u64> {
+    use std::os::unix::fs::FileExt;
     let mut buf = vec![0u8; 64 * 1024];
     let (mut at, mut end) = (from, from);
     loop {
-        let n = file.read(&mut buf)?;
+        let n = file.read_at(&mut buf, at)?;
         if n == 0 {
             return Ok(end);
         }

@@ -18,9 +18,9 @@ use super::{lock, Log, Options};
 
 // One definition of each helper for the unit and the integration tests.
 #[path = "../../tests/support/block_on.rs"]
-mod block_on;
+pub(super) mod block_on;
 #[path = "../../tests/support/temp_dir.rs"]
-mod temp_dir;
+pub(super) mod temp_dir;
 use block_on::block_on;
 use temp_dir::TempDir;
 

@@ -31,6 +31,17 @@
 //!   that could not be cut back holds bytes that recovery would read as
 //!   records. Going on could acknowledge records that are not durable, so
 //!   every pending and later append fails instead.
+//! - Closing is not enough after a failed sync: Linux keeps the failed
+//!   bytes in its page cache, marked clean, so a log reopened in the same
+//!   boot would read them back as records, and its own syncs would never
+//!   write them (the pages are clean). It would then append and
+//!   acknowledge records after bytes that a power loss turns into a hole.
+//!   So before closing, the writer puts the file back as it was at its
+//!   last successful sync: the segment is cut back to its durable length
+//!   and `fsync`ed (step 4), or the new segment is removed (step 2). If
+//!   that fails too, the repair is remembered (see [`super::repair`]) and
+//!   made by the next open in this process, which fails if it cannot
+//!   make it.
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -44,6 +55,7 @@ use super::disk::Disk;
 use super::error::Failure;
 use super::format::{segment_name, SegmentHeader, HEADER_LEN};
 use super::options::MAX_REGROUP_WAIT;
+use super::repair::{self, Repair};
 use super::shared::{Gather, SegmentSpan, Shared};
 use super::{lock, Lsn};
 
@@ -166,22 +178,39 @@ impl Current {
                 )),
             });
         }
-        disk.sync_all(&file).map_err(|e| {
-            StepError::Fatal(Failure::new(
-                format!("fsync of new segment {} failed", path.display()),
-                e,
-            ))
-        })?;
-        disk.sync_dir(dir).map_err(|e| {
-            StepError::Fatal(Failure::new(
-                format!(
-                    "fsync of directory {} after creating segment {} failed",
-                    dir.display(),
-                    path.display()
-                ),
-                e,
-            ))
-        })?;
+        // A sync that fails leaves the header (or the file's name) in the
+        // page cache only: a reopen would count the segment, and records
+        // it then acknowledged there would sit in a file that a power loss
+        // takes away. The file goes, so nothing can be added to it.
+        let synced = disk
+            .sync_all(&file)
+            .map_err(|e| (format!("fsync of new segment {} failed", path.display()), e))
+            .and_then(|()| {
+                disk.sync_dir(dir).map_err(|e| {
+                    (
+                        format!(
+                            "fsync of directory {} after creating segment {} failed",
+                            dir.display(),
+                            path.display()
+                        ),
+                        e,
+                    )
+                })
+            });
+        if let Err((what, cause)) = synced {
+            drop(file);
+            let what = match disk.remove(&path) {
+                Ok(()) => what,
+                Err(e) => {
+                    repair::remember(&path, Repair::Remove);
+                    format!(
+                        "{what}; then removing the segment failed ({e}): the next open in this \
+                         process removes it"
+                    )
+                }
+            };
+            return Err(StepError::Fatal(Failure::new(what, cause)));
+        }
         Ok(Current {
             file,
             path,
@@ -292,14 +321,18 @@ impl Writer {
         self.prepare_ahead(offset + bytes, buf);
         let path = self.segment.path.display();
         if let Err(cause) = self.disk.sync_data(&self.segment.file) {
-            let failure = Failure::new(
-                format!(
-                    "fdatasync of {path} failed after writing {} records at offset {offset}",
-                    batch.len()
-                ),
-                cause,
+            let what = format!(
+                "fdatasync of {path} failed after writing {} records at offset {offset}",
+                batch.len()
             );
-            return self.fail(batch, StepError::Fatal(failure));
+            let what = match self.cut_back(offset) {
+                Ok(()) => what,
+                Err(e) => format!(
+                    "{what}; then cutting it back to {offset} bytes failed ({e}): the next open \
+                     in this process cuts it"
+                ),
+            };
+            return self.fail(batch, StepError::Fatal(Failure::new(what, cause)));
         }
         self.publish(batch, bytes);
         Ok(())
@@ -329,6 +362,24 @@ impl Writer {
             Ok(()) => target,
             Err(_) => end,
         };
+    }
+
+    /// Puts the current segment back to `len` bytes, its length at the
+    /// last successful sync, after a sync failed: cuts it there and
+    /// `fsync`s, so neither the page cache nor the disk holds the bytes
+    /// that failed. If that fails, remembers the repair for the next open
+    /// in this process (see [`super::repair`]).
+    fn cut_back(&mut self, len: u64) -> std::io::Result<()> {
+        let file = &self.segment.file;
+        let cut = self
+            .disk
+            .set_len(file, len)
+            .and_then(|()| self.disk.sync_all(file));
+        match &cut {
+            Ok(()) => self.segment.prepared = len,
+            Err(_) => repair::remember(&self.segment.path, Repair::CutTo(len)),
+        }
+        cut
     }
 
     /// Cuts the zeros prepared ahead off the current segment, so a segment
