@@ -188,3 +188,51 @@ fn unix_sockets_need_a_runtime() {
     assert!(UnixStream::pair().is_err());
     assert!(!path.exists(), "nothing was bound");
 }
+
+/// With a mode, the socket file has it, and the same rules hold for a
+/// file in the way (the temporary name it was bound under is not left
+/// behind).
+#[test]
+fn a_socket_bound_with_a_mode_has_it_and_keeps_the_rules_for_a_file_in_the_way() {
+    use std::os::unix::fs::PermissionsExt;
+    let rt = runtime();
+    let path = socket_path("with-mode");
+    rt.block_on(async {
+        let listener = UnixListener::options().mode(0o640).bind(&path).unwrap();
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o640, "{mode:o}");
+        let client = keel::spawn(UnixStream::connect(path.clone()));
+        listener.accept().await.unwrap();
+        client.await.unwrap().unwrap();
+
+        // Live: refused, replacing asked or not.
+        for replace in [false, true] {
+            let error = UnixListener::options()
+                .mode(0o600)
+                .replace_stale(replace)
+                .bind(&path)
+                .unwrap_err();
+            assert_eq!(error.kind(), ErrorKind::AddrInUse, "{error}");
+        }
+        // Stale: refused by default, replaced on request.
+        drop(listener);
+        let error = UnixListener::options().mode(0o600).bind(&path).unwrap_err();
+        assert_eq!(error.kind(), ErrorKind::AddrInUse, "{error}");
+        let again = UnixListener::options()
+            .mode(0o600)
+            .replace_stale(true)
+            .bind(&path)
+            .unwrap();
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600, "{mode:o}");
+        drop(again);
+        std::fs::remove_file(&path).unwrap();
+        let prefix = path.file_name().unwrap().to_string_lossy().into_owned();
+        let leftovers: Vec<_> = std::fs::read_dir(path.parent().unwrap())
+            .unwrap()
+            .filter_map(|e| e.ok())
+            .filter(|e| e.file_name().to_string_lossy().starts_with(&prefix))
+            .collect();
+        assert!(leftovers.is_empty(), "{leftovers:?}");
+    });
+}

@@ -23,7 +23,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use futures_io::{AsyncRead, AsyncWrite};
-use futures_util::{AsyncReadExt, AsyncWriteExt, FutureExt};
+use futures_util::FutureExt;
 use http_body_util::Full;
 use hyper::body::{Body, Bytes, Frame, SizeHint};
 use hyper::server::conn::http1;
@@ -32,7 +32,7 @@ use hyper::service::service_fn;
 use super::slots::Slot;
 use super::{routes, Permit, Shared, LINGER};
 use crate::compat::hyper::{HyperIo, HyperTimer};
-use crate::net::TcpStream;
+use crate::net::{TcpStream, UnixStream};
 use crate::time::{sleep, timeout, Sleep};
 
 /// The answer to a connection past `max_connections` when every slot is
@@ -48,10 +48,10 @@ too many admin connections, try later\n";
 /// client can have queued in a socket's receive buffer at once, roughly.
 const DRAIN_NOW: usize = 64 * 1024;
 
-/// Serves HTTP/1.1 on `stream` in `slot` until the client or an error ends
-/// it, or the slot is given to a newer connection; then closes it.
-pub(super) async fn serve(stream: TcpStream, peer: SocketAddr, shared: Arc<Shared>, slot: Slot) {
-    let _ = stream.set_nodelay(true);
+/// Serves HTTP/1.1 on `stream` (from `peer`) in `slot` until the client
+/// or an error ends it, or the slot is given to a newer connection; then
+/// closes it.
+pub(super) async fn serve<S: Transport>(stream: S, peer: Peer, shared: Arc<Shared>, slot: Slot) {
     let stream = Arc::new(stream);
     match serve_on(stream.clone(), &shared, &slot).await {
         Ended::Closed => {}
@@ -72,17 +72,16 @@ pub(super) async fn serve(stream: TcpStream, peer: SocketAddr, shared: Arc<Share
     // The slot is free before the lingering close, which has its own
     // bound.
     drop(slot);
-    close(&stream, &shared).await;
+    close(&*stream, &shared).await;
 }
 
 /// Answers 503 on a connection that found every slot answering, then
 /// closes it.
-pub(super) async fn refuse(stream: TcpStream, shared: Arc<Shared>) {
+pub(super) async fn refuse<S: Transport>(stream: S, shared: Arc<Shared>) {
     let options = &shared.options;
-    let mut writer = &stream;
     match Permit::try_take(&shared.lingering, options.max_connections) {
         Some(_permit) => {
-            if timeout(options.read_timeout, writer.write_all(REFUSAL))
+            if timeout(options.read_timeout, write_all(&stream, REFUSAL))
                 .await
                 .is_ok_and(|written| written.is_ok())
             {
@@ -91,10 +90,41 @@ pub(super) async fn refuse(stream: TcpStream, shared: Arc<Shared>) {
         }
         None => {
             // A new socket's send buffer is empty: the answer fits at once.
-            let _ = writer.write(REFUSAL).now_or_never();
+            let _ = poll_fn(|cx| stream.poll_write(cx, REFUSAL)).now_or_never();
             close_now(&stream);
         }
     }
+}
+
+/// Who a connection came from, for the logs: a TCP peer, or a Unix
+/// socket's (usually unnamed) peer.
+#[derive(Debug)]
+pub(super) enum Peer {
+    /// A TCP peer's address.
+    Tcp(SocketAddr),
+    /// A peer on the endpoint's Unix socket.
+    Unix,
+}
+
+impl std::fmt::Display for Peer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Peer::Tcp(addr) => addr.fmt(f),
+            Peer::Unix => f.write_str("unix socket"),
+        }
+    }
+}
+
+/// Writes all of `buf` to `stream`.
+async fn write_all<S: Transport>(stream: &S, mut buf: &[u8]) -> io::Result<()> {
+    while !buf.is_empty() {
+        let n = poll_fn(|cx| stream.poll_write(cx, buf)).await?;
+        if n == 0 {
+            return Err(io::ErrorKind::WriteZero.into());
+        }
+        buf = &buf[n..];
+    }
+    Ok(())
 }
 
 /// How [`serve_on`] ended.
@@ -185,7 +215,7 @@ pub(super) async fn serve_on<S: Transport>(
 /// Shuts down the sending side of `stream`, then reads and discards its
 /// input: until the client closes, for at most [`LINGER`], with a linger
 /// permit; what has arrived already, without one.
-async fn close(stream: &TcpStream, shared: &Shared) {
+async fn close<S: Transport>(stream: &S, shared: &Shared) {
     match Permit::try_take(&shared.lingering, shared.options.max_connections) {
         Some(_permit) => linger(stream, shared.options.read_timeout).await,
         None => close_now(stream),
@@ -194,14 +224,13 @@ async fn close(stream: &TcpStream, shared: &Shared) {
 
 /// Shuts down the sending side of `stream`, then reads and discards input
 /// until the client closes, for at most [`LINGER`] (and `read_timeout`).
-async fn linger(stream: &TcpStream, read_timeout: Duration) {
-    if stream.shutdown(Shutdown::Write).is_err() {
+async fn linger<S: Transport>(stream: &S, read_timeout: Duration) {
+    if stream.shutdown_write().is_err() {
         return;
     }
     let drain = async {
-        let mut reader = stream;
         let mut sink = [0u8; 4096];
-        while let Ok(n) = reader.read(&mut sink).await {
+        while let Ok(n) = poll_fn(|cx| stream.poll_read(cx, &mut sink)).await {
             if n == 0 {
                 break;
             }
@@ -213,15 +242,14 @@ async fn linger(stream: &TcpStream, read_timeout: Duration) {
 /// Shuts down the sending side of `stream` and discards what it has
 /// received (up to [`DRAIN_NOW`]) without waiting, so that the close that
 /// follows sends a FIN, not a reset, unless more input arrives later.
-fn close_now(stream: &TcpStream) {
-    if stream.shutdown(Shutdown::Write).is_err() {
+fn close_now<S: Transport>(stream: &S) {
+    if stream.shutdown_write().is_err() {
         return;
     }
-    let mut reader = stream;
     let mut sink = [0u8; 4096];
     let mut drained = 0;
     while drained < DRAIN_NOW {
-        match reader.read(&mut sink).now_or_never() {
+        match poll_fn(|cx| stream.poll_read(cx, &mut sink)).now_or_never() {
             Some(Ok(n)) if n > 0 => drained += n,
             _ => break,
         }
@@ -229,7 +257,8 @@ fn close_now(stream: &TcpStream) {
 }
 
 /// A byte stream the endpoint serves HTTP on, shared by reference between
-/// hyper and the close after it: a [`TcpStream`], or an in-memory pipe.
+/// hyper and the close after it: a [`TcpStream`], a [`UnixStream`], or an
+/// in-memory pipe.
 pub(super) trait Transport: Send + Sync + 'static {
     /// As [`AsyncRead::poll_read`].
     fn poll_read(&self, cx: &mut Context<'_>, buf: &mut [u8]) -> Poll<io::Result<usize>>;
@@ -254,6 +283,36 @@ pub(super) trait Transport: Send + Sync + 'static {
 }
 
 impl Transport for TcpStream {
+    fn poll_read(&self, cx: &mut Context<'_>, buf: &mut [u8]) -> Poll<io::Result<usize>> {
+        Pin::new(&mut &*self).poll_read(cx, buf)
+    }
+
+    fn poll_write(&self, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        Pin::new(&mut &*self).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        &self,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut &*self).poll_write_vectored(cx, bufs)
+    }
+
+    fn poll_flush(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut &*self).poll_flush(cx)
+    }
+
+    fn shutdown_write(&self) -> io::Result<()> {
+        match self.shutdown(Shutdown::Write) {
+            // A peer that is already gone leaves nothing to shut down.
+            Err(error) if error.kind() == io::ErrorKind::NotConnected => Ok(()),
+            other => other,
+        }
+    }
+}
+
+impl Transport for UnixStream {
     fn poll_read(&self, cx: &mut Context<'_>, buf: &mut [u8]) -> Poll<io::Result<usize>> {
         Pin::new(&mut &*self).poll_read(cx, buf)
     }

@@ -11,6 +11,11 @@
 //! admin.shutdown();
 //! ```
 //!
+//! [`AdminOptions::serve_unix`] serves the same endpoint on a Unix domain
+//! socket instead, for a host that keeps it off the network: only the
+//! users that [`AdminOptions::unix_mode`] lets write the socket file
+//! (default `0o600`, the owner) can connect.
+//!
 //! # Routes
 //!
 //! | route | answer |
@@ -282,13 +287,17 @@ mod routes;
 mod slots;
 
 use std::fmt;
+use std::future::poll_fn;
 use std::io;
 use std::net::{SocketAddr, ToSocketAddrs};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
-use crate::net::TcpListener;
+use crate::net::{TcpListener, TcpStream, UnixListener, UnixStream};
 use crate::runtime::context;
 use crate::{Class, Handle, JoinHandle};
 use slots::Slots;
@@ -303,6 +312,10 @@ pub const DEFAULT_MAX_CONNECTIONS: usize = 16;
 
 /// Default [`AdminOptions::read_timeout`]: 5 s.
 pub const DEFAULT_READ_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Default [`AdminOptions::unix_mode`]: `0o600`, read and write for the
+/// owner only.
+pub const DEFAULT_UNIX_MODE: u32 = 0o600;
 
 /// Default [`AdminOptions::max_request_bytes`]: 16 KiB.
 pub const DEFAULT_MAX_REQUEST_BYTES: usize = 16 * 1024;
@@ -369,6 +382,7 @@ pub struct AdminOptions {
     max_request_bytes: usize,
     class: Class,
     status_section: Option<StatusSection>,
+    unix_mode: u32,
 }
 
 /// The application's part of `/status` (see
@@ -397,6 +411,7 @@ impl AdminOptions {
             max_request_bytes: DEFAULT_MAX_REQUEST_BYTES,
             class: Class::URGENT,
             status_section: None,
+            unix_mode: DEFAULT_UNIX_MODE,
         }
     }
 
@@ -467,6 +482,17 @@ impl AdminOptions {
         self
     }
 
+    /// The permission bits of the socket file of an endpoint served with
+    /// [`serve_unix`](Self::serve_unix). Default:
+    /// [`0o600`](DEFAULT_UNIX_MODE), the owner only. Connecting needs
+    /// write permission on the file, so this decides which local users
+    /// can read the runtime's figures; the file has these bits before any
+    /// client can reach it.
+    pub fn unix_mode(&mut self, mode: u32) -> &mut AdminOptions {
+        self.unix_mode = mode;
+        self
+    }
+
     /// Binds `addr` and serves the endpoint in `handle`'s runtime, with
     /// these options. May be called from inside or outside the runtime.
     ///
@@ -475,6 +501,55 @@ impl AdminOptions {
     /// The OS error of binding `addr`, or `InvalidInput` if the
     /// configured class does not exist in the runtime.
     pub fn serve(&self, addr: impl ToSocketAddrs, handle: &Handle) -> io::Result<AdminServer> {
+        let listener = self.bind(handle, || TcpListener::bind(addr))?;
+        let local_addr = listener.local_addr()?;
+        Ok(self.start(handle, listener, Listening::Tcp(local_addr)))
+    }
+
+    /// Serves the endpoint on a Unix domain socket at `path`, in
+    /// `handle`'s runtime, with these options: reachable only from this
+    /// host, by the users that [`unix_mode`](Self::unix_mode) lets
+    /// connect, as HAProxy's stats socket is. A stale socket file at
+    /// `path` (one nothing listens on, left by a process that crashed) is
+    /// replaced; a live one, or a file that is not a socket, is not.
+    /// Dropping the server removes the socket file.
+    ///
+    /// ```
+    /// let rt = keel::Runtime::new().unwrap();
+    /// let path = std::env::temp_dir().join(format!("keel-admin-doc-{}.sock", std::process::id()));
+    /// let admin = keel::admin::Admin::builder().serve_unix(&path, rt.handle()).unwrap();
+    /// assert_eq!(admin.path(), Some(path.as_path()));
+    /// # drop(admin);
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// The error of binding the socket (`AddrInUse` when a live socket or
+    /// another file is at `path`, `PermissionDenied`, `NotFound` for a
+    /// missing directory), naming the path; `InvalidInput` if the
+    /// configured class does not exist in the runtime.
+    pub fn serve_unix(&self, path: impl AsRef<Path>, handle: &Handle) -> io::Result<AdminServer> {
+        let path = path.as_ref();
+        let listener = self.bind(handle, || {
+            UnixListener::options()
+                .replace_stale(true)
+                .mode(self.unix_mode)
+                .bind(path)
+        })?;
+        let inode = std::fs::metadata(path).map(|m| m.ino())?;
+        Ok(self.start(
+            handle,
+            listener,
+            Listening::Unix {
+                path: path.to_owned(),
+                inode,
+            },
+        ))
+    }
+
+    /// Runs `bind` where a listener registers with `handle`'s reactor, in
+    /// the endpoint's class, after checking that the class exists.
+    fn bind<L>(&self, handle: &Handle, bind: impl FnOnce() -> io::Result<L>) -> io::Result<L> {
         if handle.class_name(self.class).is_none() {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
@@ -484,23 +559,34 @@ impl AdminOptions {
                 ),
             ));
         }
-        let listener = {
-            // Sockets register with the current runtime's reactor: make it
-            // `handle`'s for the bind, wherever this is called from,
-            // and its class's, so that an urgent endpoint listens on the
-            // urgent lane when the runtime has one.
-            let _enter = context::enter(handle.clone());
-            context::with_class(self.class, || TcpListener::bind(addr))?
-        };
-        let local_addr = listener.local_addr()?;
+        // Sockets register with the current runtime's reactor: make it
+        // `handle`'s for the bind, wherever this is called from, and its
+        // class's, so that an urgent endpoint listens on the urgent lane
+        // when the runtime has one.
+        let _enter = context::enter(handle.clone());
+        context::with_class(self.class, bind)
+    }
+
+    /// Starts the accept loop on `listener`.
+    fn start<L: Accept>(&self, handle: &Handle, listener: L, listening: Listening) -> AdminServer {
         let shared = Arc::new(Shared::new(handle, self));
         let task = handle.spawn_in(self.class, accept_loop(listener, shared.clone()));
-        Ok(AdminServer {
-            local_addr,
+        AdminServer {
+            listening,
             task,
             shared,
-        })
+        }
     }
+}
+
+/// Where an endpoint listens.
+#[derive(Debug)]
+enum Listening {
+    /// A TCP address.
+    Tcp(SocketAddr),
+    /// A Unix socket file, and its inode (so that dropping the server
+    /// removes only the file it bound).
+    Unix { path: PathBuf, inode: u64 },
 }
 
 /// A running admin endpoint. Dropping it, or [`shutdown`](Self::shutdown),
@@ -508,15 +594,30 @@ impl AdminOptions {
 /// already accepted finish their current request (each is bounded by the
 /// read timeout).
 pub struct AdminServer {
-    local_addr: SocketAddr,
+    listening: Listening,
     task: JoinHandle<()>,
     shared: Arc<Shared>,
 }
 
 impl AdminServer {
-    /// The address the endpoint listens on.
+    /// The TCP address the endpoint listens on. An endpoint on a Unix
+    /// socket ([`AdminOptions::serve_unix`]) has none, and answers the
+    /// unspecified address `0.0.0.0:0`; its [`path`](Self::path) is where
+    /// it listens.
     pub fn local_addr(&self) -> SocketAddr {
-        self.local_addr
+        match &self.listening {
+            Listening::Tcp(addr) => *addr,
+            Listening::Unix { .. } => SocketAddr::from(([0, 0, 0, 0], 0)),
+        }
+    }
+
+    /// The socket file the endpoint listens on, if it was served with
+    /// [`AdminOptions::serve_unix`].
+    pub fn path(&self) -> Option<&Path> {
+        match &self.listening {
+            Listening::Tcp(_) => None,
+            Listening::Unix { path, .. } => Some(path),
+        }
     }
 
     /// Connections holding a slot now: being served or waiting for a
@@ -549,13 +650,20 @@ impl AdminServer {
 impl Drop for AdminServer {
     fn drop(&mut self) {
         self.task.abort();
+        if let Listening::Unix { path, inode } = &self.listening {
+            // Only the file this server bound: a later server may have
+            // replaced it since.
+            if std::fs::metadata(path).is_ok_and(|m| m.ino() == *inode) {
+                let _ = std::fs::remove_file(path);
+            }
+        }
     }
 }
 
 impl fmt::Debug for AdminServer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("AdminServer")
-            .field("local_addr", &self.local_addr)
+            .field("listening", &self.listening)
             .field("options", &self.shared.options)
             .field("connections", &self.connections())
             .finish_non_exhaustive()
@@ -611,11 +719,38 @@ impl Drop for Permit<'_> {
     }
 }
 
-async fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
+/// A listener the endpoint accepts connections on.
+trait Accept: Send + Sync + 'static {
+    /// Its connections.
+    type Stream: conn::Transport;
+    /// As the listener's `poll_accept`, ready for serving HTTP.
+    fn poll_accept(&self, cx: &mut Context<'_>) -> Poll<io::Result<(Self::Stream, conn::Peer)>>;
+}
+
+impl Accept for TcpListener {
+    type Stream = TcpStream;
+
+    fn poll_accept(&self, cx: &mut Context<'_>) -> Poll<io::Result<(TcpStream, conn::Peer)>> {
+        TcpListener::poll_accept(self, cx).map_ok(|(stream, peer)| {
+            let _ = stream.set_nodelay(true);
+            (stream, conn::Peer::Tcp(peer))
+        })
+    }
+}
+
+impl Accept for UnixListener {
+    type Stream = UnixStream;
+
+    fn poll_accept(&self, cx: &mut Context<'_>) -> Poll<io::Result<(UnixStream, conn::Peer)>> {
+        UnixListener::poll_accept(self, cx).map_ok(|(stream, _)| (stream, conn::Peer::Unix))
+    }
+}
+
+async fn accept_loop<L: Accept>(listener: L, shared: Arc<Shared>) {
     let batch = (shared.options.max_connections / 2).max(1);
     let mut accepted = 0;
     loop {
-        match listener.accept().await {
+        match poll_fn(|cx| listener.poll_accept(cx)).await {
             Ok((stream, peer)) => {
                 // Detached: the connection's task ends on its own, bounded
                 // by the read timeout.

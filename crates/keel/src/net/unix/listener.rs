@@ -51,6 +51,7 @@ pub struct UnixListener {
 #[derive(Debug, Clone, Default)]
 pub struct UnixListenOptions {
     replace_stale: bool,
+    mode: Option<u32>,
 }
 
 impl UnixListenOptions {
@@ -70,6 +71,18 @@ impl UnixListenOptions {
         self
     }
 
+    /// The permission bits of the socket file, which decide who may
+    /// connect (connecting needs write permission on it). Default: none
+    /// set here, so the process's umask decides, as for any new file.
+    ///
+    /// With a mode, the socket is bound under a temporary name in the same
+    /// directory, given the mode, and only then renamed to `path`: no
+    /// client can reach it at `path` while it still has the umask's bits.
+    pub fn mode(&mut self, mode: u32) -> &mut UnixListenOptions {
+        self.mode = Some(mode);
+        self
+    }
+
     /// Binds a listener to `path` (a new socket file) with these options.
     ///
     /// # Errors
@@ -82,17 +95,57 @@ impl UnixListenOptions {
     pub fn bind(&self, path: impl AsRef<Path>) -> io::Result<UnixListener> {
         let path = path.as_ref();
         let shared = current_runtime()?;
-        let listener = match mio::net::UnixListener::bind(path) {
-            Err(error) if error.kind() == io::ErrorKind::AddrInUse && self.replace_stale => {
-                remove_if_stale(path).map_err(|e| with_path(e, path))?;
-                mio::net::UnixListener::bind(path)
-            }
-            result => result,
+        let listener = match self.mode {
+            None => self.bind_at(path),
+            Some(mode) => self.bind_with_mode(path, mode),
         }
         .map_err(|error| with_path(error, path))?;
         Ok(UnixListener {
             io: IoSource::new(shared, listener, true)?,
         })
+    }
+
+    /// Binds `path` itself, replacing a stale socket if asked to.
+    fn bind_at(&self, path: &Path) -> io::Result<mio::net::UnixListener> {
+        match mio::net::UnixListener::bind(path) {
+            Err(error) if error.kind() == io::ErrorKind::AddrInUse && self.replace_stale => {
+                remove_if_stale(path)?;
+                mio::net::UnixListener::bind(path)
+            }
+            result => result,
+        }
+    }
+
+    /// Binds a temporary name beside `path`, gives it `mode`, and renames
+    /// it to `path` if nothing (but a stale socket, when asked to replace
+    /// one) is there.
+    fn bind_with_mode(&self, path: &Path, mode: u32) -> io::Result<mio::net::UnixListener> {
+        use std::os::unix::fs::PermissionsExt;
+        use std::sync::atomic::{AtomicU64, Ordering};
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let mut name = path.file_name().unwrap_or_default().to_os_string();
+        name.push(format!(
+            ".{}.{}.binding",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        ));
+        let temporary = path.with_file_name(name);
+        let listener = mio::net::UnixListener::bind(&temporary)?;
+        let placed = std::fs::set_permissions(&temporary, std::fs::Permissions::from_mode(mode))
+            .and_then(|()| match std::fs::symlink_metadata(path) {
+                Err(error) if error.kind() == io::ErrorKind::NotFound => Ok(()),
+                Err(error) => Err(error),
+                Ok(_) if self.replace_stale => remove_if_stale(path),
+                Ok(_) => Err(io::Error::from(io::ErrorKind::AddrInUse)),
+            })
+            .and_then(|()| std::fs::rename(&temporary, path));
+        match placed {
+            Ok(()) => Ok(listener),
+            Err(error) => {
+                let _ = std::fs::remove_file(&temporary);
+                Err(error)
+            }
+        }
     }
 }
 
