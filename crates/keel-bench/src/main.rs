@@ -52,6 +52,10 @@ enum Command {
     /// prints one JSON line of results).
     #[command(subcommand)]
     Load(load::LoadCommand),
+    /// Run S1's CPU tasks, S3's proxy and S5's log at once on one keel
+    /// runtime under their loads, sample the server's resources every
+    /// second, and fail if any grows after the warm-up.
+    Soak(bench::soak::SoakArgs),
 }
 
 fn main() {
@@ -60,6 +64,7 @@ fn main() {
         Some(Command::Bench(args)) => bench::run(&args),
         Some(Command::Serve(command)) => serve::run(&command),
         Some(Command::Load(command)) => load::run(&command),
+        Some(Command::Soak(args)) => bench::soak::run(&args),
         None => {
             // No subcommand: show the help, as `keel-bench --help` would.
             let mut command = <Cli as clap::CommandFactory>::command();

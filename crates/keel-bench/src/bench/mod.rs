@@ -50,6 +50,7 @@ pub mod s3;
 pub mod s4;
 pub mod s5;
 pub mod scenario;
+pub mod soak;
 pub mod stats;
 pub mod table;
 

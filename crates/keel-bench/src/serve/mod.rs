@@ -30,6 +30,7 @@ pub mod s3_tokio;
 pub mod s5;
 pub mod s5_keel;
 pub mod s5_tokio;
+pub mod soak;
 pub mod stamp;
 
 use std::any::Any;
@@ -92,6 +93,9 @@ pub enum ServeCommand {
     Proxy(s3::ServeProxyArgs),
     /// S3: the file server behind the proxy (always on tokio).
     S3Backend(s3_backend::ServeS3BackendArgs),
+    /// The soak: S1's echo and CPU tasks, S3's proxy and admin endpoint
+    /// and S5's log, at once on one keel runtime.
+    Soak(soak::ServeSoakArgs),
 }
 
 /// Flags of `keel-bench serve s0`.
@@ -414,5 +418,6 @@ pub fn run(command: &ServeCommand) -> Result<(), Error> {
         }
         ServeCommand::Proxy(args) => s3::run(args),
         ServeCommand::S3Backend(args) => s3_backend::run(args),
+        ServeCommand::Soak(args) => soak::run(args),
     }
 }

@@ -40,7 +40,7 @@ pub fn start(opts: &S1Opts, slices: Arc<AtomicU64>) -> Result<Running, Error> {
 }
 
 /// One CPU task: slices forever, counting each and yielding between them.
-async fn cpu_task(iters: u64, slices: Arc<AtomicU64>) {
+pub async fn cpu_task(iters: u64, slices: Arc<AtomicU64>) {
     loop {
         cpu::slice(iters);
         slices.fetch_add(1, Ordering::Relaxed);

@@ -54,18 +54,18 @@ use crate::error::Error;
 
 /// The class of each part of the proxy.
 #[derive(Debug, Clone, Copy)]
-struct Classes {
+pub struct Classes {
     /// The admin endpoint.
-    admin: Class,
+    pub admin: Class,
     /// The accept loop and the backend connects.
-    setup: Class,
+    pub setup: Class,
     /// The forwarding.
-    forward: Class,
+    pub forward: Class,
 }
 
 impl Classes {
     /// The classes for `--single-class` or not.
-    fn new(single_class: bool) -> Self {
+    pub fn new(single_class: bool) -> Self {
         if single_class {
             Self {
                 admin: Class::NORMAL,
@@ -139,7 +139,7 @@ pub fn start(opts: &ProxyOpts) -> Result<Running, Error> {
 
 /// Accepts clients forever; each one's setup runs in the accept loop's
 /// class.
-async fn accept_loop(
+pub async fn accept_loop(
     listener: TcpListener,
     backend: SocketAddr,
     classes: Classes,

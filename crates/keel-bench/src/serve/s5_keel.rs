@@ -102,7 +102,7 @@ pub fn recovery_json(recovery: &Recovery) -> Value {
 }
 
 /// Accepts log clients forever, one task each.
-async fn log_accept_loop(listener: TcpListener, log: Log, counters: Arc<LogCounters>) {
+pub async fn log_accept_loop(listener: TcpListener, log: Log, counters: Arc<LogCounters>) {
     accept_each(listener, move |stream, _| {
         serve_log(stream, log.clone(), Arc::clone(&counters))
     })
