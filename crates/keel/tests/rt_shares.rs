@@ -23,6 +23,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use keel::stats::Stats;
 use keel::{Class, Runtime, SpinPolicy};
 use std::time::Instant;
 
@@ -65,6 +66,43 @@ fn split(cpu: &[u64]) -> Vec<f64> {
     cpu.iter()
         .map(|&c| 100.0 * c as f64 / total as f64)
         .collect()
+}
+
+/// Checks that `classes` (indexes) split both the CPU their tasks used
+/// (`used`, a figure per class, in the same order) and what keel charged
+/// them between `before` and `after` by their shares, within
+/// [`TOLERANCE_PP`].
+fn assert_split(classes: &[usize], used: &[u64], before: &Stats, after: &Stats) {
+    let charged: Vec<u64> = classes
+        .iter()
+        .map(|&c| (after.classes[c].charged - before.classes[c].charged).as_nanos() as u64)
+        .collect();
+    let shares: Vec<u64> = classes
+        .iter()
+        .map(|&c| u64::from(after.classes[c].shares))
+        .collect();
+    let names: Vec<&str> = classes
+        .iter()
+        .map(|&c| after.classes[c].name.as_str())
+        .collect();
+    let (measured, charged, expected) = (split(used), split(&charged), split(&shares));
+    eprintln!(
+        "{names:?} split %: expected {expected:.1?}, measured {measured:.1?}, charged {charged:.1?}"
+    );
+    for (i, name) in names.iter().enumerate() {
+        assert!(
+            (measured[i] - expected[i]).abs() <= TOLERANCE_PP,
+            "{name}: measured {:.1}% of the CPU, expected {:.1}% ± {TOLERANCE_PP}",
+            measured[i],
+            expected[i]
+        );
+        assert!(
+            (charged[i] - expected[i]).abs() <= TOLERANCE_PP,
+            "{name}: keel charged {:.1}%, expected {:.1}% ± {TOLERANCE_PP}",
+            charged[i],
+            expected[i]
+        );
+    }
 }
 
 /// The tests of this file take turns: each needs both cores to itself.
@@ -156,33 +194,7 @@ fn check_split_with(competitor: bool, lane: bool) {
     }
 
     let measured: Vec<u64> = after.iter().zip(&before).map(|(a, b)| a - b).collect();
-    let reported: Vec<u64> = stats_after
-        .classes
-        .iter()
-        .zip(&stats_before.classes)
-        .map(|(a, b)| (a.charged - b.charged).as_nanos() as u64)
-        .collect();
-    let shares: Vec<u64> = stats_after
-        .classes
-        .iter()
-        .map(|c| u64::from(c.shares))
-        .collect();
-    let (measured, reported, expected) = (split(&measured), split(&reported), split(&shares));
-    eprintln!("split %: expected {expected:.1?}, measured {measured:.1?}, charged {reported:.1?}");
-    for class in 0..3 {
-        assert!(
-            (measured[class] - expected[class]).abs() <= TOLERANCE_PP,
-            "class {class}: measured {:.1}% of CPU, expected {:.1}% ± {TOLERANCE_PP}",
-            measured[class],
-            expected[class]
-        );
-        assert!(
-            (reported[class] - expected[class]).abs() <= TOLERANCE_PP,
-            "class {class}: keel charged {:.1}% of the total, expected {:.1}% ± {TOLERANCE_PP}",
-            reported[class],
-            expected[class]
-        );
-    }
+    assert_split(&[0, 1, 2], &measured, &stats_before, &stats_after);
 }
 
 /// A class whose polls block (here: sleep 2 ms) holds its workers as much
@@ -307,32 +319,5 @@ fn a_class_that_waits_on_sockets_between_polls_keeps_its_share() {
 
     let measured: Vec<u64> = after.iter().zip(&before).map(|(a, b)| a - b).collect();
     // Normal and bulk, the two backlogged classes (urgent has no tasks).
-    let charged: Vec<u64> = [1, 2]
-        .iter()
-        .map(|&c| {
-            (stats_after.classes[c].charged - stats_before.classes[c].charged).as_nanos() as u64
-        })
-        .collect();
-    let shares: Vec<u64> = [1, 2]
-        .iter()
-        .map(|&c| u64::from(stats_after.classes[c].shares))
-        .collect();
-    let (measured, charged, expected) = (split(&measured), split(&charged), split(&shares));
-    eprintln!(
-        "normal : bulk %: expected {expected:.1?}, measured {measured:.1?}, charged {charged:.1?}"
-    );
-    for (class, name) in ["normal", "bulk"].iter().enumerate() {
-        assert!(
-            (measured[class] - expected[class]).abs() <= TOLERANCE_PP,
-            "{name}: measured {:.1}% of the CPU, expected {:.1}% ± {TOLERANCE_PP}",
-            measured[class],
-            expected[class]
-        );
-        assert!(
-            (charged[class] - expected[class]).abs() <= TOLERANCE_PP,
-            "{name}: keel charged {:.1}%, expected {:.1}% ± {TOLERANCE_PP}",
-            charged[class],
-            expected[class]
-        );
-    }
+    assert_split(&[1, 2], &measured, &stats_before, &stats_after);
 }

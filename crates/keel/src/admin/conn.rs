@@ -282,65 +282,44 @@ pub(super) trait Transport: Send + Sync + 'static {
     fn shutdown_write(&self) -> io::Result<()>;
 }
 
-impl Transport for TcpStream {
-    fn poll_read(&self, cx: &mut Context<'_>, buf: &mut [u8]) -> Poll<io::Result<usize>> {
-        Pin::new(&mut &*self).poll_read(cx, buf)
-    }
+/// Implements [`Transport`] for a keel stream type whose references
+/// read and write.
+macro_rules! transport {
+    ($ty:ty) => {
+        impl Transport for $ty {
+            fn poll_read(&self, cx: &mut Context<'_>, buf: &mut [u8]) -> Poll<io::Result<usize>> {
+                Pin::new(&mut &*self).poll_read(cx, buf)
+            }
 
-    fn poll_write(&self, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
-        Pin::new(&mut &*self).poll_write(cx, buf)
-    }
+            fn poll_write(&self, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+                Pin::new(&mut &*self).poll_write(cx, buf)
+            }
 
-    fn poll_write_vectored(
-        &self,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut &*self).poll_write_vectored(cx, bufs)
-    }
+            fn poll_write_vectored(
+                &self,
+                cx: &mut Context<'_>,
+                bufs: &[io::IoSlice<'_>],
+            ) -> Poll<io::Result<usize>> {
+                Pin::new(&mut &*self).poll_write_vectored(cx, bufs)
+            }
 
-    fn poll_flush(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut &*self).poll_flush(cx)
-    }
+            fn poll_flush(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+                Pin::new(&mut &*self).poll_flush(cx)
+            }
 
-    fn shutdown_write(&self) -> io::Result<()> {
-        match self.shutdown(Shutdown::Write) {
-            // A peer that is already gone leaves nothing to shut down.
-            Err(error) if error.kind() == io::ErrorKind::NotConnected => Ok(()),
-            other => other,
+            fn shutdown_write(&self) -> io::Result<()> {
+                match self.shutdown(Shutdown::Write) {
+                    // A peer that is already gone leaves nothing to shut down.
+                    Err(error) if error.kind() == io::ErrorKind::NotConnected => Ok(()),
+                    other => other,
+                }
+            }
         }
-    }
+    };
 }
 
-impl Transport for UnixStream {
-    fn poll_read(&self, cx: &mut Context<'_>, buf: &mut [u8]) -> Poll<io::Result<usize>> {
-        Pin::new(&mut &*self).poll_read(cx, buf)
-    }
-
-    fn poll_write(&self, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
-        Pin::new(&mut &*self).poll_write(cx, buf)
-    }
-
-    fn poll_write_vectored(
-        &self,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut &*self).poll_write_vectored(cx, bufs)
-    }
-
-    fn poll_flush(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut &*self).poll_flush(cx)
-    }
-
-    fn shutdown_write(&self) -> io::Result<()> {
-        match self.shutdown(Shutdown::Write) {
-            // A peer that is already gone leaves nothing to shut down.
-            Err(error) if error.kind() == io::ErrorKind::NotConnected => Ok(()),
-            other => other,
-        }
-    }
-}
+transport!(TcpStream);
+transport!(UnixStream);
 
 /// An answer's body, which tells the connection's slot when hyper has
 /// taken all of it (hyper drops a body once its last frame is encoded, or

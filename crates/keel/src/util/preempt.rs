@@ -116,6 +116,159 @@ impl PreemptMeter {
     }
 }
 
+/// Reading switch records out of a perf ring's record pages: the part of
+/// the meter with no system call, so that it runs, and is tested, under
+/// Miri too.
+#[cfg_attr(any(loom, miri, not(target_os = "linux")), allow(dead_code))]
+mod records {
+    const PERF_RECORD_LOST: u32 = 2;
+    const PERF_RECORD_SWITCH: u32 = 14;
+    const MISC_SWITCH_OUT: u16 = 1 << 13;
+    const MISC_SWITCH_OUT_PREEMPT: u16 = 1 << 14;
+
+    /// The record pages of a ring: `size` bytes at `data`, which the
+    /// kernel fills with 8-byte-aligned, 8-byte-sized records, wrapping
+    /// at the end.
+    #[derive(Debug)]
+    pub(super) struct Records {
+        data: *const u8,
+        /// Bytes of records (a power of two).
+        size: u64,
+    }
+
+    impl Records {
+        /// A view of `size` bytes of records at `data`.
+        ///
+        /// # Safety
+        ///
+        /// `data` must be 8-byte aligned, `size` a power of two of at
+        /// least 8, and the `size` bytes at `data` readable for as long
+        /// as the view is used.
+        pub(super) unsafe fn new(data: *const u8, size: u64) -> Records {
+            debug_assert!(size.is_power_of_two() && size >= 8 && data as usize % 8 == 0);
+            Records { data, size }
+        }
+
+        /// The u64 at byte `at` of the records (wrapping).
+        fn word(&self, at: u64) -> u64 {
+            let offset = (at % self.size) as usize;
+            // SAFETY: records are 8-byte aligned and sized, so a word read
+            // at a record's start or body never straddles the end of the
+            // pages (`size` is a multiple of 8 and `data` is aligned, as
+            // `new` requires); `offset` is below `size`; and the pages are
+            // readable while `self` is used. Volatile: the kernel writes
+            // them behind the compiler's back (never below the tail we
+            // released, so never the words read here).
+            unsafe { self.data.add(offset).cast::<u64>().read_volatile() }
+        }
+
+        /// Preempted nanoseconds in the records from byte `from` to `to`
+        /// (positions that only grow; the pages wrap), or `None` if the
+        /// kernel lost records there or a header is corrupt.
+        pub(super) fn preempted_between(&self, from: u64, to: u64) -> Option<u64> {
+            let mut at = from;
+            let mut out_at: Option<u64> = None;
+            let mut total = 0u64;
+            while at < to {
+                let header = self.word(at);
+                let kind = header as u32;
+                let misc = (header >> 32) as u16;
+                let size = u64::from((header >> 48) as u16);
+                if size < 8 {
+                    // A corrupt header would loop forever: give up.
+                    return None;
+                }
+                match kind {
+                    PERF_RECORD_LOST => return None,
+                    PERF_RECORD_SWITCH if size >= 16 => {
+                        // With `sample_id_all` and only TIME sampled, the
+                        // record's body is its timestamp.
+                        let time = self.word(at + 8);
+                        if misc & MISC_SWITCH_OUT != 0 {
+                            out_at = (misc & MISC_SWITCH_OUT_PREEMPT != 0).then_some(time);
+                        } else if let Some(out) = out_at.take() {
+                            total += time.saturating_sub(out);
+                        }
+                    }
+                    _ => {}
+                }
+                at += size;
+            }
+            Some(total)
+        }
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        /// A record header: kind, misc flags, size.
+        fn header(kind: u32, misc: u16, size: u16) -> u64 {
+            u64::from(kind) | (u64::from(misc) << 32) | (u64::from(size) << 48)
+        }
+
+        fn switch_out(preempted: bool) -> u64 {
+            let misc = MISC_SWITCH_OUT
+                | if preempted {
+                    MISC_SWITCH_OUT_PREEMPT
+                } else {
+                    0
+                };
+            header(PERF_RECORD_SWITCH, misc, 16)
+        }
+
+        /// Writes `words` into a ring of `slots` words from word `start`,
+        /// wrapping, and reads the preempted time over them.
+        fn read(slots: usize, start: usize, words: &[u64]) -> Option<u64> {
+            let mut ring = vec![0u64; slots];
+            for (i, &word) in words.iter().enumerate() {
+                ring[(start + i) % slots] = word;
+            }
+            // SAFETY: a Vec<u64> is 8-byte aligned; `slots` is a power of
+            // two; the vector outlives the view.
+            let records = unsafe { Records::new(ring.as_ptr().cast(), (slots * 8) as u64) };
+            let from = (start * 8) as u64;
+            records.preempted_between(from, from + (words.len() * 8) as u64)
+        }
+
+        /// A preempted switch-out counts until the next switch-in; a
+        /// voluntary one does not; other records are skipped by their size.
+        #[test]
+        fn preempted_gaps_are_summed_and_voluntary_ones_are_not() {
+            let words = [
+                switch_out(true),
+                100,
+                header(PERF_RECORD_SWITCH, 0, 16),
+                250,
+                header(3, 0, 24), // another kind of record, 24 bytes
+                0,
+                0,
+                switch_out(false),
+                300,
+                header(PERF_RECORD_SWITCH, 0, 16),
+                900,
+                switch_out(true),
+                1_000,
+                header(PERF_RECORD_SWITCH, 0, 16),
+                1_040,
+            ];
+            assert_eq!(read(16, 0, &words), Some(150 + 40));
+            // The same records across the end of the pages.
+            assert_eq!(read(16, 9, &words), Some(150 + 40));
+        }
+
+        /// Lost records, or a header whose size is corrupt, give no figure.
+        #[test]
+        fn lost_records_and_corrupt_headers_give_none() {
+            let lost = [switch_out(true), 100, header(PERF_RECORD_LOST, 0, 24), 0, 0];
+            assert_eq!(read(8, 0, &lost), None);
+            let corrupt = [header(PERF_RECORD_SWITCH, 0, 0)];
+            assert_eq!(read(8, 0, &corrupt), None);
+            assert_eq!(read(8, 0, &[]), Some(0));
+        }
+    }
+}
+
 #[cfg(all(target_os = "linux", not(loom), not(miri)))]
 mod sys {
     //! The perf event, its mapping, and the record format (from
@@ -124,6 +277,8 @@ mod sys {
     use std::io;
     use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
     use std::sync::atomic::{AtomicU64, Ordering};
+
+    use super::records::Records;
 
     const PERF_TYPE_SOFTWARE: u32 = 1;
     const PERF_COUNT_SW_DUMMY: u64 = 9;
@@ -139,11 +294,6 @@ mod sys {
     const SAMPLE_ID_ALL: u64 = 1 << 18;
     const USE_CLOCKID: u64 = 1 << 25;
     const CONTEXT_SWITCH: u64 = 1 << 26;
-
-    const PERF_RECORD_LOST: u32 = 2;
-    const PERF_RECORD_SWITCH: u32 = 14;
-    const MISC_SWITCH_OUT: u16 = 1 << 13;
-    const MISC_SWITCH_OUT_PREEMPT: u16 = 1 << 14;
 
     /// `PERF_FLAG_FD_CLOEXEC`: the descriptor is not inherited by programs
     /// the process executes.
@@ -187,8 +337,8 @@ mod sys {
     pub(super) struct Ring {
         base: *mut u8,
         len: usize,
-        /// Bytes of records (a power of two).
-        size: u64,
+        /// The record pages, after the control page.
+        records: Records,
         _fd: OwnedFd,
     }
 
@@ -255,10 +405,15 @@ mod sys {
             if base == libc::MAP_FAILED {
                 return Err(io::Error::last_os_error());
             }
+            let base: *mut u8 = base.cast();
             let ring = Ring {
-                base: base.cast(),
+                base,
                 len,
-                size: (page * pages) as u64,
+                // SAFETY: the record pages follow the control page inside
+                // the mapping, which lives as long as the ring; they hold
+                // `page * pages` bytes, a power of two (both are), and
+                // start page-aligned.
+                records: unsafe { Records::new(base.add(page), (page * pages) as u64) },
                 _fd: fd,
             };
             // SAFETY: an ioctl on the event's own fd with no argument.
@@ -286,53 +441,10 @@ mod sys {
             self.control(DATA_TAIL).store(tail, Ordering::Release);
         }
 
-        /// The u64 at byte `at` of the records (wrapping).
-        fn word(&self, at: u64) -> u64 {
-            let offset = (at % self.size) as usize;
-            // SAFETY: records are 8-byte aligned and sized, so a word never
-            // straddles the end of the ring; the data pages follow the
-            // control page (one page in) and stay mapped while `self`
-            // lives; the kernel does not write below the tail we release.
-            unsafe {
-                self.base
-                    .add(self.len - self.size as usize + offset)
-                    .cast::<u64>()
-                    .read_volatile()
-            }
-        }
-
         /// Preempted nanoseconds in the records from `from` to `to`, or
         /// `None` if some were lost.
         pub(super) fn preempted_between(&self, from: u64, to: u64) -> Option<u64> {
-            let mut at = from;
-            let mut out_at: Option<u64> = None;
-            let mut total = 0u64;
-            while at < to {
-                let header = self.word(at);
-                let kind = header as u32;
-                let misc = (header >> 32) as u16;
-                let size = u64::from((header >> 48) as u16);
-                if size < 8 {
-                    // A corrupt header would loop forever: give up.
-                    return None;
-                }
-                match kind {
-                    PERF_RECORD_LOST => return None,
-                    PERF_RECORD_SWITCH if size >= 16 => {
-                        // With `sample_id_all` and only TIME sampled, the
-                        // record's body is its timestamp.
-                        let time = self.word(at + 8);
-                        if misc & MISC_SWITCH_OUT != 0 {
-                            out_at = (misc & MISC_SWITCH_OUT_PREEMPT != 0).then_some(time);
-                        } else if let Some(out) = out_at.take() {
-                            total += time.saturating_sub(out);
-                        }
-                    }
-                    _ => {}
-                }
-                at += size;
-            }
-            Some(total)
+            self.records.preempted_between(from, to)
         }
     }
 
