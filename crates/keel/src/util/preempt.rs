@@ -145,7 +145,7 @@ mod records {
         /// least 8, and the `size` bytes at `data` readable for as long
         /// as the view is used.
         pub(super) unsafe fn new(data: *const u8, size: u64) -> Records {
-            debug_assert!(size.is_power_of_two() && size >= 8 && data as usize % 8 == 0);
+            debug_assert!(size.is_power_of_two() && size >= 8 && data.cast::<u64>().is_aligned());
             Records { data, size }
         }
 
