@@ -337,3 +337,47 @@ fn a_yielding_task_waits_from_the_end_of_its_poll() {
         delay.p50()
     );
 }
+
+/// A task woken by another task's poll goes to that worker's LIFO slot,
+/// where no other worker can take it: it can run no sooner than the
+/// waking poll's end, and its queue delay counts from there. Here the
+/// waking poll computes for 50 ms after the wake; counted from the wake,
+/// the delay would be at least that.
+#[test]
+fn a_task_woken_into_the_lifo_slot_waits_from_the_end_of_the_waking_poll() {
+    const AFTER_WAKE: Duration = Duration::from_millis(50);
+    let rt = Runtime::builder()
+        .workers(1)
+        .spin(SpinPolicy::None)
+        .build()
+        .unwrap();
+    let signal = Arc::new(support::Signal::default());
+    let waiting = Arc::new(AtomicBool::new(false));
+    let woken = rt.spawn_in(Class::BULK, {
+        let (signal, waiting) = (signal.clone(), waiting.clone());
+        async move {
+            waiting.store(true, Ordering::SeqCst);
+            signal.wait().await;
+        }
+    });
+    support::wait_until("the bulk task waits", || waiting.load(Ordering::SeqCst));
+    let waker = rt.spawn_in(Class::NORMAL, async move {
+        signal.notify();
+        busy_for(AFTER_WAKE);
+    });
+    rt.block_on(async {
+        waker.await.unwrap();
+        woken.await.unwrap();
+    });
+    // Published when the worker parks, which it does once idle.
+    support::wait_until("both bulk polls are recorded", || {
+        rt.stats().classes[Class::BULK.index()].queue_delay.count() >= 2
+    });
+    let delays = &rt.stats().classes[Class::BULK.index()].queue_delay;
+    assert_eq!(delays.count(), 2, "the spawn's first poll and the wake's");
+    assert!(
+        delays.max() < AFTER_WAKE,
+        "the woken task's delay {:?} counts the waking poll's {AFTER_WAKE:?}",
+        delays.max()
+    );
+}

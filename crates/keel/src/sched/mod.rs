@@ -115,6 +115,12 @@ pub(crate) struct Local {
     /// the poll is over, stamped with the poll's end, which the worker
     /// reads anyway (see `Worker::requeue_yielded`).
     pub(crate) yielded_task: Cell<Option<Runnable>>,
+    /// Set when a task was woken into the LIFO slot during a poll and not
+    /// stamped yet: no other thread can take it from the slot, so it can
+    /// run no sooner than the poll's end, and it is stamped with that
+    /// instant, which the worker reads anyway (see `Worker::run_task`).
+    /// Saves a clock read per wake on the hand-off path.
+    pub(crate) lifo_unstamped: Cell<bool>,
 }
 
 /// Why a task is being made runnable; decides where it goes on a worker.
@@ -329,8 +335,14 @@ impl Shared {
                     Some(false)
                 }
                 (Placement::Wake, None) => {
-                    self.stamp_now(&runnable);
+                    // Stamped when the poll ends (see `lifo_unstamped`).
+                    let displaced_unstamped = local.lifo_unstamped.replace(true);
                     let displaced = local.lifo.replace(Some(runnable))?;
+                    if displaced_unstamped {
+                        // Woken earlier in this same poll and not stamped:
+                        // it leaves the slot for a lane others steal from.
+                        self.stamp_now(&displaced);
+                    }
                     local.queues[displaced.metadata().class.index()].push(displaced, Lane::Events);
                     Some(true)
                 }

@@ -114,6 +114,7 @@ pub(crate) fn run_worker(
         dispatching: Cell::new(None),
         dispatch_surplus: Cell::new(false),
         yielded_task: Cell::new(None),
+        lifo_unstamped: Cell::new(false),
     });
     let _enter = context::enter(Handle {
         shared: shared.clone(),
@@ -232,6 +233,11 @@ impl Worker {
     /// of a class that is owed time but queued on a busy sibling is taken
     /// here too, which keeps the split global rather than per worker.
     fn pick(&mut self) -> Option<Runnable> {
+        if self.local.lifo_unstamped.get() {
+            // Woken into the slot outside a task's poll (a destructor
+            // run by the worker, say): stamped now.
+            self.stamp_lifo(self.shared.clock.now());
+        }
         let classes = self.shared.clocks.len();
         let mut vtime = [u64::MAX; MAX_CLASSES];
         for (class, slot) in vtime.iter_mut().enumerate().take(classes) {
@@ -422,6 +428,7 @@ impl Worker {
 
         let end = self.shared.clock.now();
         self.last_now = end;
+        self.stamp_lifo(end);
         if let Some(yielded) = self.local.yielded_task.take() {
             self.requeue_yielded(yielded, end);
         }
@@ -444,6 +451,17 @@ impl Worker {
         }
         if self.shared.timer_driver.may_be_due(end) {
             self.fire_timers(end);
+        }
+    }
+
+    /// Stamps the task in the LIFO slot as scheduled at `at` if it was
+    /// woken there since the last stamp (see `Local::lifo_unstamped`).
+    fn stamp_lifo(&self, at: u64) {
+        if self.local.lifo_unstamped.replace(false) {
+            if let Some(runnable) = self.local.lifo.take() {
+                self.shared.stamp(&runnable, at);
+                self.local.lifo.set(Some(runnable));
+            }
         }
     }
 

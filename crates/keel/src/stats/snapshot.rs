@@ -328,6 +328,11 @@ pub struct ClassStats {
 }
 
 /// A distribution of queue delays (wake → first poll), with 1% resolution.
+///
+/// A task woken by another task's poll on the same worker, which then
+/// runs it next (the LIFO slot, which no other worker can take from), is
+/// counted from the end of that poll, the first instant it could run; so
+/// is a task that yields.
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct QueueDelay {
