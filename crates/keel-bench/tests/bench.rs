@@ -183,6 +183,8 @@ fn quick_bench_writes_a_report_for_both_runtimes() {
             "records_per_sync",
             "ceiling_records_per_s",
             "raw_fdatasync_us",
+            "batch_records",
+            "batch_fdatasync_us",
             "ping_idle_p99_us",
             "ping_loaded_p99_us",
             "server_ping_idle_p99_us",
@@ -280,13 +282,24 @@ fn check_s3(s3: &serde_json::Value) {
             "bulk_mb_per_s",
             "conns_per_s",
             "cpu_s",
+            "mb_per_download_s",
         ] {
             let value = run["metrics"][name].as_f64().unwrap_or(0.0);
             assert!(value > 0.0, "{name} = {value} in {run}");
         }
     }
+    // keel with classes: the split of the charge beside the shares'.
+    for run in &s3["runs"].as_array().unwrap()[..2] {
+        for name in [
+            "bulk_of_backlogged_charged_pct",
+            "bulk_of_backlogged_shares_pct",
+        ] {
+            let value = run["metrics"][name].as_f64().unwrap_or(0.0);
+            assert!(value > 0.0 && value < 100.0, "{name} = {value} in {run}");
+        }
+    }
     let verdicts = s3["verdicts"].as_array().unwrap();
-    assert_eq!(verdicts.len(), 17, "{s3}");
+    assert_eq!(verdicts.len(), 21, "{s3}");
     for verdict in verdicts {
         assert!(verdict["value"].as_f64().unwrap().is_finite(), "{verdict}");
     }
