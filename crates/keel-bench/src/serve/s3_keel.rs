@@ -93,21 +93,13 @@ pub fn start(opts: &ProxyOpts) -> Result<Running, Error> {
     let counters = Arc::new(ProxyCounters::default());
     let (listener, addr) = bind(&rt, opts.listen)?;
     let admin = match opts.admin {
-        Some(addr) => {
-            let counters = Arc::clone(&counters);
-            let workers = opts.workers;
-            let server = keel::admin::Admin::builder()
-                .class(classes.admin)
-                .status_section(move || {
-                    counters.admin_requests.fetch_add(1, Ordering::Relaxed);
-                    status_text("keel", workers, &counters)
-                })
-                .serve(addr, rt.handle())
-                .map_err(|e| {
-                    Error::new(format!("cannot serve the admin endpoint on {addr}: {e}"))
-                })?;
-            Some(server)
-        }
+        Some(addr) => Some(serve_admin(
+            &rt,
+            addr,
+            classes.admin,
+            opts.workers,
+            Arc::clone(&counters),
+        )?),
         None => None,
     };
     let admin_addr = admin.as_ref().map(keel::admin::AdminServer::local_addr);
@@ -135,6 +127,25 @@ pub fn start(opts: &ProxyOpts) -> Result<Running, Error> {
         // The admin endpoint stops before its runtime.
         guard: Box::new((admin, rt)),
     })
+}
+
+/// Serves keel's admin endpoint on `addr` in `class`, its `/status`
+/// followed by the proxy's counters (each request counted).
+pub fn serve_admin(
+    rt: &keel::Runtime,
+    addr: SocketAddr,
+    class: Class,
+    workers: usize,
+    counters: Arc<ProxyCounters>,
+) -> Result<keel::admin::AdminServer, Error> {
+    keel::admin::Admin::builder()
+        .class(class)
+        .status_section(move || {
+            counters.admin_requests.fetch_add(1, Ordering::Relaxed);
+            status_text("keel", workers, &counters)
+        })
+        .serve(addr, rt.handle())
+        .map_err(|e| Error::new(format!("cannot serve the admin endpoint on {addr}: {e}")))
 }
 
 /// Accepts clients forever; each one's setup runs in the accept loop's

@@ -44,12 +44,7 @@ pub fn start(opts: &S5Opts) -> Result<Running, Error> {
         )));
     }
     let rt = super::node_keel::runtime(opts.workers, Some(keel::SpinPolicy::None))?;
-    let log = Log::open(&opts.dir, Options::default()).map_err(|e| {
-        Error::new(format!(
-            "cannot open the log in {}: {e}",
-            opts.dir.display()
-        ))
-    })?;
+    let log = open_log(&opts.dir)?;
     let startup = json!({"mode": opts.mode, "recovery": recovery_json(log.recovery())});
 
     let (echo, addr) = bind(&rt, opts.addr)?;
@@ -84,6 +79,12 @@ pub fn start(opts: &S5Opts) -> Result<Running, Error> {
         // its writer is joined.
         guard: Box::new((rt, log)),
     })
+}
+
+/// Opens the node's log in `dir` with the default options.
+pub fn open_log(dir: &std::path::Path) -> Result<Log, Error> {
+    Log::open(dir, Options::default())
+        .map_err(|e| Error::new(format!("cannot open the log in {}: {e}", dir.display())))
 }
 
 /// What opening the log found, for the address line.

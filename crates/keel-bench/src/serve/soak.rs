@@ -10,15 +10,14 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
 use clap::Args;
-use keel::wal::{Log, Options};
 use serde_json::json;
 
 use super::node_keel::{accept_echo, bind, runtime, stats_json};
-use super::s3::{status_text, ProxyCounters};
+use super::s3::ProxyCounters;
 use super::s3_keel::Classes;
 use super::s5::LogCounters;
 use super::{control, default_workers, Running};
@@ -73,17 +72,13 @@ fn start(args: &ServeSoakArgs, slices: Arc<AtomicU64>) -> Result<Running, Error>
     let classes = Classes::new(false);
     let proxy_counters = Arc::new(ProxyCounters::default());
     let (proxy, addr) = bind(&rt, any)?;
-    let admin = {
-        let counters = Arc::clone(&proxy_counters);
-        keel::admin::Admin::builder()
-            .class(classes.admin)
-            .status_section(move || {
-                counters.admin_requests.fetch_add(1, Ordering::Relaxed);
-                status_text("keel", workers, &counters)
-            })
-            .serve(any, rt.handle())
-            .map_err(|e| Error::new(format!("cannot serve the admin endpoint: {e}")))?
-    };
+    let admin = super::s3_keel::serve_admin(
+        &rt,
+        any,
+        classes.admin,
+        workers,
+        Arc::clone(&proxy_counters),
+    )?;
     let admin_addr = admin.local_addr();
     rt.spawn_in(
         classes.setup,
@@ -91,12 +86,7 @@ fn start(args: &ServeSoakArgs, slices: Arc<AtomicU64>) -> Result<Running, Error>
     );
 
     // S5: the log, its connections in bulk.
-    let log = Log::open(&args.dir, Options::default()).map_err(|e| {
-        Error::new(format!(
-            "cannot open the log in {}: {e}",
-            args.dir.display()
-        ))
-    })?;
+    let log = super::s5_keel::open_log(&args.dir)?;
     let log_counters = Arc::new(LogCounters::default());
     let (log_listener, log_addr) = bind(&rt, any)?;
     rt.spawn_in(
