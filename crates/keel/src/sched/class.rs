@@ -149,7 +149,13 @@ impl ClassClocks {
 
     /// Adds `ns` of polling to `class`'s clock.
     pub(crate) fn charge(&self, class: usize, ns: u64) {
-        self.vtime[class].fetch_add(self.cost(class, ns), Relaxed);
+        self.advance(class, self.cost(class, ns));
+    }
+
+    /// Adds `vtime` of virtual time (a sum of [`cost`](Self::cost)s) to
+    /// `class`'s clock.
+    pub(crate) fn advance(&self, class: usize, vtime: u64) {
+        self.vtime[class].fetch_add(vtime, Relaxed);
     }
 
     /// Pulls an idle `class` up to `floor` if it lags by more than

@@ -110,7 +110,7 @@ impl Plan {
 }
 
 /// One worker's pick policy: the counters its heuristics keep.
-#[derive(Debug)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct PickPolicy {
     /// Picks so far (wrapping).
     ticks: u32,
@@ -172,6 +172,37 @@ impl PickPolicy {
             yields_first: self.event_streak >= EVENT_STREAK,
             steal_first,
         }
+    }
+
+    /// Whether the next pick may take the LIFO slot's task without a plan:
+    /// true when [`plan`](Self::plan) would set none of its flags (no
+    /// rescue, injector or yields turn, or look at siblings is due), or
+    /// only the flush while `others_queued` is false: a flush lets the
+    /// slot's class's other queued tasks (in the worker's lanes or the
+    /// injector) have a turn, and with none, it would only move the
+    /// slot's task through the deque and back. The pick is then counted as
+    /// `plan` counts one, so every other duty keeps its cadence, and the
+    /// streak goes on, so the flush comes at the first pick that finds
+    /// another task queued. When false, nothing changes and the caller
+    /// makes a plan.
+    pub(crate) fn lifo_without_plan(
+        &mut self,
+        yielded: bool,
+        now: u64,
+        others_queued: bool,
+    ) -> bool {
+        let tick = self.ticks.wrapping_add(1);
+        let due = yielded
+            || (others_queued && self.lifo_streak >= LIFO_STREAK)
+            || self.event_streak >= EVENT_STREAK
+            || tick.is_multiple_of(STEAL_INTERVAL)
+            || tick.is_multiple_of(INJECTOR_INTERVAL)
+            || now.saturating_sub(self.last_steal_look) >= STEAL_CHECK_NS
+            || now >= self.next_rescue;
+        if !due {
+            self.ticks = tick;
+        }
+        !due
     }
 
     /// The rescue look of a plan began at `now`; the next one is due
@@ -346,6 +377,46 @@ mod tests {
         assert!(policy.plan(&[0], false, 0).yields_first);
         policy.picked(Source::Yields, true);
         assert!(!policy.plan(&[0], false, 0).yields_first);
+    }
+
+    #[test]
+    fn the_slot_skips_the_plan_exactly_when_the_plan_would_do_nothing_else() {
+        // A policy fed random picks, taking the short way whenever it is
+        // allowed. At every pick, a copy that plans instead says what the
+        // plan would have done: the short way must be allowed exactly when
+        // the plan has no duty (a flush counting only with other tasks
+        // queued), and refusing it must leave the policy as it was.
+        let sources = [Source::Lifo, Source::Lifo, Source::Other, Source::Yields];
+        let mut policy = PickPolicy::new(0, true);
+        let (mut skipped, mut rng) = (0, 0x2545_F491_4F6C_DD1D_u64);
+        for pick in 0..20_000u64 {
+            let draw = crate::util::rng::xorshift64(&mut rng);
+            let yielded = draw.is_multiple_of(53);
+            let others = draw & (1 << 30) != 0;
+            let now = pick * 7 * US;
+            let plan = policy.clone().plan(&[0, 0], yielded, now);
+            let quiet = !((plan.flush_lifo && others)
+                || plan.rescue
+                || plan.injector_first
+                || plan.yields_first
+                || plan.steal_first);
+            let before = policy.clone();
+            let source = if policy.lifo_without_plan(yielded, now, others) {
+                assert!(quiet, "pick {pick} skipped a plan with a duty: {plan:?}");
+                skipped += 1;
+                Source::Lifo
+            } else {
+                assert!(!quiet, "pick {pick} planned for nothing");
+                assert_eq!(policy, before, "pick {pick}: a refusal changed the policy");
+                assert_eq!(policy.plan(&[0, 0], yielded, now), plan, "pick {pick}");
+                if plan.rescue {
+                    policy.rescue_looked(now);
+                }
+                sources[(draw >> 8) as usize % sources.len()]
+            };
+            policy.picked(source, draw & (1 << 20) != 0);
+        }
+        assert!(skipped > 5_000, "only {skipped} picks skipped their plan");
     }
 
     #[test]

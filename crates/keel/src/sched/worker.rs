@@ -18,7 +18,11 @@
 //!    a pick does is decided by the [`policy`](super::policy), which sees
 //!    no queue; the worker carries its plan out.
 //!    Classes found empty on the way are pulled up to the picked class's
-//!    virtual time if they lag (see [`class`](super::class)).
+//!    virtual time if they lag (see [`class`](super::class)). When the
+//!    plan would have no duty and no class ahead of the LIFO slot's task
+//!    has queued work, the pick takes that task without making one (see
+//!    `Worker::pick_lifo`): the hand-off of a message is what the slot is
+//!    for, and a plan costs a fifth of it.
 //! 3. **Run.** Poll the task once (or drop it if it was aborted), with
 //!    panics contained and a fresh coop budget (see
 //!    [`coop`](crate::task::coop); the poll itself is `sched::poll`'s,
@@ -26,7 +30,10 @@
 //!    kernel preempted the worker inside the poll, to its class:
 //!    locally, and to the shared clock when the charge window of
 //!    [`CHARGE_WINDOW_NS`] ends. Account the poll and the task's queue
-//!    delay.
+//!    delay. A poll that follows the last one with only a pick between
+//!    them starts at that one's end (one clock read a poll instead of
+//!    two); anything more in between (IO, timers, a wake of a sibling, a
+//!    search) makes the next poll read the clock at its start.
 //! 4. **IO and timers.** If the runtime's `io_interval` has passed since
 //!    this worker last polled the reactor, or it ran `io_every` polls since
 //!    then, poll the reactor without blocking (unless a parked worker is
@@ -154,6 +161,7 @@ pub(crate) fn run_worker(
         last_io: now,
         woken: Vec::new(),
         last_now: now,
+        chained: false,
         rng: 0x9E37_79B9_7F4A_7C15 ^ (index as u64 + 1),
     };
     worker.run();
@@ -175,7 +183,8 @@ struct Worker {
     /// which its class is not charged (see [`class`](super::class));
     /// `None` where the kernel refuses it or `charge_on_cpu` is off.
     meter: Option<PreemptMeter>,
-    /// Nanoseconds each class polled in the current charge window.
+    /// The virtual time each class's polls cost in the current charge
+    /// window (converted per poll, so a pick adds without dividing).
     pending: [u64; MAX_CLASSES],
     /// When the current charge window began.
     window_start: u64,
@@ -192,6 +201,11 @@ struct Worker {
     woken: Vec<Waker>,
     /// The latest time this worker read (the end of its last poll).
     last_now: u64,
+    /// Whether the worker has done nothing since the poll that ended at
+    /// `last_now` but its bookkeeping and a pick: the next poll then
+    /// starts at `last_now` instead of a clock read of its own (see
+    /// `run_task`).
+    chained: bool,
     rng: u64,
 }
 
@@ -203,6 +217,7 @@ impl Worker {
                 self.run_task(runnable);
                 continue;
             }
+            self.chained = false;
             // Out of tasks: IO may have work, if it was not looked at
             // lately. (Not every time: a worker that runs dry between the
             // hops of a message exchange would pay a system call per hop;
@@ -242,13 +257,10 @@ impl Worker {
         let mut vtime = [u64::MAX; MAX_CLASSES];
         for (class, slot) in vtime.iter_mut().enumerate().take(classes) {
             let clocks = &self.shared.clocks;
-            let pending = self.pending[class];
-            *slot = clocks.vtime(class)
-                + if pending == 0 {
-                    0
-                } else {
-                    clocks.cost(class, pending)
-                };
+            *slot = clocks.vtime(class) + self.pending[class];
+        }
+        if let Some(runnable) = self.pick_lifo(&vtime[..classes]) {
+            return Some(runnable);
         }
         let yielded = self.local.yielded.take();
         let plan = self.policy.plan(&vtime[..classes], yielded, self.last_now);
@@ -290,6 +302,39 @@ impl Worker {
             }
         }
         None
+    }
+
+    /// The short way of a pick: the LIFO slot's task, when the policy has
+    /// no duty due (see `PickPolicy::lifo_without_plan`; the slot's streak
+    /// counts only while other tasks of its class are queued) and no class
+    /// ahead of the task's in the order of `vtime` (ties by index, as a
+    /// plan orders them) has work in this worker's lanes or its injector.
+    /// A plan would pick the same task: it tries the classes in that
+    /// order, and with no duty due it looks at the slot first and at
+    /// siblings only once local work ran out.
+    fn pick_lifo(&mut self, vtime: &[u64]) -> Option<Runnable> {
+        let runnable = self.local.lifo.take()?;
+        let class = runnable.metadata().class.index();
+        let ahead = |k: usize| (vtime[k], k) < (vtime[class], class);
+        let clear = (0..vtime.len())
+            .filter(|&k| ahead(k))
+            .all(|k| !self.has_queued_work(k));
+        if !clear
+            || !self.policy.lifo_without_plan(
+                self.local.yielded.get(),
+                self.last_now,
+                self.has_queued_work(class),
+            )
+        {
+            self.local.lifo.set(Some(runnable));
+            return None;
+        }
+        for k in (0..vtime.len()).filter(|&k| ahead(k)) {
+            self.shared.clocks.pull_up(k, vtime[class]);
+        }
+        let yields_waiting = !self.local.queues[class].yields.is_empty();
+        self.policy.picked(Source::Lifo, yields_waiting);
+        Some(runnable)
     }
 
     /// A task from a sibling that has held its queues without changing
@@ -349,7 +394,6 @@ impl Worker {
     /// Whether this worker's LIFO slot, its lanes or the injector hold a
     /// task of `class`.
     fn has_local_work(&self, class: usize) -> bool {
-        let lanes = &self.local.queues[class];
         let in_slot = {
             let slot = self.local.lifo.take();
             let here = slot
@@ -358,7 +402,12 @@ impl Worker {
             self.local.lifo.set(slot);
             here
         };
-        in_slot || lanes.has_work() || !self.shared.injectors[class].is_empty()
+        in_slot || self.has_queued_work(class)
+    }
+
+    /// Whether this worker's lanes or the injector hold a task of `class`.
+    fn has_queued_work(&self, class: usize) -> bool {
+        self.local.queues[class].has_work() || !self.shared.injectors[class].is_empty()
     }
 
     /// A task of `class` from this worker's LIFO slot, its lanes or the
@@ -418,16 +467,29 @@ impl Worker {
         // task): the name is cloned only for tasks that have one.
         let (id, name) = (meta.id, meta.name.clone());
 
-        let start = self.shared.clock.now();
+        // A poll that follows the last one with only a pick between them
+        // starts where that one ended, and so does its preemption measure
+        // (the meter was last read there): the pick's tens of nanoseconds
+        // are charged to this poll, and a clock read is saved.
+        let start = if self.chained {
+            self.last_now
+        } else {
+            super::poll::mark_meter(&mut self.meter);
+            let now = self.shared.clock.now();
+            self.account.maybe_publish(now);
+            now
+        };
         self.account.switch(State::Task(class.index()), start);
         self.account
             .poll(class.index(), start.saturating_sub(scheduled_at));
-        self.account.maybe_publish(start);
 
-        super::poll::run_poll(&self.shared, &mut self.meter, runnable, class, start);
+        super::poll::run_poll(&self.shared, runnable, class, start);
 
         let end = self.shared.clock.now();
         self.last_now = end;
+        // Whatever takes more than bookkeeping from here on (a wake of a
+        // sibling, a stall report, IO, timers) breaks the chain.
+        self.chained = true;
         self.stamp_lifo(end);
         if let Some(yielded) = self.local.yielded_task.take() {
             self.requeue_yielded(yielded, end);
@@ -435,6 +497,7 @@ impl Worker {
         let took = end.saturating_sub(start);
         if took >= self.shared.config.stall_threshold {
             self.report_stall(id, class, name.as_deref(), took);
+            self.chained = false;
         }
         // A poll the kernel preempted is charged the time it was on a core
         // (and any time it blocked); a read that lost records charges it
@@ -448,9 +511,11 @@ impl Worker {
         self.polls_since_io += 1;
         if self.polls_since_io >= self.shared.config.io_every || self.io_interval_passed(end) {
             self.poll_io(Some(end));
+            self.chained = false;
         }
         if self.shared.timer_driver.may_be_due(end) {
             self.fire_timers(end);
+            self.chained = false;
         }
     }
 
@@ -485,6 +550,7 @@ impl Worker {
         // that rather than take turns with it here.
         if self.local.queues[class].push(runnable, Lane::Yields) {
             shared.notify_one();
+            self.chained = false;
         }
     }
 
@@ -555,7 +621,7 @@ impl Worker {
     /// Charges `ns` of polling to `class`, adding the window's charges to
     /// the shared clocks once it is [`CHARGE_WINDOW_NS`] long.
     fn charge(&mut self, class: usize, ns: u64, now: u64) {
-        self.pending[class] += ns;
+        self.pending[class] += self.shared.clocks.cost(class, ns);
         if now.saturating_sub(self.window_start) >= CHARGE_WINDOW_NS {
             self.flush_charges(now);
         }
@@ -565,7 +631,7 @@ impl Worker {
     fn flush_charges(&mut self, now: u64) {
         for (class, pending) in self.pending.iter_mut().enumerate() {
             if *pending > 0 {
-                self.shared.clocks.charge(class, *pending);
+                self.shared.clocks.advance(class, *pending);
                 *pending = 0;
             }
         }
