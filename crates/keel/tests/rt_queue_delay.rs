@@ -1,24 +1,21 @@
 //! An urgent task does not wait behind the bulk queue, however full it is.
 //!
 //! Two workers are saturated by 160 bulk tasks polling 100 µs at a time:
-//! an urgent task queued behind them would wait about 80 polls (8 ms). A
-//! plain thread wakes an urgent task every millisecond; the urgent class
-//! has the least virtual time, so whichever worker finishes its bulk poll
-//! first takes the urgent task, and it waits about one poll. Its queue
-//! delay (wake → first poll), as keel reports it and as the test measures
-//! it independently, must stay below a quarter of the bulk tasks' mean
-//! wait at p99: 20 polls on a quiet machine, and more on one busy with
-//! other work, which stretches both waits alike (a worker preempted for a
-//! few milliseconds delays the urgent task as much as the bulk queue).
+//! an urgent task queued behind them would wait about 80 polls. A plain
+//! thread wakes an urgent task every millisecond; the urgent class has the
+//! least virtual time, so whichever worker finishes its bulk poll first
+//! takes the urgent task.
 //!
-//! The mean, not the median: the bulk tasks need not stay evenly spread.
-//! A worker takes half of the queue of a sibling that the kernel has
-//! preempted for a millisecond, so on a busy machine one worker may hold
-//! 20 bulk tasks and the other 140; half the polls then wait 2 ms, and
-//! the median says little. The mean wait is the number of waiting tasks
-//! over the rate of polls whatever the spread: 80 polls here.
-//! The typical figures (p99 about 60 µs) belong to the benchmarks. One
-//! test in this file, so nothing else competes for the cores.
+//! The wait is counted in bulk polls begun between the wake and the urgent
+//! task's poll, not in time: each worker may begin one poll that it picked
+//! before the wake was visible, so at most 2 here, against some 80 for a
+//! queue that ignores classes. A machine busy with other work stretches
+//! polls and preempts workers, which changes the time an urgent task waits
+//! but not how many polls pass it, so the bound holds anywhere. (The
+//! typical times, p99 about 60 µs, belong to the benchmarks.) keel's own
+//! record of the delay is checked against the one the test takes around
+//! the same interval. One test in this file, so nothing else competes for
+//! the cores.
 
 #[macro_use]
 mod support;
@@ -41,10 +38,13 @@ fn urgent_queue_delay_stays_far_below_the_bulk_queue() {
     // Each bulk task counts its polls: none may starve.
     let bulk_polls: Arc<Vec<AtomicU64>> =
         Arc::new((0..BULK_TASKS).map(|_| AtomicU64::new(0)).collect());
+    // Bulk polls begun so far, all tasks together.
+    let begun = Arc::new(AtomicU64::new(0));
     for task in 0..BULK_TASKS {
-        let (stop, bulk_polls) = (stop.clone(), bulk_polls.clone());
+        let (stop, bulk_polls, begun) = (stop.clone(), bulk_polls.clone(), begun.clone());
         rt.spawn_in(Class::BULK, async move {
             while !stop.load(Ordering::Relaxed) {
+                begun.fetch_add(1, Ordering::SeqCst);
                 busy_for(POLL);
                 bulk_polls[task].fetch_add(1, Ordering::Relaxed);
                 keel::yield_now().await;
@@ -55,7 +55,9 @@ fn urgent_queue_delay_stays_far_below_the_bulk_queue() {
     let epoch = Instant::now();
     let signal = Arc::new(Signal::default());
     let woken_at = Arc::new(AtomicU64::new(0));
+    let begun_at_wake = Arc::new(AtomicU64::new(0));
     let delays = Arc::new(Mutex::new(Vec::with_capacity(WAKES)));
+    let passed_by = Arc::new(Mutex::new(Vec::with_capacity(WAKES)));
     let done = Arc::new(Signal::default());
     let urgent = {
         let (signal, woken_at, delays, done) = (
@@ -64,12 +66,16 @@ fn urgent_queue_delay_stays_far_below_the_bulk_queue() {
             delays.clone(),
             done.clone(),
         );
+        let (begun, begun_at_wake, passed_by) =
+            (begun.clone(), begun_at_wake.clone(), passed_by.clone());
         rt.spawn_in(Class::URGENT, async move {
             for _ in 0..WAKES {
                 signal.wait().await;
+                let polls = begun.load(Ordering::SeqCst) - begun_at_wake.load(Ordering::SeqCst);
                 let now = epoch.elapsed().as_nanos() as u64;
                 let delay = now - woken_at.load(Ordering::SeqCst);
                 delays.lock().unwrap().push(delay);
+                passed_by.lock().unwrap().push(polls);
                 done.notify();
             }
         })
@@ -85,6 +91,7 @@ fn urgent_queue_delay_stays_far_below_the_bulk_queue() {
         for _ in 0..WAKES {
             std::thread::sleep(Duration::from_millis(1));
             woken_at.store(epoch.elapsed().as_nanos() as u64, Ordering::SeqCst);
+            begun_at_wake.store(begun.load(Ordering::SeqCst), Ordering::SeqCst);
             signal.notify();
             // Wait for the urgent task to run before the next wake.
             while !done.set_and_clear() {
@@ -114,14 +121,18 @@ fn urgent_queue_delay_stays_far_below_the_bulk_queue() {
     let mut measured = delays.lock().unwrap().clone();
     measured.sort_unstable();
     let measured_p99 = Duration::from_nanos(measured[measured.len() * 99 / 100]);
+    let mut passed = passed_by.lock().unwrap().clone();
+    passed.sort_unstable();
+    let passed_p99 = passed[passed.len() * 99 / 100];
     let reported = &after.classes[Class::URGENT.index()].queue_delay;
     let bulk_delays = &after.classes[Class::BULK.index()].queue_delay;
     let bulk = bulk_delays.mean();
-    // The bound: a quarter of the wait behind the queue.
-    let bound = bulk / 4;
     let urgent_polls = after.classes[0].polls - before.classes[0].polls;
     eprintln!(
-        "urgent queue delay: measured p50 {:?} p99 {:?}; keel p50 {:?} p99 {:?} over {} polls; bulk poll {:?}, bulk queue delay mean {:?} p50 {:?} p99 {:?}, polls per bulk task {}–{}",
+        "urgent wait: bulk polls begun in between p50 {} p99 {} max {}; time measured p50 {:?} p99 {:?}, keel p50 {:?} p99 {:?} over {} polls; bulk poll {:?}, bulk queue delay mean {:?} p50 {:?} p99 {:?}, polls per bulk task {}–{}",
+        passed[passed.len() / 2],
+        passed_p99,
+        passed[passed.len() - 1],
         Duration::from_nanos(measured[measured.len() / 2]),
         measured_p99,
         reported.p50(),
@@ -155,13 +166,18 @@ fn urgent_queue_delay_stays_far_below_the_bulk_queue() {
         "keel recorded {} urgent delays",
         reported.count()
     );
+    // Each worker may begin one bulk poll it picked before the wake.
     assert!(
-        measured_p99 < bound,
-        "measured urgent p99 {measured_p99:?} is not below {bound:?}"
+        passed_p99 <= 2,
+        "at p99, {passed_p99} bulk polls began between the urgent task's wake and its poll"
     );
+    // keel's record covers part of the interval the test measures (from
+    // the wake to the poll's start, where the test stamps before the wake
+    // and reads the clock inside the poll): it cannot be longer, but for
+    // the histogram's rounding and the two clocks' calibration.
     assert!(
-        reported.p99() < bound,
-        "keel's urgent p99 {:?} is not below {bound:?}",
+        reported.p99() <= measured_p99.mul_f64(1.05) + Duration::from_micros(20),
+        "keel's urgent p99 {:?} is longer than the {measured_p99:?} measured around it",
         reported.p99()
     );
 }
