@@ -614,6 +614,55 @@ fn metrics_parse_back_in_both_formats() {
     });
 }
 
+/// With a tokio side, its threads' CPU, its tasks and its workers' busy
+/// time are in `/metrics` and `/stats`, and its CPU is part of what the
+/// window accounts.
+#[cfg(feature = "tokio-context")]
+#[test]
+fn the_tokio_side_is_in_metrics_and_stats() {
+    within(TEST_LIMIT, || {
+        let rt = runtime();
+        let server = admin::serve("127.0.0.1:0", rt.handle()).unwrap();
+        let addr = server.local_addr();
+        // 30 ms of CPU on the tokio side, and a task left alive there.
+        let (hold, held) = std::sync::mpsc::channel::<()>();
+        rt.block_on(async move {
+            tokio::spawn(async move {
+                let _hold = hold;
+                std::future::pending::<()>().await;
+            });
+            tokio::spawn(async {
+                let start = Instant::now();
+                while start.elapsed() < Duration::from_millis(30) {
+                    std::hint::black_box(0u64);
+                }
+            })
+            .await
+            .unwrap();
+        });
+        let families = parse_exposition(&get(addr, "/metrics").body, Format::Text);
+        assert_eq!(value_of(&families, "keel_tokio_workers", &[]), 1.0);
+        assert!(value_of(&families, "keel_tokio_threads", &[]) >= 1.0);
+        assert!(value_of(&families, "keel_tokio_alive_tasks", &[]) >= 1.0);
+        assert!(value_of(&families, "keel_tokio_cpu_seconds_total", &[]) >= 0.025);
+        assert!(value_of(&families, "keel_tokio_busy_seconds_total", &[]) > 0.0);
+
+        let stats: Value = serde_json::from_str(&get(addr, "/stats").body).unwrap();
+        let tokio = &stats["tokio"];
+        assert_eq!(tokio["workers"], 1, "{tokio}");
+        assert!(tokio["cpu_s"].as_f64().unwrap() >= 0.025, "{tokio}");
+        assert!(tokio["alive_tasks"].as_u64().unwrap() >= 1, "{tokio}");
+        let window = &stats["since_start"];
+        let tokio_cpu = window["tokio_cpu_s"].as_f64().unwrap();
+        assert!(tokio_cpu >= 0.025, "{window}");
+        assert!(
+            window["accounted_cpu_s"].as_f64().unwrap() >= tokio_cpu,
+            "{window}"
+        );
+        drop(held);
+    });
+}
+
 /// Each client gets the format it asks for, whatever else it accepts;
 /// `HEAD` negotiates as `GET` does.
 #[test]

@@ -5,13 +5,23 @@ use std::sync::Arc;
 
 use futures_util::{SinkExt, StreamExt};
 use keel::net::{TcpListener, TcpStream, UnixStream};
-use support::runtime;
 
 mod support;
 use rustls::pki_types::{PrivateKeyDer, PrivatePkcs8KeyDer, ServerName};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio_rustls::{TlsAcceptor, TlsConnector};
 use tokio_util::codec::{Framed, LinesCodec, LinesCodecError};
+
+/// A runtime without a tokio side (with the `tokio-context` feature, a
+/// runtime has one by default), so that what works here works on keel
+/// alone.
+fn runtime() -> keel::Runtime {
+    keel::Runtime::builder()
+        .workers(2)
+        .tokio_threads(0)
+        .build()
+        .expect("a runtime without a tokio side builds")
+}
 
 /// No tokio runtime is around: whatever works here works on keel alone.
 fn assert_no_tokio() {

@@ -13,7 +13,12 @@ use tonic::Code;
 
 #[test]
 fn unary_and_server_streaming_calls_on_keel() {
-    let rt = Runtime::builder().workers(2).build().unwrap();
+    // No tokio side: tonic serves and calls on keel alone.
+    let rt = Runtime::builder()
+        .workers(2)
+        .tokio_threads(0)
+        .build()
+        .unwrap();
     rt.block_on(async {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap();

@@ -828,6 +828,25 @@ fn builder_rejects_zero_workers() {
     assert!(error.to_string().contains("workers"), "{error}");
 }
 
+/// Without the `tokio-context` feature there is no tokio side to ask for
+/// (the tests that use one are in `compat_tokio_context`).
+#[cfg(not(feature = "tokio-context"))]
+#[test]
+fn builder_rejects_a_tokio_side_without_its_feature() {
+    assert_eq!(keel::runtime::DEFAULT_TOKIO_THREADS, 0);
+    let error = Runtime::builder()
+        .tokio_threads(1)
+        .build()
+        .expect_err("no tokio side without the feature");
+    assert_eq!(error.kind(), ErrorKind::InvalidInput);
+    assert!(error.to_string().contains("tokio-context"), "{error}");
+    assert!(Runtime::builder()
+        .workers(1)
+        .tokio_threads(0)
+        .build()
+        .is_ok());
+}
+
 #[test]
 fn builder_rejects_a_class_with_zero_shares() {
     let error = Runtime::builder()

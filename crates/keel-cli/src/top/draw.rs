@@ -36,8 +36,10 @@ pub struct Screen<'a> {
     pub live: bool,
 }
 
-/// Lines inside the summary box.
-const SUMMARY_LINES: u16 = 6;
+/// Lines inside the summary box: one more with a tokio side.
+fn summary_height(screen: &Screen<'_>) -> u16 {
+    6 + u16::from(screen.view.is_some_and(|v| v.tokio.is_some()))
+}
 
 /// The glyph and colour of each of [`STATES`], in order.
 const STATE_GLYPHS: [(char, Color); 6] = [
@@ -56,7 +58,7 @@ pub fn height(screen: &Screen<'_>) -> u16 {
         .map_or((0, 0), |v| (v.workers.len(), v.classes.len()));
     let rows = |n: usize| u16::try_from(n).unwrap_or(u16::MAX);
     let footer = footer_height(screen);
-    (SUMMARY_LINES + 2)
+    (summary_height(screen) + 2)
         .saturating_add(rows(workers).saturating_add(3))
         .saturating_add(rows(classes).saturating_add(3))
         .saturating_add(footer)
@@ -76,10 +78,10 @@ pub fn draw(frame: &mut Frame<'_>, screen: &Screen<'_>) {
     // below the classes.
     let left = area
         .height
-        .saturating_sub(SUMMARY_LINES + 2 + class_height + footer);
+        .saturating_sub(summary_height(screen) + 2 + class_height + footer);
     let worker_height = rows(worker_rows).saturating_add(3).min(left).max(4);
     let [summary, workers, classes, _, bottom] = Layout::vertical([
-        Constraint::Length(SUMMARY_LINES + 2),
+        Constraint::Length(summary_height(screen) + 2),
         Constraint::Length(worker_height),
         Constraint::Length(class_height),
         Constraint::Fill(1),
@@ -185,7 +187,7 @@ fn summary_lines(view: &View) -> Vec<Line<'static>> {
         }
         None => "n/a (not reported by this server)".to_owned(),
     };
-    vec![
+    let mut lines = vec![
         Line::from(format!(
             "up {:.1} s · {} workers · {} live tasks · {} timers · {span}",
             view.uptime_s,
@@ -220,8 +222,15 @@ fn summary_lines(view: &View) -> Vec<Line<'static>> {
             "blocking queue: {}/{} jobs queued · {} callers waiting · {} rejected",
             b.queued, b.queue_capacity, b.waiting, b.rejected,
         )),
-        Line::from(format!("IO poll gap max: {gap}")),
-    ]
+    ];
+    if let Some(tokio) = &view.tokio {
+        lines.push(Line::from(format!(
+            "tokio side (outside the classes): {} workers, {} threads · {} tasks · {:.2} CPUs used · {:.2} workers busy",
+            tokio.workers, tokio.threads, tokio.alive_tasks, tokio.cpus, tokio.busy_workers,
+        )));
+    }
+    lines.push(Line::from(format!("IO poll gap max: {gap}")));
+    lines
 }
 
 /// The width of a worker row's figures after its bar: busy, six states,
@@ -480,6 +489,31 @@ mod tests {
             interval: Duration::from_secs(1),
             live: false,
         }
+    }
+
+    /// A runtime with a tokio side gets one more summary line, before the
+    /// IO poll gap, and the frame grows by it.
+    #[test]
+    fn the_tokio_side_has_its_line() {
+        let plain = View::new(Some(&snapshot(10.0, None)), &snapshot(11.0, None));
+        let with = |t: f64| {
+            let mut doc = snapshot(t, None);
+            let mut tokio = keel::admin::TokioFigures::default();
+            tokio.workers = 1;
+            tokio.threads = 3;
+            tokio.alive_tasks = 5;
+            tokio.cpu_s = 0.25 * t;
+            tokio.busy_s = 0.5 * t;
+            doc.tokio = Some(tokio);
+            doc
+        };
+        let view = View::new(Some(&with(10.0)), &with(11.0));
+        let text = render_text(&once(&view), 140);
+        let line = "tokio side (outside the classes): 1 workers, 3 threads · 5 tasks · 0.25 CPUs used · 0.50 workers busy";
+        let at = text.find(line).unwrap_or_else(|| panic!("{text}"));
+        assert!(at < text.find("IO poll gap max").unwrap(), "{text}");
+        assert!(!render_text(&once(&plain), 140).contains("tokio side"));
+        assert_eq!(height(&once(&view)), height(&once(&plain)) + 1);
     }
 
     /// The frame shows every worker with its states, every class with its

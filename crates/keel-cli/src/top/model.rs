@@ -77,6 +77,8 @@ pub struct View {
     pub bytes_per_delivery: Option<f64>,
     /// The blocking pool.
     pub blocking: BlockingRow,
+    /// The tokio side, if the runtime has one.
+    pub tokio: Option<TokioRow>,
     /// The largest IO poll gap of any worker, if the server reports gaps.
     pub io_poll_gap_max_us: Option<f64>,
 }
@@ -125,6 +127,21 @@ pub struct ClassRow {
     pub queue_p99_us: Option<f64>,
     /// Largest queue delay since the start, in µs; `None` before any wake.
     pub queue_max_us: Option<f64>,
+}
+
+/// The tokio side's line: what runs outside keel's classes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TokioRow {
+    /// Its worker threads.
+    pub workers: u64,
+    /// Its threads alive, workers and blocking threads.
+    pub threads: u64,
+    /// Tasks alive on it.
+    pub alive_tasks: u64,
+    /// CPU its threads used over the span, in CPUs (seconds per second).
+    pub cpus: f64,
+    /// Its workers' busy time over the span, in workers.
+    pub busy_workers: f64,
 }
 
 /// The blocking pool's line.
@@ -286,6 +303,23 @@ impl View {
                     0.0
                 },
             },
+            tokio: now.tokio.as_ref().map(|tokio| {
+                let then = before.and_then(|b| b.tokio.as_ref());
+                let per_span = |now: f64, then: Option<f64>| {
+                    if span_s > 0.0 {
+                        (now - then.unwrap_or(0.0)).max(0.0) / span_s
+                    } else {
+                        0.0
+                    }
+                };
+                TokioRow {
+                    workers: tokio.workers,
+                    threads: tokio.threads,
+                    alive_tasks: tokio.alive_tasks,
+                    cpus: per_span(tokio.cpu_s, then.map(|t| t.cpu_s)),
+                    busy_workers: per_span(tokio.busy_s, then.map(|t| t.busy_s)),
+                }
+            }),
             io_poll_gap_max_us: now
                 .worker_states
                 .iter()
@@ -421,6 +455,34 @@ pub mod tests {
     /// Parses [`document`].
     pub fn snapshot(t: f64, gap: Option<f64>) -> StatsDocument {
         parse(document(t, gap).as_bytes()).expect("the test document parses")
+    }
+
+    /// `snapshot(t)` of a runtime with a tokio side that used 0.25 CPU
+    /// and 0.5 busy workers per second, with 4 tasks alive.
+    fn with_tokio(t: f64) -> StatsDocument {
+        let mut doc = snapshot(t, None);
+        let mut tokio = keel::admin::TokioFigures::default();
+        tokio.workers = 1;
+        tokio.threads = 2;
+        tokio.alive_tasks = 4;
+        tokio.cpu_s = 0.25 * t;
+        tokio.busy_s = 0.5 * t;
+        doc.tokio = Some(tokio);
+        doc
+    }
+
+    #[test]
+    fn the_tokio_side_gets_a_line_of_rates_when_there_is_one() {
+        let view = View::new(Some(&with_tokio(10.0)), &with_tokio(12.0));
+        let tokio = view.tokio.expect("a tokio row");
+        assert_eq!((tokio.workers, tokio.threads, tokio.alive_tasks), (1, 2, 4));
+        assert!((tokio.cpus - 0.25).abs() < 1e-9, "{tokio:?}");
+        assert!((tokio.busy_workers - 0.5).abs() < 1e-9, "{tokio:?}");
+        // The first sample: averages since the start.
+        let first = View::new(None, &with_tokio(4.0)).tokio.unwrap();
+        assert!((first.cpus - 0.25).abs() < 1e-9, "{first:?}");
+        // A server without a tokio side, or one that predates it.
+        assert!(View::new(None, &snapshot(4.0, None)).tokio.is_none());
     }
 
     /// Two snapshots a second apart give per-second rates and shares of

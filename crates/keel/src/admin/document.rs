@@ -8,7 +8,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::stats::{
-    BlockingStats, Deliveries, DeliveryStats, LaneStats, QueueDelay, Stats, WorkerStats,
+    BlockingStats, Deliveries, DeliveryStats, LaneStats, QueueDelay, Stats, TokioStats, WorkerStats,
 };
 
 /// The whole `/stats` document: what the endpoint writes, and what a
@@ -102,6 +102,39 @@ pub struct StatsDocument {
     /// without one, and from a server that predates it.
     #[serde(default)]
     pub lane: Option<LaneFigures>,
+    /// The tokio side, when the runtime has one (see
+    /// [`Builder::tokio_threads`](crate::Builder::tokio_threads)); `null`
+    /// without one, and from a server that predates it.
+    #[serde(default)]
+    pub tokio: Option<TokioFigures>,
+}
+
+/// What the tokio side did (`tokio`; see [`TokioStats`]).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct TokioFigures {
+    /// Its worker threads.
+    pub workers: u64,
+    /// Its threads alive, workers and blocking threads.
+    pub threads: u64,
+    /// Tasks alive on it.
+    pub alive_tasks: u64,
+    /// Its workers' busy time, summed, as tokio counts it.
+    pub busy_s: f64,
+    /// CPU of its threads since the runtime was built.
+    pub cpu_s: f64,
+}
+
+impl From<&TokioStats> for TokioFigures {
+    fn from(tokio: &TokioStats) -> TokioFigures {
+        TokioFigures {
+            workers: tokio.workers as u64,
+            threads: tokio.threads as u64,
+            alive_tasks: tokio.alive_tasks as u64,
+            busy_s: secs(tokio.busy),
+            cpu_s: secs(tokio.cpu),
+        }
+    }
 }
 
 /// What the urgent lane did (`lane`; see [`LaneStats`]).
@@ -544,8 +577,12 @@ pub struct WindowFigures {
     pub park_cpu_s: Option<f64>,
     /// Run time of blocking-pool closures that ended in the span.
     pub blocking_busy_s: f64,
-    /// busy + search + spin + park CPU + blocking: what should have cost
-    /// CPU.
+    /// CPU of the tokio side's threads in the span; `None` without a
+    /// tokio side, and from a server that predates it.
+    #[serde(default)]
+    pub tokio_cpu_s: Option<f64>,
+    /// busy + search + spin + park CPU + blocking + the tokio side's CPU:
+    /// what should have cost CPU.
     pub accounted_cpu_s: f64,
     /// CPU the kernel charged to the worker threads (their thread clocks);
     /// `None` from a server that predates it.
@@ -691,6 +728,7 @@ mod tests {
                 preempted_s: Some(0.24),
                 workers_cpu_pct: Some(62.5),
                 process_cpu_s: Some(1.3),
+                tokio_cpu_s: Some(0.25),
                 ..WindowFigures::default()
             },
             lane: Some(LaneFigures {
@@ -699,6 +737,13 @@ mod tests {
                 busy_s: 0.5,
                 charged_s: 0.25,
                 throttled: 3,
+            }),
+            tokio: Some(TokioFigures {
+                workers: 1,
+                threads: 2,
+                alive_tasks: 3,
+                busy_s: 0.5,
+                cpu_s: 0.75,
             }),
             ..StatsDocument::default()
         }
@@ -720,6 +765,7 @@ mod tests {
             "parked_s",
             "park_cpu_s",
             "blocking_busy_s",
+            "tokio_cpu_s",
             "accounted_cpu_s",
             "workers_cpu_s",
             "preempted_s",
@@ -814,6 +860,12 @@ mod tests {
             "busy_s",
             "charged_s",
             "throttled",
+            "tokio",
+            "workers",
+            "threads",
+            "alive_tasks",
+            "busy_s",
+            "cpu_s",
         ]);
         assert_eq!(keys(&json), expected);
     }

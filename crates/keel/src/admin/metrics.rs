@@ -298,6 +298,45 @@ fn families(shared: &Shared, stats: &Stats) -> Vec<Family> {
             seconds(blocking.busy),
         ),
     ]);
+    if let Some(tokio) = &stats.tokio {
+        families.extend([
+            single(
+                "tokio_workers",
+                "Worker threads of the runtime's tokio side.",
+                None,
+                Gauge,
+                count(tokio.workers),
+            ),
+            single(
+                "tokio_threads",
+                "Threads of the tokio side alive, workers and blocking threads.",
+                None,
+                Gauge,
+                count(tokio.threads),
+            ),
+            single(
+                "tokio_alive_tasks",
+                "Tasks alive on the tokio side: what libraries spawned with tokio::spawn, outside keel's classes.",
+                None,
+                Gauge,
+                count(tokio.alive_tasks),
+            ),
+            single(
+                "tokio_busy",
+                "Time the tokio side's workers spent busy, summed over them, as tokio counts it.",
+                Some(Unit::Seconds),
+                Counter,
+                seconds(tokio.busy),
+            ),
+            single(
+                "tokio_cpu",
+                "CPU time of the tokio side's threads, those that exited included.",
+                Some(Unit::Seconds),
+                Counter,
+                seconds(tokio.cpu),
+            ),
+        ]);
+    }
     let modes = [
         ("off", stats.deliveries.off),
         ("fixed", stats.deliveries.fixed),

@@ -178,6 +178,7 @@
 //! | `since_start` | window | accounting against process CPU since the endpoint started ([`serve`] took a baseline) |
 //! | `since_last` | window | the same since the previous `/stats` answer of this endpoint (the first: since it started) |
 //! | `lane` | object or null | the urgent lane, when the runtime has one (see [`Builder::urgent_lane`](crate::Builder::urgent_lane)): `priority` (string, how it got ahead of the workers, and why not at real-time priority if that was refused), `polls`, `throttled` (integers), `busy_s`, `charged_s` (numbers) |
+//! | `tokio` | object or null | the tokio side, when the runtime has one (see [`Builder::tokio_threads`](crate::Builder::tokio_threads)): `workers`, `threads`, `alive_tasks` (integers), `busy_s`, `cpu_s` (numbers) |
 //!
 //! A class is charged the wall time of its polls less the time the kernel
 //! preempted their workers inside them: a poll that blocks pays for all
@@ -200,7 +201,8 @@
 //! | `search_s`, `spin_s`, `parked_s` | number | the other worker states |
 //! | `park_cpu_s` | number | CPU the worker threads used while parked: going to sleep and waking |
 //! | `blocking_busy_s` | number | blocking-pool closures' run time ended in the span |
-//! | `accounted_cpu_s` | number | busy + search + spin + park CPU + blocking: what should have cost CPU |
+//! | `tokio_cpu_s` | number or null | CPU of the tokio side's threads in the span; `null` without a tokio side |
+//! | `accounted_cpu_s` | number | busy + search + spin + park CPU + blocking + the tokio side's CPU: what should have cost CPU |
 //! | `workers_cpu_s` | number | CPU the kernel charged to the worker threads (their thread clocks) |
 //! | `preempted_s` | number | time the workers were in on-CPU states but the kernel ran something else: where `accounted_cpu_s` exceeds what they really got |
 //! | `process_user_s`, `process_system_s`, `process_cpu_s` | number or null | `getrusage(RUSAGE_SELF)` user, system and their sum; `null` where it is unavailable |
@@ -262,6 +264,8 @@
 //! | `keel_blocking_threads`, `keel_blocking_idle_threads`, `keel_blocking_queued_jobs`, `keel_blocking_waiting_callers` | gauge | |
 //! | `keel_blocking_completed_jobs`, `keel_blocking_rejected_jobs` | counter | |
 //! | `keel_blocking_busy_seconds` | counter | |
+//! | `keel_tokio_workers`, `keel_tokio_threads`, `keel_tokio_alive_tasks` | gauge | only with a tokio side (see [`Builder::tokio_threads`](crate::Builder::tokio_threads)) |
+//! | `keel_tokio_busy_seconds`, `keel_tokio_cpu_seconds` | counter | the same; busy as tokio counts it, CPU from the threads' clocks |
 //! | `keel_tcp_deliveries` | counter | `mode` (`off`, `fixed`, `adaptive`) |
 //! | `keel_tcp_delivered_bytes` | counter | `mode` |
 //! | `keel_process_cpu_seconds` | counter | `mode` (`user`, `system`); from `getrusage` |
@@ -304,7 +308,7 @@ use slots::Slots;
 
 pub use document::{
     AdminFigures, BlockingFigures, ClassFigures, CountBytes, DeliveryFigures, LaneFigures,
-    QueueDelayFigures, StatsDocument, WindowFigures, WorkerFigures,
+    QueueDelayFigures, StatsDocument, TokioFigures, WindowFigures, WorkerFigures,
 };
 
 /// Default [`AdminOptions::max_connections`]: 16.

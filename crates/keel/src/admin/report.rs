@@ -8,7 +8,7 @@ use std::time::Duration;
 use super::document::{count, micros, ratio_pct, secs};
 use super::{
     AdminFigures, BlockingFigures, ClassFigures, DeliveryFigures, LaneFigures, Shared,
-    StatsDocument, WindowFigures, WorkerFigures,
+    StatsDocument, TokioFigures, WindowFigures, WorkerFigures,
 };
 use crate::stats::{Stats, WorkerStats};
 use crate::{Class, Handle};
@@ -20,6 +20,8 @@ pub(super) struct Sample {
     elapsed: Duration,
     workers: Vec<WorkerStats>,
     blocking_busy: Duration,
+    /// CPU of the tokio side's threads, if the runtime has one.
+    tokio_cpu: Option<Duration>,
     /// User and system CPU of the process, if `getrusage` answered.
     process: Option<(Duration, Duration)>,
 }
@@ -30,6 +32,7 @@ impl Sample {
             elapsed: stats.elapsed,
             workers: stats.workers.clone(),
             blocking_busy: stats.blocking.busy,
+            tokio_cpu: stats.tokio.map(|tokio| tokio.cpu),
             process: process_cpu(),
         }
     }
@@ -86,7 +89,10 @@ fn window(before: &Sample, after: &Sample) -> WindowFigures {
         preempted += span.preempted();
     }
     let blocking = after.blocking_busy.saturating_sub(before.blocking_busy);
-    let accounted = busy + search + spin + park_cpu + blocking;
+    let tokio = after
+        .tokio_cpu
+        .map(|cpu| cpu.saturating_sub(before.tokio_cpu.unwrap_or(Duration::ZERO)));
+    let accounted = busy + search + spin + park_cpu + blocking + tokio.unwrap_or(Duration::ZERO);
     let process = match (before.process, after.process) {
         (Some((u0, s0)), Some((u1, s1))) => Some((u1.saturating_sub(u0), s1.saturating_sub(s0))),
         _ => None,
@@ -101,6 +107,7 @@ fn window(before: &Sample, after: &Sample) -> WindowFigures {
         parked_s: secs(parked),
         park_cpu_s: Some(secs(park_cpu)),
         blocking_busy_s: secs(blocking),
+        tokio_cpu_s: tokio.map(secs),
         accounted_cpu_s: secs(accounted),
         workers_cpu_s: Some(secs(workers_cpu)),
         preempted_s: Some(secs(preempted)),
@@ -147,6 +154,7 @@ pub(super) fn stats_document(shared: &Shared, stats: &Stats) -> StatsDocument {
         since_start,
         since_last,
         lane: stats.lane.as_ref().map(LaneFigures::from),
+        tokio: stats.tokio.as_ref().map(TokioFigures::from),
     }
 }
 

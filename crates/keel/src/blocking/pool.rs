@@ -561,6 +561,8 @@ fn run_thread(handle: Handle, id: u64) {
     // Closures may use `Handle::current()` and spawn back into the
     // runtime; they are not on a worker, so their spawns are injected.
     let _enter = context::enter(handle.clone());
+    // And libraries' calls into tokio's runtime work here too.
+    let _tokio = handle.shared.enter_tokio();
     let pool = &handle.shared.blocking;
     let mut synced = pool.lock();
     synced.starting -= 1;

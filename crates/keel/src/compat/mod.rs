@@ -11,6 +11,10 @@
 //! - `tokio` (feature `tokio-io`): tokio's `AsyncRead` and
 //!   `AsyncWrite` for keel's streams, without a tokio runtime, for crates
 //!   written against them (tokio-rustls, tokio-util codecs, ...).
+//! - The tokio side (feature `tokio-context`): a tokio runtime that each
+//!   keel runtime owns and enters wherever keel code runs, for libraries
+//!   that call tokio's runtime themselves (reqwest, sqlx, tonic's
+//!   transport, redis); see [`Builder::tokio_threads`](crate::Builder::tokio_threads).
 
 #[cfg(feature = "hyper")]
 pub mod hyper;

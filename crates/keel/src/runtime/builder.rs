@@ -48,6 +48,20 @@ pub const DEFAULT_STALL_THRESHOLD: Duration = Duration::from_millis(10);
 /// file systems) to overlap on a large machine and still caps what a flood
 /// of jobs can do to one: beyond it, jobs queue.
 pub const DEFAULT_MAX_BLOCKING_THREADS: usize = 64;
+
+/// Default [`Builder::tokio_threads`] with the `tokio-context` feature: 1
+/// thread (0 without the feature: there is no tokio side).
+///
+/// The tokio side runs only what libraries hand to tokio themselves
+/// (connection tasks of a client's pool, a driver's background task) and
+/// wakes keel tasks when tokio sockets and timers are ready; the requests'
+/// own work stays on keel's workers. One thread does that without taking
+/// a core from the workers on a small machine.
+pub const DEFAULT_TOKIO_THREADS: usize = if cfg!(feature = "tokio-context") {
+    1
+} else {
+    0
+};
 /// Default [`Builder::blocking_queue`]: 1024 jobs.
 ///
 /// Behind 64 busy threads, a full queue is 16 jobs' worth of waiting per
@@ -137,6 +151,7 @@ pub struct Builder {
     max_blocking_threads: usize,
     blocking_queue: usize,
     blocking_keep_alive: Duration,
+    tokio_threads: usize,
 }
 
 impl Default for Builder {
@@ -173,6 +188,7 @@ impl Builder {
             max_blocking_threads: DEFAULT_MAX_BLOCKING_THREADS,
             blocking_queue: DEFAULT_BLOCKING_QUEUE,
             blocking_keep_alive: DEFAULT_BLOCKING_KEEP_ALIVE,
+            tokio_threads: DEFAULT_TOKIO_THREADS,
         }
     }
 
@@ -430,6 +446,37 @@ impl Builder {
         self
     }
 
+    /// Worker threads of the runtime's tokio side (feature
+    /// `tokio-context`): a tokio runtime that this
+    /// runtime starts, enters on every thread where keel code runs, and
+    /// shuts down after its own tasks. Libraries that call `tokio::spawn`,
+    /// `tokio::time` or `Handle::current()` themselves, or open tokio
+    /// sockets (reqwest, sqlx, tonic's transport, redis), then work inside
+    /// keel tasks instead of panicking with "there is no reactor running".
+    /// Default [`DEFAULT_TOKIO_THREADS`]: 1 with the `tokio-context`
+    /// feature; 0 turns the tokio side off.
+    ///
+    /// ```
+    /// # #[cfg(feature = "tokio-context")] {
+    /// let rt = keel::Runtime::builder().tokio_threads(2).build().unwrap();
+    /// let slept = rt.block_on(rt.spawn(async {
+    ///     // tokio's own timer, from inside a keel task.
+    ///     tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+    ///     tokio::spawn(async { 6 * 7 }).await.unwrap()
+    /// }));
+    /// assert_eq!(slept.unwrap(), 42);
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`build`](Self::build) fails with `InvalidInput` for a nonzero
+    /// count without the `tokio-context` feature.
+    pub fn tokio_threads(&mut self, threads: usize) -> &mut Builder {
+        self.tokio_threads = threads;
+        self
+    }
+
     /// Name of the worker threads (suffixed with `-N`), and of the blocking
     /// pool's threads (suffixed with `-blocking`). Default `keel-worker`.
     pub fn thread_name(&mut self, name: &str) -> &mut Builder {
@@ -503,6 +550,12 @@ impl Builder {
         if let Some(lane) = &self.urgent_lane {
             lane.validate()?;
         }
+        if self.tokio_threads > 0 && !cfg!(feature = "tokio-context") {
+            return Err(invalid(format!(
+                "tokio_threads({}) needs keel's `tokio-context` feature",
+                self.tokio_threads
+            )));
+        }
         let nanos = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
         Ok(Config {
             urgent_lane: self.urgent_lane.clone(),
@@ -524,6 +577,7 @@ impl Builder {
                 keep_alive: self.blocking_keep_alive,
                 thread_name: format!("{}-blocking", self.thread_name),
             },
+            tokio_threads: self.tokio_threads,
         })
     }
 }

@@ -40,4 +40,8 @@ pub(crate) struct Config {
     pub(crate) urgent_lane: Option<crate::UrgentLane>,
     /// The blocking pool's limits.
     pub(crate) blocking: crate::blocking::pool::BlockingConfig,
+    /// Worker threads of the tokio side; 0 for none (see
+    /// `Builder::tokio_threads`).
+    #[cfg_attr(not(feature = "tokio-context"), allow(dead_code))]
+    pub(crate) tokio_threads: usize,
 }

@@ -138,6 +138,7 @@ impl Handle {
     pub fn enter(&self) -> EnterGuard<'_> {
         EnterGuard {
             _inner: context::enter(self.clone()),
+            _tokio: self.shared.enter_tokio(),
             _handle: PhantomData,
         }
     }
@@ -163,6 +164,9 @@ impl fmt::Debug for Handle {
 #[must_use = "the runtime is current only while the guard lives"]
 pub struct EnterGuard<'a> {
     _inner: context::EnterGuard,
+    /// The runtime's tokio side, entered too (see
+    /// [`Builder::tokio_threads`](crate::Builder::tokio_threads)).
+    _tokio: crate::sched::TokioGuard<'a>,
     /// Borrows the handle, and keeps the guard on its thread.
     _handle: PhantomData<(&'a Handle, *const ())>,
 }

@@ -22,6 +22,11 @@
 //!    closure that never returns delays shutdown forever, as it cannot be
 //!    interrupted). This comes after the drain so that a closure waiting
 //!    for a task's result sees that task dropped instead of waiting for it.
+//! 6. The tokio side, if the runtime has one (see
+//!    [`Builder::tokio_threads`]), is shut down as dropping a tokio runtime
+//!    does: its tasks are dropped and its threads joined. It comes last
+//!    because keel's tasks, dropped in step 4, may hold its sockets,
+//!    timers and join handles.
 //!
 //! [`Runtime::shutdown_timeout`] runs the same steps but gives up waiting
 //! for threads after a deadline: workers still inside a poll and pool
@@ -44,12 +49,14 @@ mod builder;
 pub(crate) mod config;
 pub(crate) mod context;
 mod handle;
+#[cfg(feature = "tokio-context")]
+pub(crate) mod tokio_side;
 
 pub use builder::{
     Builder, SpinPolicy, DEFAULT_BLOCKING_KEEP_ALIVE, DEFAULT_BLOCKING_QUEUE, DEFAULT_BULK_SHARES,
     DEFAULT_IO_EVERY, DEFAULT_IO_INTERVAL, DEFAULT_MAX_BLOCKING_THREADS, DEFAULT_NORMAL_SHARES,
-    DEFAULT_STALL_THRESHOLD, DEFAULT_TASK_IO_BUDGET, DEFAULT_TASK_QUOTA, DEFAULT_URGENT_SHARES,
-    SPIN_LONG, SPIN_MEDIUM, SPIN_SHORT,
+    DEFAULT_STALL_THRESHOLD, DEFAULT_TASK_IO_BUDGET, DEFAULT_TASK_QUOTA, DEFAULT_TOKIO_THREADS,
+    DEFAULT_URGENT_SHARES, SPIN_LONG, SPIN_MEDIUM, SPIN_SHORT,
 };
 pub use handle::{EnterGuard, Handle};
 
@@ -248,7 +255,12 @@ impl Runtime {
             .collect();
         if !wait_until(deadline, || threads.iter().all(|t| t.is_finished())) {
             // Detached: a worker still inside a poll may touch the queues,
-            // so the tasks are left where they are.
+            // so the tasks are left where they are. The tokio side stops
+            // without waiting.
+            #[cfg(feature = "tokio-context")]
+            if let Some(tokio) = &shared.tokio {
+                tokio.shutdown(Some(Duration::ZERO));
+            }
             return false;
         }
         for thread in threads {
@@ -256,7 +268,12 @@ impl Runtime {
         }
         let _enter = context::enter(self.handle.clone());
         shared.drop_all_tasks();
-        shared.blocking.join_threads_until(deadline)
+        let pool_done = shared.blocking.join_threads_until(deadline);
+        #[cfg(feature = "tokio-context")]
+        if let Some(tokio) = &shared.tokio {
+            tokio.shutdown(Some(deadline.saturating_duration_since(Instant::now())));
+        }
+        pool_done
     }
 
     /// Runs `future` to completion on the calling thread, which is not a
@@ -275,6 +292,7 @@ impl Runtime {
             "Runtime::block_on called on a keel worker thread; await the future instead"
         );
         let _enter = context::enter(self.handle.clone());
+        let _tokio = self.handle.shared.enter_tokio();
         let parker = Arc::new(ThreadParker(Parker::new()));
         let waker = Waker::from(parker.clone());
         let mut cx = Context::from_waker(&waker);
@@ -322,6 +340,12 @@ impl Drop for Runtime {
         let _enter = context::enter(self.handle.clone());
         shared.drop_all_tasks();
         shared.blocking.join_threads();
+        // Last: keel's tasks, dropped above, may have held its sockets,
+        // timers and join handles.
+        #[cfg(feature = "tokio-context")]
+        if let Some(tokio) = &shared.tokio {
+            tokio.shutdown(None);
+        }
     }
 }
 

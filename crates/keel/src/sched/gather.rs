@@ -85,6 +85,13 @@ impl Shared {
             blocking: shared.blocking.stats(),
             deliveries: shared.deliveries.snapshot(),
             lane,
+            #[cfg(feature = "tokio-context")]
+            tokio: shared
+                .tokio
+                .as_ref()
+                .map(crate::runtime::tokio_side::TokioSide::stats),
+            #[cfg(not(feature = "tokio-context"))]
+            tokio: None,
         }
     }
 }

@@ -178,6 +178,10 @@ pub(crate) struct Shared {
     pub(crate) blocking: Pool,
     /// Which parked worker watches which timer tick (see `Worker::park`).
     pub(crate) watch: Mutex<Watch>,
+    /// The tokio runtime entered wherever keel code runs, if the runtime
+    /// has one (see `runtime::tokio_side`).
+    #[cfg(feature = "tokio-context")]
+    pub(crate) tokio: Option<crate::runtime::tokio_side::TokioSide>,
     /// Set once, when the runtime is dropped.
     stopping: AtomicBool,
     /// Set once the shutdown drain has begun: from then on a task that is
@@ -185,6 +189,14 @@ pub(crate) struct Shared {
     /// [`Shared::drop_all_tasks`]).
     draining: AtomicBool,
     next_id: AtomicU64,
+}
+
+/// The tokio side entered on a thread (see [`Shared::enter_tokio`]); a
+/// no-op without the `tokio-context` feature.
+pub(crate) struct TokioGuard<'a> {
+    #[cfg(feature = "tokio-context")]
+    _entered: Option<tokio::runtime::EnterGuard<'a>>,
+    _runtime: std::marker::PhantomData<&'a Shared>,
 }
 
 impl Shared {
@@ -227,6 +239,15 @@ impl Shared {
                 worker: None,
                 tick: NEVER,
             }),
+            #[cfg(feature = "tokio-context")]
+            tokio: (config.tokio_threads > 0)
+                .then(|| {
+                    crate::runtime::tokio_side::TokioSide::start(
+                        config.tokio_threads,
+                        &config.thread_name,
+                    )
+                })
+                .transpose()?,
             stopping: AtomicBool::new(false),
             draining: AtomicBool::new(false),
             next_id: AtomicU64::new(1),
@@ -234,6 +255,16 @@ impl Shared {
             config,
         };
         Ok((Arc::new(shared), locals))
+    }
+
+    /// Enters the tokio side on the calling thread until the guard drops,
+    /// if the runtime has one (see `runtime::tokio_side`).
+    pub(crate) fn enter_tokio(&self) -> TokioGuard<'_> {
+        TokioGuard {
+            #[cfg(feature = "tokio-context")]
+            _entered: self.tokio.as_ref().map(|tokio| tokio.handle().enter()),
+            _runtime: std::marker::PhantomData,
+        }
     }
 
     /// Spawns `future` as a task of `class`.

@@ -396,6 +396,7 @@ pub(crate) fn run_lane(shared: Arc<Shared>, ready: std::sync::mpsc::Sender<()>) 
     let _enter = context::enter(Handle {
         shared: shared.clone(),
     });
+    let _tokio = shared.enter_tokio();
     context::set_lane();
     let config = &shared.config;
     let total_shares: u64 = config.classes.iter().map(|c| u64::from(c.shares)).sum();

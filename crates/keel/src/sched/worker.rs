@@ -126,6 +126,8 @@ pub(crate) fn run_worker(
     let _enter = context::enter(Handle {
         shared: shared.clone(),
     });
+    let tokio = shared.clone();
+    let _tokio = tokio.enter_tokio();
     context::set_local(Some(local.clone()));
     if let Some(steps) = shared.lane.as_ref().and_then(|lane| lane.worker_nice()) {
         super::urgent::lower_own_priority(steps);

@@ -14,7 +14,10 @@
 
 pub(crate) mod account;
 mod snapshot;
+#[cfg(feature = "tokio-context")]
+pub(crate) mod thread_cpu;
 
 pub use snapshot::{
-    BlockingStats, ClassStats, Deliveries, DeliveryStats, LaneStats, QueueDelay, Stats, WorkerStats,
+    BlockingStats, ClassStats, Deliveries, DeliveryStats, LaneStats, QueueDelay, Stats, TokioStats,
+    WorkerStats,
 };

@@ -34,6 +34,30 @@ pub struct Stats {
     /// The urgent lane's figures, when the runtime has one (see
     /// [`Builder::urgent_lane`](crate::Builder::urgent_lane)).
     pub lane: Option<LaneStats>,
+    /// The tokio side's figures, when the runtime has one (see
+    /// [`Builder::tokio_threads`](crate::Builder::tokio_threads)).
+    pub tokio: Option<TokioStats>,
+}
+
+/// The runtime's tokio side: the tokio runtime that runs what libraries
+/// hand to tokio themselves, outside keel's classes. Its CPU is counted
+/// here so that the workers', the blocking pool's and the tokio side's
+/// figures add up to the process's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct TokioStats {
+    /// Its worker threads.
+    pub workers: usize,
+    /// Its threads alive now, workers and blocking threads.
+    pub threads: usize,
+    /// Tasks alive on it (spawned with `tokio::spawn` and not finished).
+    pub alive_tasks: usize,
+    /// Time its workers spent polling tasks or driving IO and timers,
+    /// summed over the workers, as tokio counts it.
+    pub busy: Duration,
+    /// CPU time of all its threads since the runtime was built, those that
+    /// exited included.
+    pub cpu: Duration,
 }
 
 /// Reads of TCP streams that returned data (*deliveries*), per

@@ -367,6 +367,22 @@ pub fn threads_named(prefix: &str) -> usize {
         .count()
 }
 
+/// Threads of this process named `prefix` and a number: a runtime's
+/// workers, when `prefix` is its thread name and a dash (its blocking
+/// pool's and tokio side's threads have words after the dash).
+#[allow(dead_code)]
+pub fn worker_threads_named(prefix: &str) -> usize {
+    let tasks = std::fs::read_dir("/proc/self/task").expect("/proc/self/task is readable");
+    tasks
+        .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("comm")).ok())
+        .filter(|comm| {
+            comm.trim_end()
+                .strip_prefix(prefix)
+                .is_some_and(|rest| !rest.is_empty() && rest.bytes().all(|b| b.is_ascii_digit()))
+        })
+        .count()
+}
+
 /// A runtime of two workers with every default, for the tests that need
 /// one and nothing particular about it.
 pub fn runtime() -> Runtime {

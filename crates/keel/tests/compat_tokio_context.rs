@@ -1,0 +1,261 @@
+//! The tokio side: code that calls tokio's runtime itself (`tokio::spawn`,
+//! `tokio::time`, tokio's sockets, `spawn_blocking`, `Handle::current()`)
+//! works wherever keel code runs, and the tokio side lives and dies with
+//! its keel runtime.
+
+#[macro_use]
+mod support;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use keel::{Class, Runtime, UrgentLane};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// What a library does with tokio's runtime: spawn, sleep, open and use
+/// tokio sockets, run blocking work. Returns what the spawned task and the
+/// blocking closure computed, and the bytes echoed.
+async fn use_tokio_as_a_library_does() -> (u32, u32, Vec<u8>) {
+    let handle = tokio::runtime::Handle::current();
+    let spawned = tokio::spawn(async { 6 * 7 }).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(2)).await;
+    let blocking = tokio::task::spawn_blocking(|| 40 + 2).await.unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let server = handle.spawn(async move {
+        let (mut stream, _) = listener.accept().await.unwrap();
+        let mut buf = [0u8; 5];
+        stream.read_exact(&mut buf).await.unwrap();
+        stream.write_all(&buf).await.unwrap();
+    });
+    let mut client = tokio::net::TcpStream::connect(addr).await.unwrap();
+    client.write_all(b"hello").await.unwrap();
+    let mut echoed = vec![0u8; 5];
+    tokio::time::timeout(Duration::from_secs(10), client.read_exact(&mut echoed))
+        .await
+        .expect("the echo came back in time")
+        .unwrap();
+    server.await.unwrap();
+    (spawned, blocking, echoed)
+}
+
+fn runtime() -> Runtime {
+    Runtime::builder().workers(2).build().unwrap()
+}
+
+#[test]
+fn tokio_works_inside_keel_tasks_of_every_class() {
+    let rt = runtime();
+    for class in [Class::URGENT, Class::NORMAL, Class::BULK] {
+        let (spawned, blocking, echoed) = rt
+            .block_on(rt.spawn_in(class, async move {
+                assert_eq!(Class::current(), Some(class));
+                let out = use_tokio_as_a_library_does().await;
+                // Back on a keel worker, in the same class.
+                assert_eq!(Class::current(), Some(class));
+                out
+            }))
+            .unwrap();
+        assert_eq!(
+            (spawned, blocking, echoed.as_slice()),
+            (42, 42, &b"hello"[..])
+        );
+    }
+}
+
+#[test]
+fn tokio_works_in_block_on_on_the_blocking_pool_and_after_enter() {
+    let rt = runtime();
+    let (spawned, _, echoed) = rt.block_on(use_tokio_as_a_library_does());
+    assert_eq!((spawned, echoed.as_slice()), (42, &b"hello"[..]));
+
+    // A blocking closure may call into tokio's runtime too.
+    let from_pool = rt
+        .block_on(rt.spawn_blocking(|| {
+            tokio::runtime::Handle::current().block_on(tokio::spawn(async { 7 }))
+        }))
+        .unwrap()
+        .unwrap();
+    assert_eq!(from_pool, 7);
+
+    // Outside block_on, with the runtime entered.
+    assert!(tokio::runtime::Handle::try_current().is_err());
+    {
+        let _enter = rt.enter();
+        let task = tokio::spawn(async { 9 });
+        assert_eq!(rt.block_on(task).unwrap(), 9);
+    }
+    assert!(tokio::runtime::Handle::try_current().is_err());
+}
+
+#[test]
+fn tokio_works_on_the_urgent_lane() {
+    let rt = Runtime::builder()
+        .workers(1)
+        .urgent_lane(UrgentLane::default())
+        .build()
+        .unwrap();
+    let (spawned, blocking, echoed) = rt
+        .block_on(rt.spawn_in(Class::URGENT, use_tokio_as_a_library_does()))
+        .unwrap();
+    assert_eq!(
+        (spawned, blocking, echoed.as_slice()),
+        (42, 42, &b"hello"[..])
+    );
+}
+
+#[test]
+fn without_a_tokio_side_tokio_is_not_there() {
+    let rt = Runtime::builder()
+        .workers(1)
+        .tokio_threads(0)
+        .build()
+        .unwrap();
+    let inside = rt
+        .block_on(rt.spawn(async { tokio::runtime::Handle::try_current().is_ok() }))
+        .unwrap();
+    assert!(!inside);
+    assert!(rt.stats().tokio.is_none());
+}
+
+/// Sets its flag when dropped.
+struct DropFlag(Arc<AtomicBool>);
+
+impl Drop for DropFlag {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+}
+
+#[test]
+fn dropping_the_runtime_drops_the_tokio_sides_tasks_after_keels() {
+    let rt = runtime();
+    let tokio_task_dropped = Arc::new(AtomicBool::new(false));
+    let flag = DropFlag(tokio_task_dropped.clone());
+    // A tokio task that never ends, and a keel task that holds a tokio
+    // timer and the tokio task's handle when the runtime drops.
+    rt.block_on(async move {
+        let forever = tokio::spawn(async move {
+            let _flag = flag;
+            std::future::pending::<()>().await;
+        });
+        keel::spawn(async move {
+            let _sleep = tokio::time::sleep(Duration::from_secs(3600));
+            forever.await.ok();
+        });
+    });
+    let threads_before = rt.stats().tokio.expect("a tokio side").threads;
+    assert!(threads_before >= 1, "{threads_before} tokio threads");
+    assert!(!tokio_task_dropped.load(Ordering::SeqCst));
+    drop(rt);
+    assert!(
+        tokio_task_dropped.load(Ordering::SeqCst),
+        "the tokio side's task outlived the runtime"
+    );
+}
+
+#[test]
+fn the_tokio_sides_cpu_and_tasks_are_counted() {
+    let rt = Runtime::builder()
+        .workers(1)
+        .tokio_threads(2)
+        .build()
+        .unwrap();
+    let before = rt.stats().tokio.expect("a tokio side");
+    assert_eq!(before.workers, 2);
+    // Burn 50 ms of CPU on the tokio side, and keep a task alive there.
+    let (hold, held) = tokio::sync::oneshot::channel::<()>();
+    let burned = rt.block_on(async move {
+        tokio::spawn(async move {
+            let _ = held.await;
+        });
+        tokio::spawn(async {
+            let start = Instant::now();
+            while start.elapsed() < Duration::from_millis(50) {
+                std::hint::black_box(0u64);
+            }
+        })
+        .await
+        .unwrap();
+        tokio::runtime::Handle::current()
+            .metrics()
+            .num_alive_tasks()
+    });
+    let after = rt.stats().tokio.expect("a tokio side");
+    assert_eq!(after.alive_tasks, burned);
+    assert!(after.alive_tasks >= 1, "the held task is alive");
+    assert!(
+        after.cpu >= before.cpu + Duration::from_millis(40),
+        "tokio side CPU {:?} -> {:?} after 50 ms of spinning",
+        before.cpu,
+        after.cpu
+    );
+    assert!(
+        after.busy > before.busy,
+        "{:?} -> {:?}",
+        before.busy,
+        after.busy
+    );
+    assert!(after.threads >= 2, "{} tokio threads", after.threads);
+    drop(hold);
+}
+
+/// A keel HTTP/1.1 server answering every request on a connection with
+/// `hello`; returns its address.
+fn hello_server(rt: &Runtime) -> std::net::SocketAddr {
+    let listener = {
+        let _enter = rt.enter();
+        keel::net::TcpListener::bind("127.0.0.1:0").unwrap()
+    };
+    let addr = listener.local_addr().unwrap();
+    rt.spawn(async move {
+        loop {
+            let Ok((mut stream, _)) = listener.accept().await else {
+                return;
+            };
+            keel::spawn(async move {
+                let mut request = Vec::new();
+                let mut buf = [0u8; 1024];
+                loop {
+                    match stream.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => request.extend_from_slice(&buf[..n]),
+                    }
+                    // Answer each complete request (no bodies are sent).
+                    while let Some(end) = request.windows(4).position(|w| w == b"\r\n\r\n") {
+                        request.drain(..end + 4);
+                        let reply = b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nhello";
+                        if stream.write_all(reply).await.is_err() {
+                            return;
+                        }
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
+
+#[test]
+fn reqwest_runs_inside_keel_tasks() {
+    let rt = runtime();
+    let addr = hello_server(&rt);
+    let url = format!("http://{addr}/");
+    let bodies = rt
+        .block_on(rt.spawn(async move {
+            // The one-shot helper, then a client whose pooled connection
+            // (driven by a task reqwest spawns on tokio) serves 20 requests.
+            let mut bodies = vec![reqwest::get(&url).await.unwrap().text().await.unwrap()];
+            let client = reqwest::Client::new();
+            for _ in 0..20 {
+                let response = client.get(&url).send().await.unwrap();
+                assert_eq!(response.status(), 200);
+                bodies.push(response.text().await.unwrap());
+            }
+            bodies
+        }))
+        .unwrap();
+    assert_eq!(bodies.len(), 21);
+    assert!(bodies.iter().all(|b| b == "hello"), "{bodies:?}");
+}
