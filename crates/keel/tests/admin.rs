@@ -631,30 +631,26 @@ fn the_tokio_side_is_in_metrics_and_stats() {
                 let _hold = hold;
                 std::future::pending::<()>().await;
             });
-            tokio::spawn(async {
-                let start = Instant::now();
-                while start.elapsed() < Duration::from_millis(30) {
-                    std::hint::black_box(0u64);
-                }
-            })
-            .await
-            .unwrap();
+            // 30 ms on a core, however long the kernel keeps it off one.
+            tokio::spawn(async { support::cpu_for(Duration::from_millis(30)) })
+                .await
+                .unwrap();
         });
         let families = parse_exposition(&get(addr, "/metrics").body, Format::Text);
         assert_eq!(value_of(&families, "keel_tokio_workers", &[]), 1.0);
         assert!(value_of(&families, "keel_tokio_threads", &[]) >= 1.0);
         assert!(value_of(&families, "keel_tokio_alive_tasks", &[]) >= 1.0);
-        assert!(value_of(&families, "keel_tokio_cpu_seconds_total", &[]) >= 0.025);
+        assert!(value_of(&families, "keel_tokio_cpu_seconds_total", &[]) >= 0.030);
         assert!(value_of(&families, "keel_tokio_busy_seconds_total", &[]) > 0.0);
 
         let stats: Value = serde_json::from_str(&get(addr, "/stats").body).unwrap();
         let tokio = &stats["tokio"];
         assert_eq!(tokio["workers"], 1, "{tokio}");
-        assert!(tokio["cpu_s"].as_f64().unwrap() >= 0.025, "{tokio}");
+        assert!(tokio["cpu_s"].as_f64().unwrap() >= 0.030, "{tokio}");
         assert!(tokio["alive_tasks"].as_u64().unwrap() >= 1, "{tokio}");
         let window = &stats["since_start"];
         let tokio_cpu = window["tokio_cpu_s"].as_f64().unwrap();
-        assert!(tokio_cpu >= 0.025, "{window}");
+        assert!(tokio_cpu >= 0.030, "{window}");
         assert!(
             window["accounted_cpu_s"].as_f64().unwrap() >= tokio_cpu,
             "{window}"

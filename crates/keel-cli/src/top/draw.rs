@@ -477,7 +477,7 @@ fn bytes(b: f64) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::super::model::tests::snapshot;
+    use super::super::model::tests::{snapshot, with_tokio};
     use super::*;
 
     /// A screen of `view` as `--once` prints it.
@@ -496,20 +496,9 @@ mod tests {
     #[test]
     fn the_tokio_side_has_its_line() {
         let plain = View::new(Some(&snapshot(10.0, None)), &snapshot(11.0, None));
-        let with = |t: f64| {
-            let mut doc = snapshot(t, None);
-            let mut tokio = keel::admin::TokioFigures::default();
-            tokio.workers = 1;
-            tokio.threads = 3;
-            tokio.alive_tasks = 5;
-            tokio.cpu_s = 0.25 * t;
-            tokio.busy_s = 0.5 * t;
-            doc.tokio = Some(tokio);
-            doc
-        };
-        let view = View::new(Some(&with(10.0)), &with(11.0));
+        let view = View::new(Some(&with_tokio(10.0)), &with_tokio(11.0));
         let text = render_text(&once(&view), 140);
-        let line = "tokio side (outside the classes): 1 workers, 3 threads · 5 tasks · 0.25 CPUs used · 0.50 workers busy";
+        let line = "tokio side (outside the classes): 1 workers, 2 threads · 4 tasks · 0.25 CPUs used · 0.50 workers busy";
         let at = text.find(line).unwrap_or_else(|| panic!("{text}"));
         assert!(at < text.find("IO poll gap max").unwrap(), "{text}");
         assert!(!render_text(&once(&plain), 140).contains("tokio side"));

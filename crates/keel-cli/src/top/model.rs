@@ -457,9 +457,10 @@ pub mod tests {
         parse(document(t, gap).as_bytes()).expect("the test document parses")
     }
 
-    /// `snapshot(t)` of a runtime with a tokio side that used 0.25 CPU
-    /// and 0.5 busy workers per second, with 4 tasks alive.
-    fn with_tokio(t: f64) -> StatsDocument {
+    /// `snapshot(t)` of a runtime with a tokio side of 1 worker and 2
+    /// threads that used 0.25 CPU and 0.5 busy workers per second, with 4
+    /// tasks alive.
+    pub fn with_tokio(t: f64) -> StatsDocument {
         let mut doc = snapshot(t, None);
         let mut tokio = keel::admin::TokioFigures::default();
         tokio.workers = 1;

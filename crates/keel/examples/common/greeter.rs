@@ -13,11 +13,12 @@
 //! ```
 //!
 //! tonic's own transport (`tonic::transport::Server`, `Channel`) is built
-//! on tokio's sockets, `tokio::spawn` and tokio's timers, so it needs a
-//! tokio runtime. Its services and codecs do not: [`GreeterServer`] is a
-//! plain tower service, served on keel like any other (see `serve.rs`),
-//! and [`Http2Channel`] carries tonic's client over a hyper HTTP/2
-//! connection on a keel stream.
+//! on tokio's sockets, `tokio::spawn` and tokio's timers, so it runs on a
+//! keel runtime's tokio side (feature `tokio-context`; see the test
+//! `compat_tonic_transport`). Its services and codecs need no tokio:
+//! [`GreeterServer`] is a plain tower service, served on keel like any
+//! other (see `serve.rs`), and [`Http2Channel`] carries tonic's client
+//! over a hyper HTTP/2 connection on a keel stream.
 
 #![allow(dead_code)]
 
@@ -120,6 +121,10 @@ impl ServerStreamingService<HelloRequest> for SayHelloStream {
 #[derive(Clone, Debug, Default)]
 pub struct GreeterServer;
 
+impl tonic::server::NamedService for GreeterServer {
+    const NAME: &'static str = "greeter.Greeter";
+}
+
 impl<B> tower::Service<Request<B>> for GreeterServer
 where
     B: hyper::body::Body + Send + 'static,
@@ -180,8 +185,8 @@ impl tower::Service<Request<GrpcBody>> for Http2Channel {
 
 /// A `Greeter` client over `channel` to the server at `origin`
 /// (`http://host:port`).
-pub struct GreeterClient {
-    grpc: tonic::client::Grpc<Http2Channel>,
+pub struct GreeterClient<C = Http2Channel> {
+    grpc: tonic::client::Grpc<C>,
 }
 
 impl GreeterClient {
@@ -191,12 +196,26 @@ impl GreeterClient {
             grpc: tonic::client::Grpc::with_origin(channel, origin),
         }
     }
+}
+
+impl<C> GreeterClient<C>
+where
+    C: tonic::client::GrpcService<GrpcBody>,
+    C::ResponseBody: hyper::body::Body + Send + 'static,
+    <C::ResponseBody as hyper::body::Body>::Error: Into<Box<dyn StdError + Send + Sync>>,
+{
+    /// A client over any gRPC channel (tonic's own `Channel`, say).
+    pub fn over(channel: C) -> GreeterClient<C> {
+        GreeterClient {
+            grpc: tonic::client::Grpc::new(channel),
+        }
+    }
 
     async fn ready(&mut self) -> Result<(), Status> {
-        self.grpc
-            .ready()
-            .await
-            .map_err(|error| Status::unavailable(format!("connection: {error}")))
+        self.grpc.ready().await.map_err(|error| {
+            let error: Box<dyn StdError + Send + Sync> = error.into();
+            Status::unavailable(format!("connection: {error}"))
+        })
     }
 
     /// Calls `SayHello`.

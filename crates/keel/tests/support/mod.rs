@@ -7,6 +7,7 @@ use keel::{Runtime, SpinPolicy};
 pub mod alloc;
 mod block_on;
 pub mod http;
+pub mod servers;
 mod temp_dir;
 
 // Not every test uses both.
