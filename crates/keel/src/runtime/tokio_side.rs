@@ -64,14 +64,12 @@ pub(crate) struct TokioSide {
     /// CPU clocks of the tokio side's live threads, and the CPU of those
     /// that exited.
     cpu: Arc<ThreadCpuClocks>,
-    /// Its worker threads.
-    workers: usize,
 }
 
 impl std::fmt::Debug for TokioSide {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("TokioSide")
-            .field("workers", &self.workers)
+            .field("workers", &self.handle.metrics().num_workers())
             .finish_non_exhaustive()
     }
 }
@@ -93,7 +91,6 @@ impl TokioSide {
             handle: runtime.handle().clone(),
             runtime: Mutex::new(Some(runtime)),
             cpu,
-            workers,
         })
     }
 
@@ -109,7 +106,7 @@ impl TokioSide {
             .map(|worker| metrics.worker_total_busy_duration(worker))
             .sum();
         TokioStats {
-            workers: self.workers,
+            workers: metrics.num_workers(),
             threads: self.cpu.live(),
             alive_tasks: metrics.num_alive_tasks(),
             busy,

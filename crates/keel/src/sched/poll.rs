@@ -22,22 +22,22 @@ pub(crate) fn open_meter(shared: &Shared) -> Option<PreemptMeter> {
         .and_then(Result::ok)
 }
 
-/// Starts measuring preemption at the start of a poll: what the meter saw
-/// before is forgotten. (A worker whose poll follows the last one at once
-/// measures from that one's end instead, and does not call this.)
-pub(crate) fn mark_meter(meter: &mut Option<PreemptMeter>) {
-    if let Some(meter) = meter {
-        meter.mark();
-    }
-}
-
 /// Polls `runnable`, a task of `class`, once; the poll begins at `start`
-/// (read by the caller, which accounts from it and marked its meter
-/// there). An aborted task is dropped instead of polled.
-pub(crate) fn run_poll(shared: &Shared, runnable: Runnable, class: Class, start: u64) {
+/// (read by the caller, which accounts from it). An aborted task is
+/// dropped instead of polled.
+pub(crate) fn run_poll(
+    shared: &Shared,
+    meter: &mut Option<PreemptMeter>,
+    runnable: Runnable,
+    class: Class,
+    start: u64,
+) {
     let aborted = runnable.metadata().is_aborted();
     context::set_class(Some(class));
     coop::reset(shared, start);
+    if let Some(meter) = meter {
+        meter.mark();
+    }
     let _ = catch_unwind(AssertUnwindSafe(|| {
         if aborted {
             drop(runnable);
@@ -50,7 +50,7 @@ pub(crate) fn run_poll(shared: &Shared, runnable: Runnable, class: Class, start:
 }
 
 /// How much of a poll that took `took` ns the kernel held the thread off
-/// its core: what the meter saw since it was marked or last read, never more
+/// its core: what the meter saw since [`run_poll`] marked it, never more
 /// than `took`; zero without a meter, or when the kernel lost records
 /// (the poll is then charged in full).
 pub(crate) fn preempted_in(meter: &mut Option<PreemptMeter>, took: u64) -> u64 {

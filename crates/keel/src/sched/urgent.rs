@@ -446,7 +446,6 @@ pub(crate) fn run_lane(shared: Arc<Shared>, ready: std::sync::mpsc::Sender<()>) 
             continue;
         };
         polls_since_io += 1;
-        super::poll::mark_meter(&mut meter);
         let start = shared.clock.now();
         if config.accounting {
             let urgent = &mut delays[Class::URGENT.index()];
@@ -456,7 +455,7 @@ pub(crate) fn run_lane(shared: Arc<Shared>, ready: std::sync::mpsc::Sender<()>) 
                 shared.delays.record(&mut delays);
             }
         }
-        super::poll::run_poll(&shared, runnable, Class::URGENT, start);
+        super::poll::run_poll(&shared, &mut meter, runnable, Class::URGENT, start);
         let end = shared.clock.now();
         let took = end.saturating_sub(start);
         let preempted = super::poll::preempted_in(&mut meter, took);

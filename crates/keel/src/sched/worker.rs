@@ -459,14 +459,13 @@ impl Worker {
         // task): the name is cloned only for tasks that have one.
         let (id, name) = (meta.id, meta.name.clone());
 
-        super::poll::mark_meter(&mut self.meter);
         let start = self.shared.clock.now();
         self.account.switch(State::Task(class.index()), start);
         self.account
             .poll(class.index(), start.saturating_sub(scheduled_at));
         self.account.maybe_publish(start);
 
-        super::poll::run_poll(&self.shared, runnable, class, start);
+        super::poll::run_poll(&self.shared, &mut self.meter, runnable, class, start);
 
         let end = self.shared.clock.now();
         self.last_now = end;
