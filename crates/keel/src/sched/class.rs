@@ -113,12 +113,20 @@ impl Class {
     }
 }
 
+/// Fraction bits of [`ClassClocks`]'s per-class rates: a charge is a
+/// multiplication and a shift, not a division by the shares (a division
+/// per poll was a measurable part of a message hand-off's cost).
+const RATE_SHIFT: u32 = 32;
+
 /// The virtual clocks of all classes of one runtime.
 #[derive(Debug)]
 pub(crate) struct ClassClocks {
     /// Virtual time per class; any worker adds to it.
     vtime: Box<[CachePadded<AtomicU64>]>,
-    shares: Box<[u64]>,
+    /// Virtual nanoseconds per real nanosecond of each class, scaled by
+    /// 2^[`RATE_SHIFT`]: `SCALE / shares`, rounded up so that no charge
+    /// of a nanosecond or more costs nothing.
+    rates: Box<[u64]>,
 }
 
 impl ClassClocks {
@@ -130,17 +138,22 @@ impl ClassClocks {
                 .iter()
                 .map(|_| CachePadded::new(AtomicU64::new(0)))
                 .collect(),
-            shares,
+            rates: shares
+                .iter()
+                .map(|&s| (SCALE << RATE_SHIFT).div_ceil(s))
+                .collect(),
         }
     }
 
     pub(crate) fn len(&self) -> usize {
-        self.shares.len()
+        self.rates.len()
     }
 
-    /// Virtual time `ns` of polling costs `class`.
+    /// Virtual time `ns` of polling costs `class`: `ns × SCALE / shares`,
+    /// to within one virtual nanosecond per 2^32 real ones.
     pub(crate) fn cost(&self, class: usize, ns: u64) -> u64 {
-        ns.saturating_mul(SCALE) / self.shares[class]
+        let cost = (u128::from(ns) * u128::from(self.rates[class])) >> RATE_SHIFT;
+        u64::try_from(cost).unwrap_or(u64::MAX)
     }
 
     pub(crate) fn vtime(&self, class: usize) -> u64 {
@@ -177,6 +190,27 @@ mod tests {
         assert!(clocks.cost(0, 1_000) > clocks.cost(1, 1_000));
         assert!(clocks.cost(1, 1_000) > clocks.cost(2, 1_000));
         assert_eq!(clocks.cost(0, 1_000) * 16 / 1_000, SCALE);
+    }
+
+    #[test]
+    fn cost_is_the_quotient_it_replaces() {
+        let shares = [1, 3, 16, 33, 50, 97, 1_000, u32::MAX];
+        let clocks = ClassClocks::new(shares);
+        for (class, &s) in shares.iter().enumerate() {
+            for ns in [0, 1, 7, 999, 100_000, 12_345_678_901, 1 << 50] {
+                let exact = u128::from(ns) * u128::from(SCALE) / u128::from(s);
+                let cost = u128::from(clocks.cost(class, ns));
+                // Rounded up in the rate: never below the quotient, and
+                // above it by at most one per 2^32 real nanoseconds (and
+                // one for the rounding).
+                let slack = u128::from(ns >> RATE_SHIFT) + 1;
+                assert!(
+                    cost >= exact && cost <= exact + slack,
+                    "{ns} ns at {s} shares: {cost} against {exact}"
+                );
+            }
+        }
+        assert_eq!(clocks.cost(0, u64::MAX), u64::MAX, "saturates");
     }
 
     #[test]

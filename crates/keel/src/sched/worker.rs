@@ -30,7 +30,11 @@
 //!    kernel preempted the worker inside the poll, to its class:
 //!    locally, and to the shared clock when the charge window of
 //!    [`CHARGE_WINDOW_NS`] ends. Account the poll and the task's queue
-//!    delay.
+//!    delay. A poll that follows the last one with only a pick between
+//!    them starts at that one's end (one clock read a poll instead of
+//!    two); anything more in between (IO, timers, a wake of a sibling, a
+//!    stall report, a search) makes the next poll read the clock at its
+//!    start.
 //! 4. **IO and timers.** If the runtime's `io_interval` has passed since
 //!    this worker last polled the reactor, or it ran `io_every` polls since
 //!    then, poll the reactor without blocking (unless a parked worker is
@@ -160,6 +164,7 @@ pub(crate) fn run_worker(
         last_io: now,
         woken: Vec::new(),
         last_now: now,
+        chained: false,
         rng: 0x9E37_79B9_7F4A_7C15 ^ (index as u64 + 1),
     };
     worker.run();
@@ -199,6 +204,11 @@ struct Worker {
     woken: Vec<Waker>,
     /// The latest time this worker read (the end of its last poll).
     last_now: u64,
+    /// Whether the worker has done nothing since the poll that ended at
+    /// `last_now` but its bookkeeping and a pick: the next poll then
+    /// starts at `last_now` instead of a clock read of its own (see
+    /// `run_task`).
+    chained: bool,
     rng: u64,
 }
 
@@ -210,6 +220,7 @@ impl Worker {
                 self.run_task(runnable);
                 continue;
             }
+            self.chained = false;
             // Out of tasks: IO may have work, if it was not looked at
             // lately. (Not every time: a worker that runs dry between the
             // hops of a message exchange would pay a system call per hop;
@@ -459,16 +470,27 @@ impl Worker {
         // task): the name is cloned only for tasks that have one.
         let (id, name) = (meta.id, meta.name.clone());
 
-        let start = self.shared.clock.now();
+        // A poll that follows the last one with only a pick between them
+        // starts where that one ended: the pick's tens of nanoseconds are
+        // charged to this poll, and a clock read is saved.
+        let start = if self.chained {
+            self.last_now
+        } else {
+            let now = self.shared.clock.now();
+            self.account.maybe_publish(now);
+            now
+        };
         self.account.switch(State::Task(class.index()), start);
         self.account
             .poll(class.index(), start.saturating_sub(scheduled_at));
-        self.account.maybe_publish(start);
 
         super::poll::run_poll(&self.shared, &mut self.meter, runnable, class, start);
 
         let end = self.shared.clock.now();
         self.last_now = end;
+        // Whatever takes more than bookkeeping from here on (a wake of a
+        // sibling, a stall report, IO, timers) breaks the chain.
+        self.chained = true;
         self.stamp_lifo(end);
         if let Some(yielded) = self.local.yielded_task.take() {
             self.requeue_yielded(yielded, end);
@@ -476,6 +498,7 @@ impl Worker {
         let took = end.saturating_sub(start);
         if took >= self.shared.config.stall_threshold {
             self.report_stall(id, class, name.as_deref(), took);
+            self.chained = false;
         }
         // A poll the kernel preempted is charged the time it was on a core
         // (and any time it blocked); a read that lost records charges it
@@ -489,9 +512,11 @@ impl Worker {
         self.polls_since_io += 1;
         if self.polls_since_io >= self.shared.config.io_every || self.io_interval_passed(end) {
             self.poll_io(Some(end));
+            self.chained = false;
         }
         if self.shared.timer_driver.may_be_due(end) {
             self.fire_timers(end);
+            self.chained = false;
         }
     }
 
@@ -526,6 +551,7 @@ impl Worker {
         // that rather than take turns with it here.
         if self.local.queues[class].push(runnable, Lane::Yields) {
             shared.notify_one();
+            self.chained = false;
         }
     }
 

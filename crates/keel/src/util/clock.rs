@@ -4,7 +4,8 @@
 //! nanoseconds since the runtime's epoch, so that it fits an atomic and
 //! differences are plain subtraction.
 //!
-//! A poll takes two timestamps, and a wake by a task or from outside the
+//! A poll takes one or two timestamps (its end, and its start unless it
+//! follows another poll at once), and a wake by a task or from outside the
 //! workers one (a task that yields, and the tasks of a reactor poll or of
 //! fired timers, are stamped with a time the worker read anyway), so the
 //! clock is on the hottest path there is. It reads the CPU's time-stamp counter through
