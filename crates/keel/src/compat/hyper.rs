@@ -11,7 +11,12 @@
 //!   tasks (HTTP/2 streams and connection drivers) on a keel runtime,
 //!   in a class of your choosing;
 //! - `Timer` with [`HyperTimer`], on keel's timer wheel (header-read
-//!   timeouts, HTTP/2 keep-alive pings).
+//!   timeouts, HTTP/2 keep-alive pings);
+//!
+//! and, with the feature `hyper-client`, the connector of hyper's clients:
+//! `Connector`, which opens keel sockets for hyper-util's pooled
+//! `Client` and tonic's `Channel` (see its module,
+//! `compat::hyper::connector`).
 //!
 //! ```
 //! use std::convert::Infallible;
@@ -71,6 +76,11 @@ use std::time::{Duration, Instant};
 
 use futures_io::{AsyncRead, AsyncWrite};
 use hyper::rt::ReadBufCursor;
+
+#[cfg(feature = "hyper-client")]
+mod connector;
+#[cfg(feature = "hyper-client")]
+pub use connector::Connector;
 
 use crate::net::TcpStream;
 #[cfg(unix)]

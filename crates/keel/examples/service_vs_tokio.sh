@@ -1,0 +1,116 @@
+#!/usr/bin/env bash
+# The `service` example on keel against its tokio twin (`service_tokio`),
+# both with 2 workers, on one throwaway PostgreSQL cluster: wrk with 60
+# keep-alive connections on GET /api/7 (a query, an HTTP call and a gRPC
+# call per request), rounds interleaved with the order alternating, and
+# during each round a paced probe of the admin endpoint's /health (one
+# GET every 10 ms on one keep-alive connection). Prints requests/s and
+# p99 of each round, the probe's p50 and p99, and the medians.
+#
+#   bash crates/keel/examples/service_vs_tokio.sh [ROUNDS] [SECONDS]
+#
+# Defaults: 5 rounds of 10 s. Needs wrk and PostgreSQL (apt-get install
+# -y wrk postgresql). Loads only 127.0.0.1. Run it on a quiet machine.
+set -euo pipefail
+cd "$(dirname "$0")/../../.."
+rounds=${1:-5}
+seconds=${2:-10}
+
+pg_bin=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)
+if [ -z "$pg_bin" ] || ! command -v wrk >/dev/null; then
+    echo "needs PostgreSQL and wrk: apt-get install -y postgresql wrk" >&2
+    exit 1
+fi
+work=$(mktemp -d)
+pg_port=55432
+as_postgres=()
+if [ "$(id -u)" = 0 ]; then
+    chown postgres:postgres "$work"
+    as_postgres=(runuser -u postgres --)
+fi
+"${as_postgres[@]}" "$pg_bin/initdb" -D "$work/data" -U keel --auth=trust --no-sync -E UTF8 >/dev/null
+"${as_postgres[@]}" "$pg_bin/pg_ctl" -D "$work/data" -l "$work/postgres.log" -w \
+    -o "-p $pg_port -c listen_addresses=127.0.0.1 -k $work -c fsync=off" start >/dev/null
+export DATABASE_URL="postgres://keel@127.0.0.1:$pg_port/postgres"
+
+pids=()
+cleanup() {
+    kill -INT "${pids[@]}" 2>/dev/null || true
+    wait 2>/dev/null || true
+    "${as_postgres[@]}" "$pg_bin/pg_ctl" -D "$work/data" -m immediate -w stop >/dev/null || true
+    rm -rf "$work"
+}
+trap cleanup EXIT
+
+cargo build --release --quiet -p keel --features admin,hyper-client,tokio-context \
+    --example service --example service_tokio
+target/release/examples/service 127.0.0.1:3900 127.0.0.1:3909 127.0.0.1:3902 127.0.0.1:3903 >/dev/null &
+pids+=($!)
+target/release/examples/service_tokio 127.0.0.1:3910 127.0.0.1:3919 127.0.0.1:3912 127.0.0.1:3913 >/dev/null &
+pids+=($!)
+for addr in 127.0.0.1:3900 127.0.0.1:3910; do
+    for _ in $(seq 300); do
+        curl -sf "http://$addr/api/7" >/dev/null && break
+        sleep 0.1
+    done
+    curl -sf "http://$addr/api/7" >/dev/null || { echo "the service on $addr did not start" >&2; exit 1; }
+done
+
+# One GET of /health every 10 ms for SECONDS on one keep-alive connection;
+# prints "p50_us p99_us".
+probe() {
+    python3 - "$1" "$2" <<'PY'
+import http.client, sys, time
+host, port = sys.argv[1].split(":")
+seconds = float(sys.argv[2])
+conn = http.client.HTTPConnection(host, int(port), timeout=5)
+times = []
+end = time.monotonic() + seconds
+next_at = time.monotonic()
+while time.monotonic() < end and len(times) < 100_000:
+    start = time.monotonic()
+    conn.request("GET", "/health")
+    conn.getresponse().read()
+    times.append((time.monotonic() - start) * 1e6)
+    next_at += 0.01
+    time.sleep(max(0.0, next_at - time.monotonic()))
+times.sort()
+print(f"{times[len(times) // 2]:.0f} {times[min(len(times) - 1, int(len(times) * 0.99))]:.0f}")
+PY
+}
+
+summary=""
+for round in $(seq "$rounds"); do
+    order="keel tokio"
+    [ $((round % 2)) = 0 ] && order="tokio keel"
+    for runtime in $order; do
+        api=127.0.0.1:3900 admin=127.0.0.1:3909
+        [ "$runtime" = tokio ] && api=127.0.0.1:3910 admin=127.0.0.1:3919
+        echo "== round $round, $runtime ($api)"
+        probe "$admin" "$seconds" >"$work/probe" &
+        probe_pid=$!
+        out=$(wrk -t2 -c60 -d"${seconds}s" --latency "http://$api/api/7")
+        wait $probe_pid
+        echo "$out"
+        rps=$(echo "$out" | awk '/Requests\/sec/ {print $2}')
+        p99=$(echo "$out" | awk '$1 == "99%" {print $2}')
+        errors=$(echo "$out" | awk '/Non-2xx|Socket errors/ {print}' | tr '\n' ' ')
+        read -r admin_p50 admin_p99 <"$work/probe"
+        summary+=$(printf '%s %s %s %s %s %s %s' "$round" "$runtime" "$rps" "$p99" \
+            "$admin_p50" "$admin_p99" "${errors:-none}")$'\n'
+    done
+done
+
+echo
+echo "round runtime requests/s p99 admin_p50_us admin_p99_us errors"
+printf '%s' "$summary"
+median() {
+    printf '%s' "$summary" | awk -v r="$1" -v c="$2" '$2 == r {print $c}' | sort -g |
+        sed -n "$(((rounds + 1) / 2))p"
+}
+for column in 3 5 6; do
+    name=$(echo "x x requests/s p99 admin_p50_us admin_p99_us" | cut -d' ' -f$column)
+    echo "median $name: keel $(median keel $column), tokio $(median tokio $column)"
+done
+awk -v k="$(median keel 3)" -v t="$(median tokio 3)" \
+    'BEGIN { printf "keel/tokio requests/s (medians): %.3f\n", k / t }'
