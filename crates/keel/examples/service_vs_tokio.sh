@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # The `service` example on keel against its tokio twin (`service_tokio`),
 # both with 2 workers, on one throwaway PostgreSQL cluster: wrk with 60
-# keep-alive connections on GET /api/7 (a query, an HTTP call and a gRPC
-# call per request), rounds interleaved with the order alternating, and
+# keep-alive connections on GET PATH (default /api/7: a query, an HTTP
+# call and a gRPC call per request; /users/7 is the query alone), rounds interleaved with the order alternating, and
 # during each round a paced probe of the admin endpoint's /health (one
 # GET every 10 ms on one keep-alive connection). Prints requests/s and
 # p99 of each round, the probe's p50 and p99, and the medians.
 #
-#   bash crates/keel/examples/service_vs_tokio.sh [ROUNDS] [SECONDS]
+#   bash crates/keel/examples/service_vs_tokio.sh [ROUNDS] [SECONDS] [PATH]
 #
 # Defaults: 5 rounds of 10 s. Needs wrk and PostgreSQL (apt-get install
 # -y wrk postgresql). Loads only 127.0.0.1. Run it on a quiet machine.
@@ -15,6 +15,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../../.."
 rounds=${1:-5}
 seconds=${2:-10}
+path=${3:-/api/7}
 
 pg_bin=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)
 if [ -z "$pg_bin" ] || ! command -v wrk >/dev/null; then
@@ -89,7 +90,7 @@ for round in $(seq "$rounds"); do
         echo "== round $round, $runtime ($api)"
         probe "$admin" "$seconds" >"$work/probe" &
         probe_pid=$!
-        out=$(wrk -t2 -c60 -d"${seconds}s" --latency "http://$api/api/7")
+        out=$(wrk -t2 -c60 -d"${seconds}s" --latency "http://$api$path")
         wait $probe_pid
         echo "$out"
         rps=$(echo "$out" | awk '/Requests\/sec/ {print $2}')
