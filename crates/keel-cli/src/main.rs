@@ -77,4 +77,6 @@ fn print_defaults() {
     for class in rt.stats().classes {
         println!("class {}: {} shares", class.name, class.shares);
     }
+    println!("io backend: epoll");
+    println!("io_uring: {}", keel::io::probe_io_uring());
 }

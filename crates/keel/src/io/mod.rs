@@ -51,7 +51,10 @@
 
 pub(crate) mod reactor;
 pub(crate) mod readiness;
+mod ring_probe;
 pub(crate) mod source;
+
+pub use ring_probe::{probe_io_uring, RingSupport};
 
 pub use futures_io::{AsyncBufRead, AsyncRead, AsyncWrite};
 pub use futures_util::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
