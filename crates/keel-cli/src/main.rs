@@ -2,16 +2,19 @@
 //! who run keel servers.
 //!
 //! `keel top` watches a running keel server through its admin endpoint
-//! (`keel::admin`), and `keel --defaults` describes the runtime it is built
+//! (`keel::admin`), `keel stat` prints its figures one line per interval
+//! for logs, and `keel --defaults` describes the runtime it is built
 //! on. The seed-suite bench and its scenario servers and load generators
 //! are a separate binary for keel's developers, `keel-bench` (crate
 //! `keel-bench`), so this tool depends on neither tokio nor hyper.
 //!
-//! Layout: [`top`] the live view, [`error`] the one error type.
+//! Layout: [`top`] the live view, [`stat`] the line-per-interval log,
+//! [`error`] the one error type.
 
 #![warn(clippy::missing_docs_in_private_items)]
 
 mod error;
+mod stat;
 mod top;
 
 use clap::{Parser, Subcommand};
@@ -37,6 +40,11 @@ enum Command {
     /// share against their configured shares, queue delays, deliveries,
     /// the blocking pool; read from its admin endpoint's /stats.
     Top(top::TopArgs),
+    /// Print one line of figures per interval, for logs and CI, as sar
+    /// does: utilization, spin, process CPU, each class's share and
+    /// queue-delay p99 since the start, deliveries/s, the blocking queue,
+    /// the tokio side's CPU; `--json` for one JSON object per line.
+    Stat(stat::StatArgs),
 }
 
 fn main() {
@@ -47,6 +55,7 @@ fn main() {
     }
     let result = match cli.command {
         Some(Command::Top(args)) => top::run(&args),
+        Some(Command::Stat(args)) => stat::run(&args),
         None => {
             // No subcommand: show the help, as `keel --help` would.
             let mut command = <Cli as clap::CommandFactory>::command();

@@ -4,12 +4,10 @@
 
 mod support;
 
-use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
-use std::thread;
+use std::net::TcpListener;
 use std::time::Duration;
 
-use support::keel;
+use support::{keel, serve_one};
 
 /// How long any one `keel top` run may take.
 const LIMIT: Duration = Duration::from_secs(60);
@@ -115,34 +113,5 @@ fn bad_flags_are_usage_errors() {
     ] {
         let run = keel(args, LIMIT);
         assert_eq!(run.status.code(), Some(2), "{args:?}: {}", run.stderr);
-    }
-}
-
-/// Serves `answer` to one connection on a fresh loopback port, after
-/// reading its request head; the address.
-fn serve_one(answer: &'static str) -> String {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = listener.local_addr().unwrap().to_string();
-    thread::spawn(move || {
-        let (mut stream, _) = listener.accept().unwrap();
-        read_head(&mut stream);
-        let _ = stream.write_all(answer.as_bytes());
-        let _ = stream.shutdown(std::net::Shutdown::Write);
-        // Drain until the client closes, so that closing does not reset.
-        let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
-        let _ = stream.read_to_end(&mut Vec::new());
-    });
-    addr
-}
-
-/// Reads until the end of a request head, or the end of the stream.
-fn read_head(stream: &mut TcpStream) {
-    let mut head = Vec::new();
-    let mut byte = [0u8; 1];
-    while !head.ends_with(b"\r\n\r\n") {
-        match stream.read(&mut byte) {
-            Ok(1) => head.push(byte[0]),
-            _ => return,
-        }
     }
 }

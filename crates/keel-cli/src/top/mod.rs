@@ -26,18 +26,22 @@ mod fetch;
 mod model;
 mod term;
 
+pub use fetch::Endpoint;
+/// Documents shaped like a server's, for other commands' tests.
+#[cfg(test)]
+pub use model::tests as test_documents;
+pub use model::View;
+
 use std::time::Duration;
 
 use keel::admin::StatsDocument;
 
 use crate::error::Error;
 use draw::Screen;
-use fetch::Endpoint;
-use model::View;
 
 /// The limit of each step of one request (connect, write, read): a server
 /// slower than this to answer a small document is shown as not answering.
-const FETCH_TIMEOUT: Duration = Duration::from_secs(3);
+pub const FETCH_TIMEOUT: Duration = Duration::from_secs(3);
 
 /// `keel top`'s flags.
 #[derive(Debug, clap::Args)]
@@ -89,10 +93,10 @@ pub fn run(args: &TopArgs) -> Result<(), Error> {
             endpoint.authority()
         ))
     };
-    let first = fetch(&endpoint).map_err(hint)?;
+    let first = fetch_stats(&endpoint).map_err(hint)?;
     if args.once {
         std::thread::sleep(interval);
-        let second = fetch(&endpoint).map_err(hint)?;
+        let second = fetch_stats(&endpoint).map_err(hint)?;
         let view = View::new(Some(&first), &second);
         let screen = Screen {
             addr: endpoint.authority(),
@@ -108,7 +112,12 @@ pub fn run(args: &TopArgs) -> Result<(), Error> {
 }
 
 /// One `/stats` document from `endpoint`.
-fn fetch(endpoint: &Endpoint) -> Result<StatsDocument, Error> {
+///
+/// # Errors
+///
+/// If the server does not answer, or answers with something that is not
+/// a `/stats` document; the message names the address.
+pub fn fetch_stats(endpoint: &Endpoint) -> Result<StatsDocument, Error> {
     let body = endpoint.get("/stats")?;
     model::parse(&body).map_err(|error| error.context(endpoint.authority()))
 }
@@ -128,7 +137,7 @@ mod tests {
         let rt = Runtime::builder().workers(2).build().unwrap();
         let admin = keel::admin::serve("127.0.0.1:0", rt.handle()).unwrap();
         let endpoint = Endpoint::resolve(&admin.local_addr().to_string(), FETCH_TIMEOUT).unwrap();
-        let first = fetch(&endpoint).unwrap();
+        let first = fetch_stats(&endpoint).unwrap();
         // Some work in every class between the two answers.
         rt.block_on(async {
             let tasks: Vec<_> = [Class::URGENT, Class::NORMAL, Class::BULK]
@@ -150,7 +159,7 @@ mod tests {
                 task.await.unwrap();
             }
         });
-        let second = fetch(&endpoint).unwrap();
+        let second = fetch_stats(&endpoint).unwrap();
         let view = View::new(Some(&first), &second);
         assert!(!view.since_start);
         assert_eq!(view.workers.len(), 2);

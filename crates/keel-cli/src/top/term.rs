@@ -148,7 +148,7 @@ fn spawn_fetcher(
             let mut next = Instant::now() + interval;
             loop {
                 thread::sleep(next.saturating_duration_since(Instant::now()));
-                let answer = super::fetch(&endpoint).map_err(|error| error.to_string());
+                let answer = super::fetch_stats(&endpoint).map_err(|error| error.to_string());
                 if sender.send(answer).is_err() {
                     return;
                 }
