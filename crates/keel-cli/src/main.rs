@@ -48,6 +48,7 @@ enum Command {
 }
 
 fn main() {
+    die_quietly_on_a_closed_pipe();
     let cli = Cli::parse();
     if cli.defaults {
         print_defaults();
@@ -67,6 +68,17 @@ fn main() {
     if let Err(error) = result {
         eprintln!("keel: {error}");
         std::process::exit(1);
+    }
+}
+
+/// Lets a write to a closed pipe end the process as it ends `cat` or
+/// `sar` (`keel stat | head -3`), instead of a panic in `println!`: Rust
+/// programs start with `SIGPIPE` ignored, so such a write returns `EPIPE`.
+fn die_quietly_on_a_closed_pipe() {
+    // SAFETY: called first in `main`, before any other thread exists or
+    // any handler is installed; SIG_DFL is a valid disposition for SIGPIPE.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
 }
 

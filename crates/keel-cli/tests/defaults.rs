@@ -23,3 +23,22 @@ fn defaults_name_the_classes_the_backend_and_the_rings_support() {
         .unwrap_or_else(|| panic!("no io_uring line: {out}"));
     assert_eq!(ring, keel::io::probe_io_uring().to_string());
 }
+
+/// Output into a pipe nobody reads (`keel --defaults | head -0`) ends the
+/// program by `SIGPIPE`, as it ends other Unix tools, not with a panic.
+#[test]
+fn a_closed_pipe_ends_the_program_quietly() {
+    use std::os::unix::process::ExitStatusExt;
+
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_keel"))
+        .arg("--defaults")
+        .stdout(writer)
+        .stderr(std::process::Stdio::piped())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert_eq!(output.status.signal(), Some(libc::SIGPIPE), "{stderr}");
+}
