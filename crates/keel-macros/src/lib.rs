@@ -11,7 +11,10 @@
 //! - `class = "name"`: run the body as a task in this class (`"urgent"`,
 //!   `"normal"`, `"bulk"` or none) instead of on the calling thread through
 //!   `block_on`. The body must then be `Send + 'static`, as a spawned task
-//!   is; a panic in it is resumed on the calling thread.
+//!   is; a panic in it is resumed on the calling thread;
+//! - `tokio_on_workers = true | false`: run the tokio side (keel's feature
+//!   `tokio-context`) on the workers (`Builder::tokio_on_workers`; default
+//!   false).
 //!
 //! The expansion is plain: `Runtime::builder()` with the options,
 //! `build()`, then `block_on`. A runtime that cannot be built (no thread
@@ -69,6 +72,7 @@ struct Options {
     workers: Option<(usize, Span)>,
     spin: Option<(String, Span)>,
     class: Option<(String, Span)>,
+    tokio_on_workers: Option<(bool, Span)>,
 }
 
 fn expand(args: TokenStream2, item: TokenStream2, kind: Kind) -> TokenStream2 {
@@ -122,10 +126,13 @@ fn parse_options(args: TokenStream2) -> syn::Result<Options> {
                 options.spin = Some((spin, span));
             }
             "class" => options.class = Some((str_literal(&pair.value)?, span)),
+            "tokio_on_workers" => {
+                options.tokio_on_workers = Some((bool_literal(&pair.value)?, span))
+            }
             _ => {
                 return Err(syn::Error::new(
                     pair.path.span(),
-                    "unknown option: expected `workers`, `spin` or `class`",
+                    "unknown option: expected `workers`, `spin`, `class` or `tokio_on_workers`",
                 ))
             }
         }
@@ -139,6 +146,16 @@ fn int_literal(value: &Expr) -> syn::Result<usize> {
             lit: Lit::Int(int), ..
         }) => int.base10_parse(),
         other => Err(syn::Error::new(other.span(), "expected an integer")),
+    }
+}
+
+fn bool_literal(value: &Expr) -> syn::Result<bool> {
+    match value {
+        Expr::Lit(ExprLit {
+            lit: Lit::Bool(boolean),
+            ..
+        }) => Ok(boolean.value),
+        other => Err(syn::Error::new(other.span(), "expected `true` or `false`")),
     }
 }
 
@@ -190,6 +207,9 @@ fn build(mut function: ItemFn, options: Options, kind: Kind) -> syn::Result<Toke
             _ => quote! { None },
         };
         builder = quote_spanned! {*span=> #builder.spin(::keel::SpinPolicy::#policy) };
+    }
+    if let Some((on, span)) = options.tokio_on_workers {
+        builder = quote_spanned! {span=> #builder.tokio_on_workers(#on) };
     }
     let body = &function.block;
     let run = match &options.class {
@@ -253,13 +273,14 @@ mod tests {
     #[test]
     fn options_become_builder_calls() {
         let out = expand_str(
-            "workers = 3, spin = \"medium\"",
+            "workers = 3, spin = \"medium\", tokio_on_workers = true",
             "async fn main() {}",
             Kind::Main,
         );
         assert_eq!(error_of(&out), None, "{out}");
         assert!(out.contains(". workers (3usize)"), "{out}");
         assert!(out.contains("SpinPolicy :: Medium"), "{out}");
+        assert!(out.contains(". tokio_on_workers (true)"), "{out}");
         assert!(out.contains("block_on"), "{out}");
         assert!(!out.contains("async fn main"), "{out}");
     }
@@ -280,6 +301,7 @@ mod tests {
             ("workers = 0", "at least 1"),
             ("workers = \"two\"", "expected an integer"),
             ("spin = \"fast\"", "`spin` is one of"),
+            ("tokio_on_workers = 1", "expected `true` or `false`"),
             ("spin = 3", "expected a string"),
             ("workers", "expected `=`"),
         ] {

@@ -16,7 +16,9 @@
 //! gRPC backend's addresses (both backends are served by this process).
 //! On keel, the API and both backends are served by keel's workers, and
 //! tonic's `Channel` connects through `keel::compat::hyper::Connector`;
-//! sqlx and reqwest run through the tokio side (feature `tokio-context`).
+//! sqlx and reqwest run through the tokio side (feature `tokio-context`),
+//! which runs on keel's workers (`tokio_on_workers = true`: no tokio
+//! thread, no hop to one for each event of their sockets).
 //! `service_vs_tokio.sh` runs wrk against both.
 
 #[path = "common/greeter.rs"]
@@ -30,7 +32,7 @@ use keel::compat::hyper::{Connector, HyperExecutor};
 use keel::net::TcpListener;
 use service_app::{Addresses, BoxError};
 
-#[keel::main(workers = 2)]
+#[keel::main(workers = 2, tokio_on_workers = true)]
 async fn main() -> Result<(), BoxError> {
     let addresses = Addresses::from_args()?;
     let admin = keel::admin::serve(addresses.admin.as_str(), &keel::Handle::current())?;

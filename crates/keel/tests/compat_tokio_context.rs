@@ -1,7 +1,8 @@
 //! The tokio side: code that calls tokio's runtime itself (`tokio::spawn`,
 //! `tokio::time`, tokio's sockets, `spawn_blocking`, `Handle::current()`)
 //! works wherever keel code runs, and the tokio side lives and dies with
-//! its keel runtime.
+//! its keel runtime; both with threads of its own and on keel's workers
+//! (`Builder::tokio_on_workers`).
 
 #[macro_use]
 mod support;
@@ -40,33 +41,47 @@ async fn use_tokio_as_a_library_does() -> (u32, u32, Vec<u8>) {
     (spawned, blocking, echoed)
 }
 
-fn runtime() -> Runtime {
-    Runtime::builder().workers(2).build().unwrap()
+/// Two workers, with the tokio side on threads of its own and then on the
+/// workers.
+fn runtimes() -> [Runtime; 2] {
+    [false, true].map(|on_workers| {
+        Runtime::builder()
+            .workers(2)
+            .tokio_on_workers(on_workers)
+            .build()
+            .unwrap()
+    })
 }
 
 #[test]
 fn tokio_works_inside_keel_tasks_of_every_class() {
-    let rt = runtime();
-    for class in [Class::URGENT, Class::NORMAL, Class::BULK] {
-        let (spawned, blocking, echoed) = rt
-            .block_on(rt.spawn_in(class, async move {
-                assert_eq!(Class::current(), Some(class));
-                let out = use_tokio_as_a_library_does().await;
-                // Back on a keel worker, in the same class.
-                assert_eq!(Class::current(), Some(class));
-                out
-            }))
-            .unwrap();
-        assert_eq!(
-            (spawned, blocking, echoed.as_slice()),
-            (42, 42, &b"hello"[..])
-        );
+    for rt in runtimes() {
+        for class in [Class::URGENT, Class::NORMAL, Class::BULK] {
+            let (spawned, blocking, echoed) = rt
+                .block_on(rt.spawn_in(class, async move {
+                    assert_eq!(Class::current(), Some(class));
+                    let out = use_tokio_as_a_library_does().await;
+                    // Back on a keel worker, in the same class.
+                    assert_eq!(Class::current(), Some(class));
+                    out
+                }))
+                .unwrap();
+            assert_eq!(
+                (spawned, blocking, echoed.as_slice()),
+                (42, 42, &b"hello"[..])
+            );
+        }
     }
 }
 
 #[test]
 fn tokio_works_in_block_on_on_the_blocking_pool_and_after_enter() {
-    let rt = runtime();
+    for rt in runtimes() {
+        in_block_on_on_the_blocking_pool_and_after_enter(&rt);
+    }
+}
+
+fn in_block_on_on_the_blocking_pool_and_after_enter(rt: &Runtime) {
     let (spawned, _, echoed) = rt.block_on(use_tokio_as_a_library_does());
     assert_eq!((spawned, echoed.as_slice()), (42, &b"hello"[..]));
 
@@ -91,18 +106,54 @@ fn tokio_works_in_block_on_on_the_blocking_pool_and_after_enter() {
 
 #[test]
 fn tokio_works_on_the_urgent_lane() {
+    for on_workers in [false, true] {
+        let rt = Runtime::builder()
+            .workers(1)
+            .urgent_lane(UrgentLane::default())
+            .tokio_on_workers(on_workers)
+            .build()
+            .unwrap();
+        let (spawned, blocking, echoed) = rt
+            .block_on(rt.spawn_in(Class::URGENT, use_tokio_as_a_library_does()))
+            .unwrap();
+        assert_eq!(
+            (spawned, blocking, echoed.as_slice()),
+            (42, 42, &b"hello"[..])
+        );
+    }
+}
+
+/// On the workers, one worker is enough: it drives tokio between its polls
+/// and while it sleeps, and a tokio timer alone wakes it.
+#[test]
+fn one_worker_drives_a_tokio_side_on_the_workers() {
     let rt = Runtime::builder()
         .workers(1)
-        .urgent_lane(UrgentLane::default())
+        .tokio_on_workers(true)
         .build()
         .unwrap();
     let (spawned, blocking, echoed) = rt
-        .block_on(rt.spawn_in(Class::URGENT, use_tokio_as_a_library_does()))
+        .block_on(rt.spawn(use_tokio_as_a_library_does()))
         .unwrap();
     assert_eq!(
         (spawned, blocking, echoed.as_slice()),
         (42, 42, &b"hello"[..])
     );
+    // Nothing but a tokio timer and a tokio task: the parked worker must
+    // wake for them.
+    let woke = rt
+        .block_on(rt.spawn(async {
+            tokio::spawn(async {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                7
+            })
+            .await
+            .unwrap()
+        }))
+        .unwrap();
+    assert_eq!(woke, 7);
+    let tokio = rt.stats().tokio.expect("a tokio side");
+    assert_eq!(tokio.workers, 0, "no worker thread of its own");
 }
 
 #[test]
@@ -117,6 +168,16 @@ fn without_a_tokio_side_tokio_is_not_there() {
         .unwrap();
     assert!(!inside);
     assert!(rt.stats().tokio.is_none());
+    let refused = Runtime::builder()
+        .tokio_threads(0)
+        .tokio_on_workers(true)
+        .build()
+        .unwrap_err();
+    assert_eq!(refused.kind(), std::io::ErrorKind::InvalidInput);
+    assert!(
+        refused.to_string().contains("tokio_on_workers"),
+        "{refused}"
+    );
 }
 
 /// Sets its flag when dropped.
@@ -130,7 +191,12 @@ impl Drop for DropFlag {
 
 #[test]
 fn dropping_the_runtime_drops_the_tokio_sides_tasks_after_keels() {
-    let rt = runtime();
+    for (on_workers, rt) in [false, true].into_iter().zip(runtimes()) {
+        drops_the_tokio_sides_tasks_after_keels(rt, on_workers);
+    }
+}
+
+fn drops_the_tokio_sides_tasks_after_keels(rt: Runtime, on_workers: bool) {
     let tokio_task_dropped = Arc::new(AtomicBool::new(false));
     let flag = DropFlag(tokio_task_dropped.clone());
     // A tokio task that never ends, and a keel task that holds a tokio
@@ -146,7 +212,9 @@ fn dropping_the_runtime_drops_the_tokio_sides_tasks_after_keels() {
         });
     });
     let threads_before = rt.stats().tokio.expect("a tokio side").threads;
-    assert!(threads_before >= 1, "{threads_before} tokio threads");
+    if !on_workers {
+        assert!(threads_before >= 1, "{threads_before} tokio threads");
+    }
     assert!(!tokio_task_dropped.load(Ordering::SeqCst));
     drop(rt);
     assert!(
@@ -235,8 +303,13 @@ fn hello_server(rt: &Runtime) -> std::net::SocketAddr {
 
 #[test]
 fn reqwest_runs_inside_keel_tasks() {
-    let rt = runtime();
-    let addr = hello_server(&rt);
+    for rt in runtimes() {
+        reqwest_inside_keel_tasks(&rt);
+    }
+}
+
+fn reqwest_inside_keel_tasks(rt: &Runtime) {
+    let addr = hello_server(rt);
     let url = format!("http://{addr}/");
     let bodies = rt
         .block_on(rt.spawn(async move {

@@ -71,6 +71,16 @@ pub(crate) struct Poller {
     events: Events,
 }
 
+#[cfg(feature = "tokio-context")]
+impl Poller {
+    /// The epoll descriptor, for a tokio side on the workers to wait on
+    /// (see `runtime::tokio_side`).
+    pub(crate) fn epoll_fd(&self) -> std::os::fd::RawFd {
+        use std::os::fd::AsRawFd;
+        self.poll.as_raw_fd()
+    }
+}
+
 /// A registered source's entry in the slab.
 #[derive(Debug)]
 struct Entry {

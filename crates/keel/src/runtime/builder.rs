@@ -152,6 +152,7 @@ pub struct Builder {
     blocking_queue: usize,
     blocking_keep_alive: Duration,
     tokio_threads: usize,
+    tokio_on_workers: bool,
 }
 
 impl Default for Builder {
@@ -189,6 +190,7 @@ impl Builder {
             blocking_queue: DEFAULT_BLOCKING_QUEUE,
             blocking_keep_alive: DEFAULT_BLOCKING_KEEP_ALIVE,
             tokio_threads: DEFAULT_TOKIO_THREADS,
+            tokio_on_workers: false,
         }
     }
 
@@ -477,6 +479,35 @@ impl Builder {
         self
     }
 
+    /// Runs the tokio side on keel's workers instead of threads of its own
+    /// (feature `tokio-context`; default false).
+    ///
+    /// With its own threads, every readiness event of a socket that a
+    /// tokio-only library owns (a sqlx connection, reqwest's pool) wakes
+    /// the tokio thread, which then wakes the keel task from outside: on a
+    /// machine whose cores are all busy that hop costs a request about a
+    /// fifth more CPU (`examples/service.rs`, BENCHMARKS.md). With this
+    /// on, the tokio side is a current-thread tokio runtime with no thread:
+    /// each worker drives it at every IO tick (it runs the tokio tasks that
+    /// are ready and polls tokio's epoll without blocking), and the worker
+    /// that parks in keel's reactor sleeps in tokio's `block_on` instead,
+    /// with keel's epoll descriptor registered in tokio's, so that either
+    /// side's events wake it. The work that libraries spawn with
+    /// `tokio::spawn` then runs on keel's worker threads, still outside
+    /// every class; the time it takes is counted as the worker's IO time
+    /// at a tick, and as parked time while the worker sleeps in tokio's
+    /// driver. `tokio_threads` must still be nonzero (0 turns the tokio
+    /// side off); its count is not used.
+    ///
+    /// # Errors
+    ///
+    /// [`build`](Self::build) fails with `InvalidInput` with no tokio side
+    /// (`tokio_threads(0)`, or no `tokio-context` feature).
+    pub fn tokio_on_workers(&mut self, on: bool) -> &mut Builder {
+        self.tokio_on_workers = on;
+        self
+    }
+
     /// Name of the worker threads (suffixed with `-N`), and of the blocking
     /// pool's threads (suffixed with `-blocking`). Default `keel-worker`.
     pub fn thread_name(&mut self, name: &str) -> &mut Builder {
@@ -556,6 +587,13 @@ impl Builder {
                 self.tokio_threads
             )));
         }
+        if self.tokio_on_workers && (self.tokio_threads == 0 || !cfg!(feature = "tokio-context")) {
+            return Err(invalid(
+                "tokio_on_workers(true) needs a tokio side: the `tokio-context` feature and \
+                 a nonzero tokio_threads"
+                    .to_owned(),
+            ));
+        }
         let nanos = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
         Ok(Config {
             urgent_lane: self.urgent_lane.clone(),
@@ -578,6 +616,7 @@ impl Builder {
                 thread_name: format!("{}-blocking", self.thread_name),
             },
             tokio_threads: self.tokio_threads,
+            tokio_on_workers: self.tokio_on_workers,
         })
     }
 }

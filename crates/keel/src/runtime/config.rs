@@ -44,4 +44,7 @@ pub(crate) struct Config {
     /// `Builder::tokio_threads`).
     #[cfg_attr(not(feature = "tokio-context"), allow(dead_code))]
     pub(crate) tokio_threads: usize,
+    /// The tokio side runs on the workers (see `Builder::tokio_on_workers`).
+    #[cfg_attr(not(feature = "tokio-context"), allow(dead_code))]
+    pub(crate) tokio_on_workers: bool,
 }

@@ -29,10 +29,29 @@
 //!   keel's workers: the task goes to its class's injector);
 //! - `tokio::task::spawn_blocking` runs on tokio's blocking pool.
 //!
-//! The alternative, driving tokio's IO and timer from keel's own park so
-//! that no thread is added, is not open: tokio's drivers are not public
-//! API, and a runtime is driven only by its own workers or its
-//! `block_on`.
+//! # On keel's workers
+//!
+//! With [`Builder::tokio_on_workers`], the side is instead a current-thread
+//! tokio runtime with no thread of its own, driven through its `block_on`
+//! (tokio's drivers are not public API; `block_on` is the one way to drive
+//! a runtime from a thread it does not own):
+//!
+//! - at each IO tick, a worker enters `block_on(yield_now())`: tokio runs
+//!   the tasks that are ready (at most its event interval, 61), then polls
+//!   its epoll without blocking, which wakes the keel tasks whose tokio
+//!   sockets and timers are ready, straight into this worker's events
+//!   lane, as a reactor poll does. If another worker holds tokio's core
+//!   (the one parked in it), the tick returns at once;
+//! - the worker that parks as the reactor's blocker sleeps in
+//!   `block_on` on keel's epoll descriptor, registered in tokio's epoll,
+//!   with the park's timeout: keel's events (and the eventfd that
+//!   interrupts a park) wake it as tokio's do. While it sleeps there, a
+//!   keel task that tokio wakes goes through the injector with a
+//!   notification (`Local::in_tokio_park`), which interrupts the sleep.
+//!
+//! It saves the tokio thread's sleep and wake per event; the tokio tasks
+//! then take keel's workers' time between polls, still outside every
+//! class.
 //!
 //! # What keel's guarantees cover there
 //!
@@ -48,6 +67,7 @@
 //! `tokio`, so the utilization figures still add up to the process's CPU.
 //!
 //! [`Builder::tokio_threads`]: crate::Builder::tokio_threads
+//! [`Builder::tokio_on_workers`]: crate::Builder::tokio_on_workers
 
 use std::io;
 use std::sync::{Arc, Mutex};
@@ -60,7 +80,10 @@ use crate::stats::TokioStats;
 pub(crate) struct TokioSide {
     handle: tokio::runtime::Handle,
     /// Taken at shutdown.
-    runtime: Mutex<Option<tokio::runtime::Runtime>>,
+    runtime: Mutex<Option<Arc<tokio::runtime::Runtime>>>,
+    /// A current-thread runtime that keel's workers drive (see the module
+    /// docs).
+    on_workers: bool,
     /// CPU clocks of the tokio side's live threads, and the CPU of those
     /// that exited.
     cpu: Arc<ThreadCpuClocks>,
@@ -89,8 +112,83 @@ impl TokioSide {
             .build()?;
         Ok(TokioSide {
             handle: runtime.handle().clone(),
-            runtime: Mutex::new(Some(runtime)),
+            runtime: Mutex::new(Some(Arc::new(runtime))),
+            on_workers: false,
             cpu,
+        })
+    }
+
+    /// Starts a current-thread tokio runtime that keel's workers drive
+    /// (see the module docs); its blocking threads are named after
+    /// `thread_name`.
+    pub(crate) fn start_on_workers(thread_name: &str) -> io::Result<TokioSide> {
+        let cpu = Arc::new(ThreadCpuClocks::default());
+        let (on_start, on_stop) = (cpu.clone(), cpu.clone());
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .thread_name(format!("{thread_name}-tokio"))
+            .on_thread_start(move || on_start.register_current())
+            .on_thread_stop(move || on_stop.unregister_current())
+            .enable_all()
+            .build()?;
+        Ok(TokioSide {
+            handle: runtime.handle().clone(),
+            runtime: Mutex::new(Some(Arc::new(runtime))),
+            on_workers: true,
+            cpu,
+        })
+    }
+
+    /// The runtime, if it runs on the workers and is not shut down.
+    fn driven_here(&self) -> Option<Arc<tokio::runtime::Runtime>> {
+        if !self.on_workers {
+            return None;
+        }
+        self.runtime
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    /// An IO tick's share of driving the side, if it runs on the workers:
+    /// runs tokio's ready tasks and polls its epoll without blocking.
+    /// Returns at once if another thread holds tokio's core.
+    pub(crate) fn tick(&self) {
+        if let Some(runtime) = self.driven_here() {
+            runtime.block_on(tokio::task::yield_now());
+        }
+    }
+
+    /// Parks in the side until `epoll` (keel's reactor's descriptor, which
+    /// the caller keeps open throughout) is readable or `timeout` passes,
+    /// driving tokio meanwhile, if the side runs on the workers. Returns false if it does not (or the
+    /// descriptor cannot be registered with tokio): the caller then blocks
+    /// in keel's reactor itself.
+    pub(crate) fn park(&self, epoll: std::os::fd::RawFd, timeout: Option<Duration>) -> bool {
+        let Some(runtime) = self.driven_here() else {
+            return false;
+        };
+        runtime.block_on(async move {
+            // SAFETY: `epoll` is keel's reactor's descriptor, which the
+            // caller keeps open for this whole call (it holds the reactor's
+            // poller); the `AsyncFd` is dropped before the call returns.
+            let registered = unsafe {
+                tokio::io::unix::AsyncFd::register_with_interest(
+                    epoll,
+                    tokio::io::Interest::READABLE,
+                )
+            };
+            let Ok(reactor) = registered else {
+                return false;
+            };
+            match timeout {
+                Some(timeout) => {
+                    let _ = tokio::time::timeout(timeout, reactor.readable()).await;
+                }
+                None => {
+                    let _ = reactor.readable().await;
+                }
+            }
+            true
         })
     }
 
@@ -106,7 +204,12 @@ impl TokioSide {
             .map(|worker| metrics.worker_total_busy_duration(worker))
             .sum();
         TokioStats {
-            workers: metrics.num_workers(),
+            // On the workers, the side has no worker thread of its own.
+            workers: if self.on_workers {
+                0
+            } else {
+                metrics.num_workers()
+            },
             threads: self.cpu.live(),
             alive_tasks: metrics.num_alive_tasks(),
             busy,
@@ -125,6 +228,10 @@ impl TokioSide {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .take();
         let Some(runtime) = taken else {
+            return;
+        };
+        // The workers have stopped, so nothing else holds the runtime.
+        let Ok(runtime) = Arc::try_unwrap(runtime) else {
             return;
         };
         match timeout {

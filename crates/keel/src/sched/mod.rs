@@ -121,6 +121,12 @@ pub(crate) struct Local {
     /// instant, which the worker reads anyway (see `Worker::run_task`).
     /// Saves a clock read per wake on the hand-off path.
     pub(crate) lifo_unstamped: Cell<bool>,
+    /// Set while this worker sleeps in the tokio side's `block_on` (see
+    /// `Builder::tokio_on_workers`): a task that tokio's driver or tasks
+    /// wake there goes through the injector and notifies a worker, which
+    /// interrupts the sleep; queued here, it would wait for the sleep to
+    /// end for another reason.
+    pub(crate) in_tokio_park: Cell<bool>,
 }
 
 /// Why a task is being made runnable; decides where it goes on a worker.
@@ -242,10 +248,14 @@ impl Shared {
             #[cfg(feature = "tokio-context")]
             tokio: (config.tokio_threads > 0)
                 .then(|| {
-                    crate::runtime::tokio_side::TokioSide::start(
-                        config.tokio_threads,
-                        &config.thread_name,
-                    )
+                    if config.tokio_on_workers {
+                        crate::runtime::tokio_side::TokioSide::start_on_workers(&config.thread_name)
+                    } else {
+                        crate::runtime::tokio_side::TokioSide::start(
+                            config.tokio_threads,
+                            &config.thread_name,
+                        )
+                    }
                 })
                 .transpose()?,
             stopping: AtomicBool::new(false),
@@ -352,7 +362,9 @@ impl Shared {
         let surplus = context::with_local(|local| {
             // Once stopping, everything goes to the injectors, where the
             // shutdown drain looks, even when it runs on a worker.
-            let local = local.filter(|l| Arc::ptr_eq(&l.shared, self) && !self.is_stopping())?;
+            let local = local.filter(|l| {
+                Arc::ptr_eq(&l.shared, self) && !self.is_stopping() && !l.in_tokio_park.get()
+            })?;
             let runnable = runnable.take().expect("not yet placed");
             let lanes = &local.queues[class];
             match (placement, local.dispatching.get()) {

@@ -123,6 +123,7 @@ pub(crate) fn run_worker(
         dispatch_surplus: Cell::new(false),
         yielded_task: Cell::new(None),
         lifo_unstamped: Cell::new(false),
+        in_tokio_park: Cell::new(false),
     });
     let _enter = context::enter(Handle {
         shared: shared.clone(),
@@ -592,6 +593,14 @@ impl Worker {
         let start = now.unwrap_or_else(|| self.shared.clock.now());
         self.account.io_gap(start.saturating_sub(self.last_io));
         self.last_io = start;
+        #[cfg(feature = "tokio-context")]
+        if let Some(tokio) = &self.shared.tokio {
+            // What tokio's driver wakes goes to the events lane, as a
+            // reactor poll's tasks do.
+            self.account.switch(State::Io, start);
+            dispatching(&self.local, start, || tokio.tick());
+            self.account.switch(State::Search, self.shared.clock.now());
+        }
         let reactor = &self.shared.reactor;
         if reactor.has_blocker() {
             return false;
@@ -700,7 +709,22 @@ impl Worker {
             let parker = &shared.parkers[self.index];
             if let Some(mut poller) = Self::blocker(shared) {
                 let blocking = StopBlocking(&shared.reactor);
+                let local = &self.local;
                 parker.park_in(|| {
+                    #[cfg(feature = "tokio-context")]
+                    if let Some(tokio) = &shared.tokio {
+                        local.in_tokio_park.set(true);
+                        let parked = tokio.park(poller.epoll_fd(), timeout);
+                        local.in_tokio_park.set(false);
+                        if parked {
+                            // Collect what woke keel's side, if anything.
+                            shared
+                                .reactor
+                                .poll(&mut poller, Some(Duration::ZERO), &mut self.woken);
+                            return;
+                        }
+                    }
+                    let _ = local;
                     shared.reactor.poll(&mut poller, timeout, &mut self.woken);
                 });
                 drop(blocking);

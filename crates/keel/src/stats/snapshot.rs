@@ -46,7 +46,9 @@ pub struct Stats {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct TokioStats {
-    /// Its worker threads.
+    /// Its worker threads; 0 when it runs on keel's workers (see
+    /// [`Builder::tokio_on_workers`](crate::Builder::tokio_on_workers)),
+    /// whose CPU then includes the time its tasks take.
     pub workers: usize,
     /// Its threads alive now, workers and blocking threads.
     pub threads: usize,
