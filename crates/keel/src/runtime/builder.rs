@@ -499,6 +499,11 @@ impl Builder {
     /// driver. `tokio_threads` must still be nonzero (0 turns the tokio
     /// side off); its count is not used.
     ///
+    /// A keel task must then not block its worker on tokio
+    /// (`tokio::runtime::Handle::block_on`): the worker it blocks may be
+    /// the one that would drive tokio to finish the wait. From a blocking
+    /// closure (`spawn_blocking`) it is fine.
+    ///
     /// # Errors
     ///
     /// [`build`](Self::build) fails with `InvalidInput` with no tokio side

@@ -138,6 +138,11 @@ impl TokioSide {
         })
     }
 
+    /// Whether the side runs on keel's workers (see the module docs).
+    pub(crate) fn on_workers(&self) -> bool {
+        self.on_workers
+    }
+
     /// The runtime, if it runs on the workers and is not shut down.
     fn driven_here(&self) -> Option<Arc<tokio::runtime::Runtime>> {
         if !self.on_workers {

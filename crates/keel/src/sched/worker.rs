@@ -594,7 +594,7 @@ impl Worker {
         self.account.io_gap(start.saturating_sub(self.last_io));
         self.last_io = start;
         #[cfg(feature = "tokio-context")]
-        if let Some(tokio) = &self.shared.tokio {
+        if let Some(tokio) = self.shared.tokio.as_ref().filter(|t| t.on_workers()) {
             // What tokio's driver wakes goes to the events lane, as a
             // reactor poll's tasks do.
             self.account.switch(State::Io, start);
@@ -712,7 +712,7 @@ impl Worker {
                 let local = &self.local;
                 parker.park_in(|| {
                     #[cfg(feature = "tokio-context")]
-                    if let Some(tokio) = &shared.tokio {
+                    if let Some(tokio) = shared.tokio.as_ref().filter(|t| t.on_workers()) {
                         local.in_tokio_park.set(true);
                         let parked = tokio.park(poller.epoll_fd(), timeout);
                         local.in_tokio_park.set(false);
