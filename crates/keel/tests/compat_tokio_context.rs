@@ -41,16 +41,8 @@ async fn use_tokio_as_a_library_does() -> (u32, u32, Vec<u8>) {
     (spawned, blocking, echoed)
 }
 
-/// Two workers, with the tokio side on threads of its own and then on the
-/// workers.
 fn runtimes() -> [Runtime; 2] {
-    [false, true].map(|on_workers| {
-        Runtime::builder()
-            .workers(2)
-            .tokio_on_workers(on_workers)
-            .build()
-            .unwrap()
-    })
+    support::with_each_tokio_side(2)
 }
 
 #[test]

@@ -9,16 +9,8 @@ mod support;
 use keel::{Class, Runtime};
 use support::servers::{Postgres, Redis};
 
-/// Two workers, with the tokio side on threads of its own and then on the
-/// workers (`Builder::tokio_on_workers`).
 fn runtimes() -> [Runtime; 2] {
-    [false, true].map(|on_workers| {
-        Runtime::builder()
-            .workers(2)
-            .tokio_on_workers(on_workers)
-            .build()
-            .unwrap()
-    })
+    support::with_each_tokio_side(2)
 }
 
 #[test]

@@ -101,30 +101,32 @@ impl TokioSide {
     /// Starts a tokio runtime of `workers` worker threads named after
     /// `thread_name`.
     pub(crate) fn start(workers: usize, thread_name: &str) -> io::Result<TokioSide> {
-        let cpu = Arc::new(ThreadCpuClocks::default());
-        let (on_start, on_stop) = (cpu.clone(), cpu.clone());
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(workers)
-            .thread_name(format!("{thread_name}-tokio"))
-            .on_thread_start(move || on_start.register_current())
-            .on_thread_stop(move || on_stop.unregister_current())
-            .enable_all()
-            .build()?;
-        Ok(TokioSide {
-            handle: runtime.handle().clone(),
-            runtime: Mutex::new(Some(Arc::new(runtime))),
-            on_workers: false,
-            cpu,
-        })
+        let mut builder = tokio::runtime::Builder::new_multi_thread();
+        builder.worker_threads(workers);
+        TokioSide::build(builder, thread_name, false)
     }
 
     /// Starts a current-thread tokio runtime that keel's workers drive
     /// (see the module docs); its blocking threads are named after
     /// `thread_name`.
     pub(crate) fn start_on_workers(thread_name: &str) -> io::Result<TokioSide> {
+        TokioSide::build(
+            tokio::runtime::Builder::new_current_thread(),
+            thread_name,
+            true,
+        )
+    }
+
+    /// Builds the runtime with both drivers, its threads named after
+    /// `thread_name` and their CPU clocks registered.
+    fn build(
+        mut builder: tokio::runtime::Builder,
+        thread_name: &str,
+        on_workers: bool,
+    ) -> io::Result<TokioSide> {
         let cpu = Arc::new(ThreadCpuClocks::default());
         let (on_start, on_stop) = (cpu.clone(), cpu.clone());
-        let runtime = tokio::runtime::Builder::new_current_thread()
+        let runtime = builder
             .thread_name(format!("{thread_name}-tokio"))
             .on_thread_start(move || on_start.register_current())
             .on_thread_stop(move || on_stop.unregister_current())
@@ -133,7 +135,7 @@ impl TokioSide {
         Ok(TokioSide {
             handle: runtime.handle().clone(),
             runtime: Mutex::new(Some(Arc::new(runtime))),
-            on_workers: true,
+            on_workers,
             cpu,
         })
     }

@@ -392,3 +392,16 @@ pub fn runtime() -> Runtime {
         .build()
         .expect("a default runtime builds")
 }
+
+/// `workers` workers each, with the tokio side (feature `tokio-context`)
+/// on threads of its own and then on the workers
+/// (`Builder::tokio_on_workers`).
+pub fn with_each_tokio_side(workers: usize) -> [Runtime; 2] {
+    [false, true].map(|on_workers| {
+        Runtime::builder()
+            .workers(workers)
+            .tokio_on_workers(on_workers)
+            .build()
+            .unwrap()
+    })
+}
