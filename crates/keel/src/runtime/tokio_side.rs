@@ -167,9 +167,9 @@ impl TokioSide {
 
     /// Parks in the side until `epoll` (keel's reactor's descriptor, which
     /// the caller keeps open throughout) is readable or `timeout` passes,
-    /// driving tokio meanwhile, if the side runs on the workers. Returns false if it does not (or the
-    /// descriptor cannot be registered with tokio): the caller then blocks
-    /// in keel's reactor itself.
+    /// driving tokio meanwhile, if the side runs on the workers. Returns
+    /// false if it does not (or the descriptor cannot be registered with
+    /// tokio): the caller then blocks in keel's reactor itself.
     pub(crate) fn park(&self, epoll: std::os::fd::RawFd, timeout: Option<Duration>) -> bool {
         let Some(runtime) = self.driven_here() else {
             return false;

@@ -586,29 +586,33 @@ impl Worker {
 
     /// Step 4: polls the reactor without blocking, unless a parked worker is
     /// blocked in it or another worker is polling it, and queues the tasks
-    /// its events wake. `now` is the current time if the caller has it.
-    /// Returns whether any task was woken.
+    /// its events wake; with the tokio side on the workers, drives it once
+    /// first. `now` is the current time if the caller has it. Returns
+    /// whether any task was woken.
     fn poll_io(&mut self, now: Option<u64>) -> bool {
         self.polls_since_io = 0;
         let start = now.unwrap_or_else(|| self.shared.clock.now());
         self.account.io_gap(start.saturating_sub(self.last_io));
         self.last_io = start;
-        #[cfg(feature = "tokio-context")]
-        if let Some(tokio) = self.shared.tokio.as_ref().filter(|t| t.on_workers()) {
-            // What tokio's driver wakes goes to the events lane, as a
-            // reactor poll's tasks do.
-            self.account.switch(State::Io, start);
-            dispatching(&self.local, start, || tokio.tick());
-            self.account.switch(State::Search, self.shared.clock.now());
-        }
+        let ticked = self.tick_tokio(start);
+        // The caller found no task before this call, so queued work now
+        // is what the tick woke.
+        let tick_woke = ticked && self.local.queues.iter().any(|lanes| lanes.has_work());
         let reactor = &self.shared.reactor;
-        if reactor.has_blocker() {
-            return false;
-        }
-        let Some(mut poller) = reactor.try_poller() else {
-            return false;
+        let poller = if reactor.has_blocker() {
+            None
+        } else {
+            reactor.try_poller()
         };
-        self.account.switch(State::Io, start);
+        let Some(mut poller) = poller else {
+            if ticked {
+                self.account.switch(State::Search, self.shared.clock.now());
+            }
+            return tick_woke;
+        };
+        if !ticked {
+            self.account.switch(State::Io, start);
+        }
         reactor.poll(&mut poller, Some(Duration::ZERO), &mut self.woken);
         drop(poller);
         let woke = !self.woken.is_empty();
@@ -616,7 +620,22 @@ impl Worker {
         wake_collected(&self.local, start, &mut self.woken);
         let end = self.shared.clock.now();
         self.account.switch(State::Search, end);
-        woke
+        woke || tick_woke
+    }
+
+    /// With the tokio side on the workers, drives it once (see
+    /// `runtime::tokio_side`), in the IO state from `start`: what it wakes
+    /// goes to the events lanes, as a reactor poll's tasks do. Returns
+    /// whether it did (the worker is then in the IO state).
+    fn tick_tokio(&mut self, start: u64) -> bool {
+        #[cfg(feature = "tokio-context")]
+        if let Some(tokio) = self.shared.tokio.as_ref().filter(|t| t.on_workers()) {
+            self.account.switch(State::Io, start);
+            dispatching(&self.local, start, || tokio.tick());
+            return true;
+        }
+        let _ = start;
+        false
     }
 
     /// Fires due timers, accounted as timer time from `now`.
