@@ -4,7 +4,10 @@
 use std::collections::{HashMap, VecDeque};
 use std::io;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::{
+    AtomicU64, AtomicUsize,
+    Ordering::{Acquire, Relaxed, Release},
+};
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::task::Waker;
 use std::thread;
@@ -403,7 +406,9 @@ impl Pool {
         self.counters
             .busy_ns
             .fetch_add(end.saturating_sub(start), Relaxed);
-        self.counters.completed.fetch_add(1, Relaxed);
+        // Release: whoever reads this count with Acquire also sees the busy
+        // time added above (see `stats`).
+        self.counters.completed.fetch_add(1, Release);
     }
 
     /// Shutdown, first half: accepts nothing more, cancels the jobs not yet
@@ -466,7 +471,11 @@ impl Pool {
             idle: c.idle.load(Relaxed),
             queued: c.queued.load(Relaxed),
             waiting: c.waiting.load(Relaxed),
-            completed: c.completed.load(Relaxed),
+            // Acquire, and read before `busy_ns` (fields are evaluated in
+            // order): the busy time then covers at least every job counted
+            // here, so a caller that waits for n completions reads their
+            // time whole, not a stale sum.
+            completed: c.completed.load(Acquire),
             rejected: c.rejected.load(Relaxed),
             busy: Duration::from_nanos(c.busy_ns.load(Relaxed)),
             max_threads: self.max_threads,
