@@ -98,6 +98,13 @@ fn print_defaults() {
     for class in rt.stats().classes {
         println!("class {}: {} shares", class.name, class.shares);
     }
-    println!("io backend: epoll");
+    let io = rt.stats().io;
+    match &io.fallback {
+        None => println!("io backend: {} (asked {})", io.driver, io.requested),
+        Some(why) => println!(
+            "io backend: {} (asked {}, no ring: {why})",
+            io.driver, io.requested
+        ),
+    }
     println!("io_uring: {}", keel::io::probe_io_uring());
 }

@@ -1,12 +1,14 @@
 //! `keel::io::probe_io_uring` as a process meets it: it agrees with a ring
 //! set up by hand here, and a seccomp filter that forbids the ring (as a
-//! container's default profile does) is reported as such.
+//! container's default profile does) is reported as such, by the probe
+//! and by a runtime that asks for the ring: `Auto` runs on epoll and says
+//! why, `Uring` refuses to build and says why.
 
 #![cfg(target_os = "linux")]
 
 use std::process::Command;
 
-use keel::io::{probe_io_uring, RingSupport};
+use keel::io::{probe_io_uring, IoBackend, RingSupport};
 
 /// Sets up a ring with a bare `io_uring_setup` and closes it: the
 /// kernel's own answer, without the probe's interpretation.
@@ -70,6 +72,22 @@ fn a_seccomp_filter_that_forbids_rings_is_named() {
         .unwrap_or_else(|| panic!("the child printed no report: {stdout}"));
     assert!(line.starts_with("refused: io_uring_setup"), "{line}");
     assert!(line.contains("seccomp"), "{line}");
+    let report = |prefix: &str| {
+        stdout
+            .lines()
+            .find_map(|line| line.strip_prefix(prefix))
+            .unwrap_or_else(|| panic!("the child printed no {prefix:?}: {stdout}"))
+            .to_owned()
+    };
+    let auto = report("auto: ");
+    assert!(auto.starts_with("epoll, because io_uring_setup"), "{auto}");
+    assert!(auto.contains("seccomp"), "{auto}");
+    let uring = report("uring: ");
+    assert!(
+        uring.starts_with("refused: the io_uring driver: io_uring_setup"),
+        "{uring}"
+    );
+    assert!(uring.contains("seccomp"), "{uring}");
 }
 
 /// The child's half of the test above: installs the filter on its thread,
@@ -121,6 +139,27 @@ fn probe_under_a_seccomp_filter() {
         );
     }
     println!("probe: {}", probe_io_uring());
+    // The filter is this thread's, where the builder sets its rings up.
+    let auto = keel::Runtime::builder()
+        .workers(1)
+        .io_backend(IoBackend::Auto)
+        .build()
+        .expect("Auto falls back to epoll");
+    let io = auto.stats().io;
+    assert_eq!(io.requested, IoBackend::Auto);
+    println!(
+        "auto: {}, because {}",
+        io.driver,
+        io.fallback.as_deref().unwrap_or("(no reason given)")
+    );
+    match keel::Runtime::builder()
+        .workers(1)
+        .io_backend(IoBackend::Uring)
+        .build()
+    {
+        Ok(_) => println!("uring: built a runtime on a refused ring"),
+        Err(error) => println!("uring: refused: {error}"),
+    }
 }
 
 fn bpf(code: u32, jt: u8, jf: u8, k: u32) -> libc::sock_filter {

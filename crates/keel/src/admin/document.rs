@@ -8,7 +8,8 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::stats::{
-    BlockingStats, Deliveries, DeliveryStats, LaneStats, QueueDelay, Stats, TokioStats, WorkerStats,
+    BlockingStats, Deliveries, DeliveryStats, IoDriverStats, LaneStats, QueueDelay, Stats,
+    TokioStats, WorkerStats,
 };
 
 /// The whole `/stats` document: what the endpoint writes, and what a
@@ -107,6 +108,32 @@ pub struct StatsDocument {
     /// without one, and from a server that predates it.
     #[serde(default)]
     pub tokio: Option<TokioFigures>,
+    /// The IO driver the workers' reactor runs on; `null` from a server
+    /// that predates the choice (which ran on epoll).
+    #[serde(default)]
+    pub io: Option<IoFigures>,
+}
+
+/// The IO driver (`io`; see [`IoDriverStats`]).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct IoFigures {
+    /// `epoll` or `io_uring`.
+    pub driver: String,
+    /// The backend asked for: `auto`, `epoll` or `uring`.
+    pub requested: String,
+    /// Why `auto` runs on epoll; `null` when it does not.
+    pub fallback: Option<String>,
+}
+
+impl From<&IoDriverStats> for IoFigures {
+    fn from(io: &IoDriverStats) -> IoFigures {
+        IoFigures {
+            driver: io.driver.to_owned(),
+            requested: io.requested.to_string(),
+            fallback: io.fallback.clone(),
+        }
+    }
 }
 
 /// What the tokio side did (`tokio`; see [`TokioStats`]).
@@ -745,6 +772,11 @@ mod tests {
                 busy_s: 0.5,
                 cpu_s: 0.75,
             }),
+            io: Some(IoFigures {
+                driver: "epoll".into(),
+                requested: "auto".into(),
+                fallback: Some("io_uring_setup: a seccomp filter forbids it".into()),
+            }),
             ..StatsDocument::default()
         }
     }
@@ -866,6 +898,10 @@ mod tests {
             "alive_tasks",
             "busy_s",
             "cpu_s",
+            "io",
+            "driver",
+            "requested",
+            "fallback",
         ]);
         assert_eq!(keys(&json), expected);
     }

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use super::document::{count, micros, ratio_pct, secs};
 use super::{
-    AdminFigures, BlockingFigures, ClassFigures, DeliveryFigures, LaneFigures, Shared,
+    AdminFigures, BlockingFigures, ClassFigures, DeliveryFigures, IoFigures, LaneFigures, Shared,
     StatsDocument, TokioFigures, WindowFigures, WorkerFigures,
 };
 use crate::stats::{Stats, WorkerStats};
@@ -155,6 +155,7 @@ pub(super) fn stats_document(shared: &Shared, stats: &Stats) -> StatsDocument {
         since_last,
         lane: stats.lane.as_ref().map(LaneFigures::from),
         tokio: stats.tokio.as_ref().map(TokioFigures::from),
+        io: Some(IoFigures::from(&stats.io)),
     }
 }
 
@@ -175,6 +176,14 @@ pub(super) fn status(shared: &Shared, stats: &Stats) -> String {
         text,
         "utilization {utilization:.1}%, spin {spin:.1}% (since start)"
     );
+    let _ = match &stats.io.fallback {
+        None => writeln!(text, "io driver {}", stats.io.driver),
+        Some(why) => writeln!(
+            text,
+            "io driver {} (asked {}, no ring: {why})",
+            stats.io.driver, stats.io.requested
+        ),
+    };
     let _ = writeln!(
         text,
         "{:<10} {:>7} {:>10} {:>10} {:>10}",

@@ -41,7 +41,7 @@
 //!    for the next event instead of making a system call to learn that
 //!    nothing is there (a request/response server saves one per request).
 //! 3. A worker polls the reactor (between polls every `io_interval`, or
-//!    blocked in `epoll_wait` when idle), sets the readiness and wakes the
+//!    blocked in the driver's poll when idle), sets the readiness and wakes the
 //!    task into its class's events lane, ahead of tasks that yielded.
 //!
 //! Every IO operation first asks the task's coop budget (see
@@ -49,11 +49,13 @@
 //!
 //! [`Builder::task_quota`]: crate::Builder::task_quota
 
+mod driver;
 pub(crate) mod reactor;
 pub(crate) mod readiness;
 mod ring_probe;
 pub(crate) mod source;
 
+pub use driver::IoBackend;
 pub use ring_probe::{probe_io_uring, RingSupport};
 
 pub use futures_io::{AsyncBufRead, AsyncRead, AsyncWrite};

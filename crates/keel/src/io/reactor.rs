@@ -1,5 +1,6 @@
-//! The reactor: one epoll instance (through `mio`) per runtime, polled by
-//! the workers themselves.
+//! The reactor: one IO driver per runtime (epoll, or an io_uring: see
+//! [`driver`](super::driver), whose contract is all the reactor relies
+//! on), polled by the workers themselves.
 //!
 //! There is no IO thread. A worker polls the reactor
 //!
@@ -10,10 +11,11 @@
 //!   `io_interval` has passed too (a system call each time a queue runs
 //!   dry would cost a message hop more than it buys);
 //! - *blocking*, when it parks: at most one parked worker blocks in
-//!   `epoll_wait` at a time (the *blocker*); the others sleep on their
-//!   parker. A notification for a blocker writes to the reactor's
-//!   [`mio::Waker`] (an eventfd) instead of signalling a condition
-//!   variable. The blocker leaves `epoll_wait` to run the tasks its events
+//!   the driver's poll (`epoll_wait`, or a wait for the ring's
+//!   completions) at a time (the *blocker*); the others sleep on their
+//!   parker. A notification for a blocker wakes the driver (an eventfd
+//!   write) instead of signalling a condition variable. The blocker
+//!   leaves its poll to run the tasks its events
 //!   woke; the other sleepers wake every few milliseconds to take the role
 //!   over if it stays vacant (see `REACTOR_CHECK_NS` in the worker), so a
 //!   long poll on the former blocker cannot keep sockets unpolled while
@@ -27,8 +29,8 @@
 //!
 //! # Tokens
 //!
-//! Each registration holds an [`Arc<ScheduledIo>`] in a slab; the mio token
-//! is the slab index plus a generation, so an event still in flight for a
+//! Each registration holds an [`Arc<ScheduledIo>`] in a slab; the driver's
+//! token is the slab index plus a generation, so an event still in flight for a
 //! source that was deregistered (and whose slot was reused) is recognised
 //! as stale and dropped instead of waking the wrong task.
 //!
@@ -39,66 +41,56 @@
 //! write to the eventfd) never runs under the reactor's locks.
 
 use std::io;
+use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, TryLockError};
 use std::task::Waker;
 use std::time::Duration;
 
 use mio::event::Source;
-use mio::{Events, Interest, Poll, Registry, Token};
+use mio::{Interest, Token};
 use slab::Slab;
 
+use super::driver::{Driver, IoBackend, Owner};
 use super::lock;
-use super::readiness::{Event, ScheduledIo};
+use super::readiness::ScheduledIo;
 use crate::loom::sync::atomic::AtomicBool;
 use crate::loom::sync::{Mutex as ModelledMutex, MutexGuard};
 
-/// The token of the reactor's own waker.
-const WAKER_TOKEN: Token = Token(usize::MAX);
+pub(crate) use super::driver::Poller;
 
-/// Events taken from epoll per call.
-const EVENTS_CAPACITY: usize = 1024;
+/// The token of the driver's own waker.
+const WAKER_TOKEN: usize = usize::MAX;
 
 /// The slab index lives in the low half of a token, the generation in the
 /// high half.
 const INDEX_BITS: u32 = usize::BITS / 2;
 const INDEX_MASK: usize = (1 << INDEX_BITS) - 1;
 
-/// The epoll instance and its event buffer; one poller at a time.
-#[derive(Debug)]
-pub(crate) struct Poller {
-    poll: Poll,
-    events: Events,
-}
-
-#[cfg(feature = "tokio-context")]
-impl Poller {
-    /// The epoll descriptor, for a tokio side on the workers to wait on
-    /// (see `runtime::tokio_side`).
-    pub(crate) fn epoll_fd(&self) -> std::os::fd::RawFd {
-        use std::os::fd::AsRawFd;
-        self.poll.as_raw_fd()
-    }
-}
-
 /// A registered source's entry in the slab.
 #[derive(Debug)]
 struct Entry {
     generation: usize,
     io: Arc<ScheduledIo>,
+    /// The source's descriptor, for a driver that must watch it again
+    /// (see the driver contract, 5).
+    fd: RawFd,
 }
 
 /// See the module docs.
 #[derive(Debug)]
 pub(crate) struct Reactor {
-    registry: Registry,
-    waker: mio::Waker,
+    driver: Driver,
+    /// The backend asked for.
+    requested: IoBackend,
+    /// Why `IoBackend::Auto` did not get a ring, when it did not.
+    fallback: Option<String>,
     /// Modelled under loom with the blocker flag: the hand-off between a
     /// worker that polls without blocking and one that comes to block is
     /// part of the protocol loom checks.
     poller: ModelledMutex<Poller>,
-    /// A parked worker is blocked in `epoll_wait`: busy workers need not
-    /// poll, the blocker sees every event as it arrives.
+    /// A parked worker is blocked in the driver's poll: busy workers need
+    /// not poll, the blocker sees every event as it arrives.
     blocked: AtomicBool,
     entries: Mutex<Slab<Entry>>,
     next_generation: AtomicU64,
@@ -108,17 +100,18 @@ pub(crate) struct Reactor {
 }
 
 impl Reactor {
-    pub(crate) fn new() -> io::Result<Reactor> {
-        let poll = Poll::new()?;
-        let registry = poll.registry().try_clone()?;
-        let waker = mio::Waker::new(&registry, WAKER_TOKEN)?;
+    /// A reactor on the driver `backend` asks for.
+    ///
+    /// # Errors
+    ///
+    /// If the driver cannot be set up (see [`Driver::new`]).
+    pub(crate) fn new(backend: IoBackend) -> io::Result<Reactor> {
+        let (driver, poller, fallback) = Driver::new(backend, WAKER_TOKEN)?;
         Ok(Reactor {
-            registry,
-            waker,
-            poller: ModelledMutex::new(Poller {
-                poll,
-                events: Events::with_capacity(EVENTS_CAPACITY),
-            }),
+            driver,
+            requested: backend,
+            fallback,
+            poller: ModelledMutex::new(poller),
             blocked: AtomicBool::new(false),
             entries: Mutex::new(Slab::new()),
             next_generation: AtomicU64::new(0),
@@ -127,14 +120,26 @@ impl Reactor {
         })
     }
 
+    /// The driver, what was asked for, and why `Auto` fell back to epoll,
+    /// if it did.
+    pub(crate) fn stats(&self) -> crate::stats::IoDriverStats {
+        crate::stats::IoDriverStats {
+            driver: self.driver.name(),
+            requested: self.requested,
+            fallback: self.fallback.clone(),
+        }
+    }
+
     /// Registers `source` for `interest`; events set the returned
     /// readiness. Undo with [`Reactor::deregister`] before closing it.
-    /// `assume_ready`: see [`ScheduledIo::new`].
+    /// `assume_ready`: see [`ScheduledIo::new`]; `on_worker`: the calling
+    /// thread is one of the runtime's workers (see [`Driver::register`]).
     pub(crate) fn register(
         &self,
-        source: &mut impl Source,
+        source: &mut (impl Source + AsRawFd),
         interest: Interest,
         assume_ready: bool,
+        on_worker: bool,
     ) -> io::Result<(Arc<ScheduledIo>, Token)> {
         let io = Arc::new(ScheduledIo::new(assume_ready));
         let generation = (self.next_generation.fetch_add(1, Ordering::Relaxed) as usize)
@@ -144,6 +149,7 @@ impl Reactor {
             let index = entries.insert(Entry {
                 generation,
                 io: io.clone(),
+                fd: source.as_raw_fd(),
             });
             // The last index is not used: with the largest generation its
             // token would equal WAKER_TOKEN.
@@ -153,18 +159,27 @@ impl Reactor {
             }
             Token(index | (generation << INDEX_BITS))
         };
-        if let Err(error) = self.registry.register(source, token, interest) {
+        if let Err(error) = self.driver.register(source, token.0, interest, on_worker) {
             self.forget(token);
             return Err(error);
         }
         Ok((io, token))
     }
 
-    /// Removes `source` from epoll and forgets its token; a waiting task
-    /// is woken (it will find the source gone).
-    pub(crate) fn deregister(&self, source: &mut impl Source, token: Token) -> io::Result<()> {
-        let result = self.registry.deregister(source);
-        if let Some(io) = self.forget(token) {
+    /// Removes `source` from the driver and forgets its token; a waiting
+    /// task is woken (it will find the source gone).
+    ///
+    /// The token is forgotten first: a poll that meets the source's last
+    /// events afterwards finds them stale, and does not watch the source
+    /// again (see the driver contract, 5).
+    pub(crate) fn deregister(
+        &self,
+        source: &mut (impl Source + AsRawFd),
+        token: Token,
+    ) -> io::Result<()> {
+        let forgotten = self.forget(token);
+        let result = self.driver.deregister(source, token.0);
+        if let Some(io) = forgotten {
             io.wake_all();
         }
         result
@@ -205,19 +220,27 @@ impl Reactor {
         self.blocked.store(false, Ordering::Release);
     }
 
-    /// Whether a parked worker is blocked in `epoll_wait`.
+    /// Whether a parked worker is blocked in the driver's poll.
     pub(crate) fn has_blocker(&self) -> bool {
         self.blocked.load(Ordering::Relaxed)
     }
 
-    /// Interrupts the blocker's `epoll_wait`.
+    /// Interrupts the blocker's poll.
     pub(crate) fn wake(&self) {
         #[cfg(loom)]
         self.model.wake();
-        // Fails only if the eventfd cannot be written, which the kernel
-        // never does for a counter far from overflow; the blocker would
-        // then wake at its timeout or next event.
-        let _ = self.waker.wake();
+        self.driver.wake();
+    }
+
+    /// A descriptor that is readable while events wait, for a tokio side
+    /// on the workers to wait on (see `runtime::tokio_side`), made ready
+    /// to be waited on (see [`Driver::prepare_to_wait_elsewhere`]).
+    #[cfg(feature = "tokio-context")]
+    pub(crate) fn poll_fd(&self, poller: &mut Poller) -> RawFd {
+        // A watch that could not be armed is tried again at the next
+        // wait; its source was never reported, so its task waits for it.
+        let _ = self.driver.prepare_to_wait_elsewhere(poller);
+        self.driver.fd(poller)
     }
 
     /// Waits up to `timeout` (`None`: indefinitely, `Some(ZERO)`: not at
@@ -235,39 +258,31 @@ impl Reactor {
             return self.model.poll(timeout, wake);
         }
         #[cfg_attr(loom, allow(unreachable_code))]
-        let Poller { poll, events } = poller;
-        if poll.poll(events, timeout).is_err() {
-            // EINTR: a signal arrived; the caller polls again soon. The
-            // other errors of epoll_wait (a bad epoll fd or buffer) cannot
-            // happen while the runtime owns both; treated the same way.
-            return 0;
-        }
+        // EINTR: a signal arrived; the caller polls again soon. The other
+        // errors (a bad descriptor or buffer) cannot happen while the
+        // runtime owns both; treated the same way. Either way, what is
+        // there is reaped.
+        let _ = self.driver.wait(poller, timeout);
         let mut count = 0;
+        // Locked for the whole reap, not the wait: a driver that watches a
+        // source again does it before the reap returns, and no
+        // deregistration may run in between (see the driver contract, 5).
         let entries = lock(&self.entries);
-        for event in events.iter() {
-            let token = event.token();
-            if token == WAKER_TOKEN {
-                continue;
-            }
-            let index = token.0 & INDEX_MASK;
+        let reaped = self.driver.reap(poller, |token, event| {
+            let index = token & INDEX_MASK;
             let Some(entry) = entries.get(index) else {
-                continue;
+                return Owner::Stale;
             };
-            if entry.generation != token.0 >> INDEX_BITS {
-                continue;
+            if entry.generation != token >> INDEX_BITS {
+                return Owner::Stale;
             }
             count += 1;
-            entry.io.set(
-                Event {
-                    readable: event.is_readable(),
-                    writable: event.is_writable(),
-                    read_closed: event.is_read_closed(),
-                    write_closed: event.is_write_closed(),
-                    error: event.is_error(),
-                },
-                wake,
-            );
-        }
+            entry.io.set(event, wake);
+            Owner::Live(entry.fd)
+        });
+        // A source the ring could not watch again was reported ready both
+        // ways: its task tries, and finds out.
+        let _ = reaped;
         count
     }
 }

@@ -135,7 +135,7 @@ pub fn probe_io_uring() -> RingSupport {
 }
 
 /// The refusal the sysctl's value means for every process, if any.
-fn disabled_by_sysctl(value: &str) -> Option<String> {
+pub(crate) fn disabled_by_sysctl(value: &str) -> Option<String> {
     (value.trim() == "2").then(|| {
         "the sysctl kernel.io_uring_disabled is 2: io_uring is off for every process \
          (`sysctl kernel.io_uring_disabled=0` turns it on)"
@@ -144,7 +144,7 @@ fn disabled_by_sysctl(value: &str) -> Option<String> {
 }
 
 /// Why `io_uring_setup` failed, from its error and the sysctl's value.
-fn setup_refusal(error: &io::Error, sysctl: Option<&str>) -> String {
+pub(crate) fn setup_refusal(error: &io::Error, sysctl: Option<&str>) -> String {
     let restricted = sysctl.is_some_and(|v| v.trim() == "1");
     match error.raw_os_error() {
         Some(libc::EPERM) if restricted => format!(

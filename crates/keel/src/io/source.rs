@@ -2,6 +2,7 @@
 //! loop every IO operation runs.
 
 use std::io;
+use std::os::fd::AsRawFd;
 use std::sync::Arc;
 use std::task::{ready, Context, Poll, Waker};
 
@@ -15,7 +16,7 @@ use crate::task::coop;
 
 /// A source registered with a runtime's reactor for reading and writing.
 /// Deregisters and closes the source when dropped.
-pub(crate) struct IoSource<E: Source> {
+pub(crate) struct IoSource<E: Source + AsRawFd> {
     /// `Some` until dropped.
     io: Option<E>,
     scheduled: Arc<ScheduledIo>,
@@ -26,7 +27,7 @@ pub(crate) struct IoSource<E: Source> {
     on_lane: bool,
 }
 
-impl<E: Source + std::fmt::Debug> std::fmt::Debug for IoSource<E> {
+impl<E: Source + AsRawFd + std::fmt::Debug> std::fmt::Debug for IoSource<E> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("IoSource")
             .field("io", &self.io)
@@ -51,7 +52,7 @@ pub(crate) fn current_runtime() -> io::Result<Arc<Shared>> {
         })
 }
 
-impl<E: Source> IoSource<E> {
+impl<E: Source + AsRawFd> IoSource<E> {
     /// Registers `io` with `shared`'s reactor (its urgent lane's, when it
     /// has one and the calling task is urgent); see [`ScheduledIo::new`] for
     /// `assume_ready`.
@@ -65,6 +66,7 @@ impl<E: Source> IoSource<E> {
             &mut io,
             Interest::READABLE | Interest::WRITABLE,
             assume_ready,
+            shared.on_worker_thread(),
         )?;
         Ok(IoSource {
             io: Some(io),
@@ -231,12 +233,14 @@ fn runtime_gone() -> io::Error {
     io::Error::other("the keel runtime this socket belongs to has shut down")
 }
 
-impl<E: Source> Drop for IoSource<E> {
+impl<E: Source + AsRawFd> Drop for IoSource<E> {
     fn drop(&mut self) {
         if let Some(mut io) = self.io.take() {
-            // Deregistering a live fd only fails if epoll no longer knows
-            // it, which cannot happen while we own it; closing it (the
-            // drop of `io`) removes it from epoll anyway.
+            // Deregistering a live fd fails only if the driver no longer
+            // knows it, which cannot happen while we own it, or if the
+            // ring cannot cancel its poll (a kernel out of memory): epoll
+            // forgets a closed descriptor anyway; a ring's poll would
+            // keep the socket open until the ring is dropped.
             let _ = self
                 .shared
                 .reactor_of(self.on_lane)

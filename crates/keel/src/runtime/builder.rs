@@ -153,6 +153,8 @@ pub struct Builder {
     blocking_keep_alive: Duration,
     tokio_threads: usize,
     tokio_on_workers: bool,
+    /// `None`: from `KEEL_IO_BACKEND`, or epoll.
+    io_backend: Option<crate::io::IoBackend>,
 }
 
 impl Default for Builder {
@@ -191,6 +193,7 @@ impl Builder {
             blocking_keep_alive: DEFAULT_BLOCKING_KEEP_ALIVE,
             tokio_threads: DEFAULT_TOKIO_THREADS,
             tokio_on_workers: false,
+            io_backend: None,
         }
     }
 
@@ -219,6 +222,43 @@ impl Builder {
                 shares,
             }),
         }
+        self
+    }
+
+    /// The kernel interface the reactor uses to learn that sockets are
+    /// ready (see [`IoBackend`](crate::io::IoBackend)). Default:
+    /// [`IoBackend::Epoll`](crate::io::IoBackend::Epoll), or what the
+    /// environment variable `KEEL_IO_BACKEND` (`auto`, `epoll`, `uring`)
+    /// says; a backend set here wins over the variable.
+    ///
+    /// On `Uring`, a busy worker's look for events reads the ring's
+    /// completion queue, with no system call when nothing happened; `Auto`
+    /// takes the ring where this process may set one up and falls back to
+    /// epoll otherwise, with the reason in
+    /// [`Stats::io`](crate::stats::Stats::io) (a seccomp filter, the
+    /// sysctl `kernel.io_uring_disabled`, a kernel older than 6.0).
+    ///
+    /// # Errors
+    ///
+    /// [`build`](Self::build) fails if `Uring` is asked for and the ring
+    /// cannot be used (the error says why), or if `KEEL_IO_BACKEND` holds
+    /// something else than the three names (`InvalidInput`).
+    ///
+    /// ```
+    /// use keel::io::IoBackend;
+    ///
+    /// let rt = keel::Runtime::builder()
+    ///     .io_backend(IoBackend::Auto)
+    ///     .build()
+    ///     .unwrap();
+    /// let io = rt.stats().io;
+    /// println!("on {}", io.driver);
+    /// if let Some(why) = &io.fallback {
+    ///     println!("(no ring: {why})");
+    /// }
+    /// ```
+    pub fn io_backend(&mut self, backend: crate::io::IoBackend) -> &mut Builder {
+        self.io_backend = Some(backend);
         self
     }
 
@@ -599,8 +639,13 @@ impl Builder {
                     .to_owned(),
             ));
         }
+        let io_backend = match self.io_backend {
+            Some(backend) => backend,
+            None => crate::io::IoBackend::from_env()?,
+        };
         let nanos = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
         Ok(Config {
+            io_backend,
             urgent_lane: self.urgent_lane.clone(),
             workers,
             io_interval: nanos(self.io_interval),

@@ -47,4 +47,6 @@ pub(crate) struct Config {
     /// The tokio side runs on the workers (see `Builder::tokio_on_workers`).
     #[cfg_attr(not(feature = "tokio-context"), allow(dead_code))]
     pub(crate) tokio_on_workers: bool,
+    /// The IO driver asked for (see `Builder::io_backend`).
+    pub(crate) io_backend: crate::io::IoBackend,
 }

@@ -165,22 +165,22 @@ impl TokioSide {
         }
     }
 
-    /// Parks in the side until `epoll` (keel's reactor's descriptor, which
-    /// the caller keeps open throughout) is readable or `timeout` passes,
+    /// Parks in the side until `reactor_fd` (keel's reactor's descriptor,
+    /// an epoll or a ring, which the caller keeps open throughout) is readable or `timeout` passes,
     /// driving tokio meanwhile, if the side runs on the workers. Returns
     /// false if it does not (or the descriptor cannot be registered with
     /// tokio): the caller then blocks in keel's reactor itself.
-    pub(crate) fn park(&self, epoll: std::os::fd::RawFd, timeout: Option<Duration>) -> bool {
+    pub(crate) fn park(&self, reactor_fd: std::os::fd::RawFd, timeout: Option<Duration>) -> bool {
         let Some(runtime) = self.driven_here() else {
             return false;
         };
         runtime.block_on(async move {
-            // SAFETY: `epoll` is keel's reactor's descriptor, which the
+            // SAFETY: `reactor_fd` is keel's reactor's descriptor, which the
             // caller keeps open for this whole call (it holds the reactor's
             // poller); the `AsyncFd` is dropped before the call returns.
             let registered = unsafe {
                 tokio::io::unix::AsyncFd::register_with_interest(
-                    epoll,
+                    reactor_fd,
                     tokio::io::Interest::READABLE,
                 )
             };

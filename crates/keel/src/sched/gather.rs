@@ -92,6 +92,7 @@ impl Shared {
                 .map(crate::runtime::tokio_side::TokioSide::stats),
             #[cfg(not(feature = "tokio-context"))]
             tokio: None,
+            io: shared.reactor.stats(),
         }
     }
 }

@@ -173,7 +173,7 @@ pub(crate) struct Shared {
     /// everyone else files through [`Shared::timers`], which keeps the
     /// filer's half of the protocol.
     timer_driver: TimerDriver,
-    /// The epoll instance; see [`crate::io`].
+    /// The reactor (epoll, or an io_uring); see [`crate::io`].
     pub(crate) reactor: Reactor,
     /// The urgent lane, when the runtime has one (see [`urgent`]).
     pub(crate) lane: Option<urgent::Lane>,
@@ -233,11 +233,11 @@ impl Shared {
                 .collect(),
             delays,
             timer_driver: TimerDriver::new(clock.clone()),
-            reactor: Reactor::new()?,
+            reactor: Reactor::new(config.io_backend)?,
             lane: config
                 .urgent_lane
                 .is_some()
-                .then(urgent::Lane::new)
+                .then(|| urgent::Lane::new(config.io_backend))
                 .transpose()?,
             deliveries: DeliveryCounters::default(),
             blocking: Pool::new(&config.blocking, clock.clone()),
@@ -492,6 +492,11 @@ impl Shared {
             Some(lane) => (&lane.reactor, true),
             None => (&self.reactor, false),
         }
+    }
+
+    /// Whether the calling thread is one of this runtime's workers.
+    pub(crate) fn on_worker_thread(self: &Arc<Self>) -> bool {
+        context::with_local(|local| local.is_some_and(|l| Arc::ptr_eq(&l.shared, self)))
     }
 
     /// The reactor of a source: the lane's when `on_lane`.

@@ -235,10 +235,10 @@ impl std::fmt::Debug for Lane {
 }
 
 impl Lane {
-    pub(crate) fn new() -> io::Result<Lane> {
+    pub(crate) fn new(backend: crate::io::IoBackend) -> io::Result<Lane> {
         Ok(Lane {
             queue: Injector::new(),
-            reactor: Reactor::new()?,
+            reactor: Reactor::new(backend)?,
             asleep: AtomicBool::new(false),
             worker_nice: Mutex::new(None),
             report: Mutex::new(String::from("starting")),
@@ -530,7 +530,7 @@ mod tests {
 
     #[test]
     fn a_refused_real_time_priority_falls_back_to_nicer_workers_and_says_so() {
-        let lane = Lane::new().unwrap();
+        let lane = Lane::new(crate::io::IoBackend::Epoll).unwrap();
         lane.settle_priority(
             LanePriority::RealTime(3),
             Err(io::Error::from_raw_os_error(libc::EPERM)),
@@ -539,7 +539,7 @@ mod tests {
         let report = lane.stats().priority;
         assert!(report.contains("fifo:3 refused"), "{report}");
 
-        let lane = Lane::new().unwrap();
+        let lane = Lane::new(crate::io::IoBackend::Epoll).unwrap();
         lane.settle_priority(LanePriority::RealTime(3), Ok(()));
         assert_eq!(lane.worker_nice(), None);
         assert_eq!(lane.stats().priority, "fifo:3");

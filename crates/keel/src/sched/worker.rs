@@ -733,7 +733,7 @@ impl Worker {
                     #[cfg(feature = "tokio-context")]
                     if let Some(tokio) = shared.tokio.as_ref().filter(|t| t.on_workers()) {
                         local.in_tokio_park.set(true);
-                        let parked = tokio.park(poller.epoll_fd(), timeout);
+                        let parked = tokio.park(shared.reactor.poll_fd(&mut poller), timeout);
                         local.in_tokio_park.set(false);
                         if parked {
                             // Collect what woke keel's side, if anything.

@@ -18,6 +18,6 @@ mod snapshot;
 pub(crate) mod thread_cpu;
 
 pub use snapshot::{
-    BlockingStats, ClassStats, Deliveries, DeliveryStats, LaneStats, QueueDelay, Stats, TokioStats,
-    WorkerStats,
+    BlockingStats, ClassStats, Deliveries, DeliveryStats, IoDriverStats, LaneStats, QueueDelay,
+    Stats, TokioStats, WorkerStats,
 };

@@ -37,6 +37,26 @@ pub struct Stats {
     /// The tokio side's figures, when the runtime has one (see
     /// [`Builder::tokio_threads`](crate::Builder::tokio_threads)).
     pub tokio: Option<TokioStats>,
+    /// The IO driver the workers' reactor runs on.
+    pub io: IoDriverStats,
+}
+
+/// The IO driver a runtime's reactor runs on (see
+/// [`Builder::io_backend`](crate::Builder::io_backend)), and why, when
+/// the ring was asked for with `Auto` and not taken.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct IoDriverStats {
+    /// `"epoll"` or `"io_uring"`.
+    pub driver: &'static str,
+    /// The backend asked for.
+    pub requested: crate::io::IoBackend,
+    /// What refused the ring when [`IoBackend::Auto`] fell back to epoll
+    /// (a seccomp filter, the sysctl `kernel.io_uring_disabled`, an old
+    /// kernel); `None` otherwise.
+    ///
+    /// [`IoBackend::Auto`]: crate::io::IoBackend::Auto
+    pub fallback: Option<String>,
 }
 
 /// The runtime's tokio side: the tokio runtime that runs what libraries

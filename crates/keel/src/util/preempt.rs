@@ -489,8 +489,15 @@ mod tests {
         for _ in 0..20 {
             std::thread::sleep(Duration::from_millis(1));
         }
-        // Twenty switches out and in, none of them preempted.
-        assert_eq!(meter.preempted(), Some(0));
+        // Twenty switches out and in, for 20 ms asleep. Were a sleep
+        // counted as preemption, the 20 ms would be. A real preemption may
+        // still follow a wake on a loaded machine (the tests beside this
+        // one), for a scheduler slice at most, far less than the sleeps.
+        let preempted = meter.preempted().expect("no records lost");
+        assert!(
+            preempted < 10_000_000,
+            "{preempted} ns preempted over twenty 1 ms sleeps: the sleeps were counted"
+        );
     }
 
     #[test]

@@ -1,0 +1,330 @@
+//! The IO drivers: what the reactor asks of the kernel, behind one
+//! contract, with two implementations.
+//!
+//! - `epoll` (the default): one epoll instance through `mio`, its sources
+//!   registered edge triggered, an eventfd to interrupt a blocked poll.
+//! - `uring`: one io_uring instance, each source watched by a multishot
+//!   `POLL_ADD` (edge triggered, as epoll's registrations are), the same
+//!   eventfd watched by another. Looking for events without blocking
+//!   reads the completion queue, memory the kernel shares with the
+//!   process: no system call when nothing happened. This is the ring's
+//!   first step, readiness only; operations that complete on the ring
+//!   come next.
+//!
+//! [`IoBackend`] chooses between them; `Auto` sets a ring up and falls
+//! back to epoll with the reason, which [`Stats`](crate::stats::Stats)
+//! reports.
+//!
+//! # The contract
+//!
+//! Every driver keeps these, and the reactor relies on nothing else:
+//!
+//! 1. **Registration.** [`Driver::register`] watches a descriptor for
+//!    readability and writability under a token (a `usize` the reactor
+//!    chooses) from then until [`Driver::deregister`]. It reports edges:
+//!    an event means the readiness may have changed since the last event
+//!    for that token, and at least one event follows every change (a
+//!    source that is ready when registered gets one).
+//! 2. **Deregistration** is complete when it returns: no event for the
+//!    source is produced afterwards, and closing the descriptor closes the
+//!    socket (epoll holds no reference to the file; the ring's cancelled
+//!    poll drops its own within microseconds, and a listener stops
+//!    listening at once). Events already produced may still be reported;
+//!    the reactor recognises them by the token's generation.
+//! 3. **Polling** is a [`Driver::wait`] for events, at most a timeout,
+//!    then a [`Driver::reap`] of the events produced since the last reap.
+//!    Both are called by one thread at a time, the holder of the
+//!    [`Poller`]; registration, waking and deregistration may run on any
+//!    thread at the same time, including during a wait (so the reactor
+//!    holds none of its locks across one).
+//! 4. **Waking** ([`Driver::wake`]) makes a poll that is blocked, or the
+//!    next one, return; it reports no source event.
+//! 5. **Liveness.** A driver that stops watching a registered source by
+//!    itself (the ring ends a multishot poll when the thread that armed
+//!    it exits, or when it cannot post a completion) watches it again
+//!    before its next poll returns, and reports it ready in both
+//!    directions, so that no edge is lost in between: before the reap that
+//!    met its end returns. For that the reap's callback answers with the
+//!    source's descriptor while it is registered ([`Owner`]).
+
+mod epoll;
+mod uring;
+
+use std::fmt;
+use std::io;
+use std::os::fd::{AsRawFd, RawFd};
+use std::time::Duration;
+
+use mio::event::Source;
+use mio::Interest;
+
+use super::readiness::Event;
+
+/// Which kernel interface a runtime's reactor uses (see
+/// [`Builder::io_backend`](crate::Builder::io_backend)).
+///
+/// The default is `Epoll`, unless the environment variable
+/// `KEEL_IO_BACKEND` says `auto`, `epoll` or `uring` (so that a whole
+/// test suite or service runs on another driver without a rebuild); a
+/// backend set on the builder wins over the variable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum IoBackend {
+    /// io_uring if this process may set a ring up and the kernel has what
+    /// the driver needs; epoll otherwise, with the reason in
+    /// [`IoDriverStats::fallback`](crate::stats::IoDriverStats::fallback).
+    Auto,
+    /// epoll.
+    #[default]
+    Epoll,
+    /// io_uring; building the runtime fails, with the reason, if the ring
+    /// cannot be used.
+    Uring,
+}
+
+impl IoBackend {
+    /// The environment variable that sets the default backend.
+    pub const ENV: &'static str = "KEEL_IO_BACKEND";
+
+    /// The backend `KEEL_IO_BACKEND` asks for, `Epoll` if it is unset.
+    ///
+    /// # Errors
+    ///
+    /// `InvalidInput` naming the variable if its value is none of `auto`,
+    /// `epoll` or `uring`.
+    pub fn from_env() -> io::Result<IoBackend> {
+        match std::env::var_os(Self::ENV) {
+            None => Ok(IoBackend::default()),
+            Some(value) => value
+                .to_str()
+                .and_then(|value| value.parse().ok())
+                .ok_or_else(|| {
+                    io::Error::new(
+                        io::ErrorKind::InvalidInput,
+                        format!(
+                            "{}={}: expected auto, epoll or uring",
+                            Self::ENV,
+                            value.to_string_lossy()
+                        ),
+                    )
+                }),
+        }
+    }
+}
+
+impl std::str::FromStr for IoBackend {
+    type Err = String;
+
+    fn from_str(name: &str) -> Result<IoBackend, String> {
+        match name.trim().to_ascii_lowercase().as_str() {
+            "auto" => Ok(IoBackend::Auto),
+            "epoll" => Ok(IoBackend::Epoll),
+            "uring" | "io_uring" | "io-uring" => Ok(IoBackend::Uring),
+            _ => Err(format!(
+                "unknown IO backend {name:?}: expected auto, epoll or uring"
+            )),
+        }
+    }
+}
+
+impl fmt::Display for IoBackend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            IoBackend::Auto => "auto",
+            IoBackend::Epoll => "epoll",
+            IoBackend::Uring => "uring",
+        })
+    }
+}
+
+/// What a poll's callback says of the token an event names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Owner {
+    /// Registered, on this descriptor.
+    Live(RawFd),
+    /// Deregistered (or never registered): the event is stale.
+    Stale,
+}
+
+/// A reactor's driver (see the module docs). One per reactor, built
+/// once: the ring's size against epoll's does not matter.
+#[derive(Debug)]
+#[allow(clippy::large_enum_variant)]
+pub(crate) enum Driver {
+    Epoll(epoll::Epoll),
+    Uring(uring::Uring),
+}
+
+/// The right to poll a driver; one exists per driver.
+#[derive(Debug)]
+pub(crate) enum Poller {
+    Epoll(epoll::Poller),
+    Uring(uring::Poller),
+}
+
+impl Driver {
+    /// Sets up the driver `backend` asks for. `wake_token` is the token
+    /// the driver keeps for its waker, never passed to the callback of
+    /// [`poll`](Driver::poll). Returns the driver, its poller, and for
+    /// `Auto` on epoll the reason the ring was not used.
+    ///
+    /// # Errors
+    ///
+    /// If epoll cannot be set up, or the ring when `backend` is `Uring`.
+    pub(crate) fn new(
+        backend: IoBackend,
+        wake_token: usize,
+    ) -> io::Result<(Driver, Poller, Option<String>)> {
+        let epoll = |fallback| {
+            let (driver, poller) = epoll::Epoll::new(wake_token)?;
+            Ok((Driver::Epoll(driver), Poller::Epoll(poller), fallback))
+        };
+        match backend {
+            IoBackend::Epoll => epoll(None),
+            IoBackend::Uring => {
+                let (driver, poller) = uring::Uring::new(wake_token).map_err(|why| {
+                    io::Error::new(why.kind(), format!("the io_uring driver: {why}"))
+                })?;
+                Ok((Driver::Uring(driver), Poller::Uring(poller), None))
+            }
+            IoBackend::Auto => match uring::Uring::new(wake_token) {
+                Ok((driver, poller)) => Ok((Driver::Uring(driver), Poller::Uring(poller), None)),
+                Err(why) => epoll(Some(why.to_string())),
+            },
+        }
+    }
+
+    /// The driver's name, as [`IoDriverStats::driver`] gives it.
+    ///
+    /// [`IoDriverStats::driver`]: crate::stats::IoDriverStats::driver
+    pub(crate) fn name(&self) -> &'static str {
+        match self {
+            Driver::Epoll(_) => "epoll",
+            Driver::Uring(_) => "io_uring",
+        }
+    }
+
+    /// Watches `source` under `token` (contract, 1). `on_worker`: the
+    /// calling thread is one of the runtime's workers, which the ring lets
+    /// arm its watches (see `uring`).
+    pub(crate) fn register(
+        &self,
+        source: &mut (impl Source + AsRawFd),
+        token: usize,
+        interest: Interest,
+        on_worker: bool,
+    ) -> io::Result<()> {
+        match self {
+            Driver::Epoll(epoll) => epoll.register(source, token, interest),
+            Driver::Uring(ring) => ring.register(source.as_raw_fd(), token, interest, on_worker),
+        }
+    }
+
+    /// Stops watching `source`, registered under `token` (contract, 2).
+    pub(crate) fn deregister(
+        &self,
+        source: &mut (impl Source + AsRawFd),
+        token: usize,
+    ) -> io::Result<()> {
+        match self {
+            Driver::Epoll(epoll) => epoll.deregister(source),
+            Driver::Uring(ring) => ring.deregister(source.as_raw_fd(), token),
+        }
+    }
+
+    /// Makes a blocked poll return (contract, 4).
+    pub(crate) fn wake(&self) {
+        match self {
+            Driver::Epoll(epoll) => epoll.wake(),
+            Driver::Uring(ring) => ring.wake(),
+        }
+    }
+
+    /// Waits at most `timeout` (`None`: indefinitely, `Some(ZERO)`: not
+    /// at all) until events are there to [`reap`](Driver::reap).
+    ///
+    /// # Errors
+    ///
+    /// If interrupted by a signal, or the wait failed: the caller reaps
+    /// what is there and polls again soon.
+    pub(crate) fn wait(&self, poller: &mut Poller, timeout: Option<Duration>) -> io::Result<()> {
+        match (self, poller) {
+            (Driver::Epoll(_), Poller::Epoll(poller)) => poller.wait(timeout),
+            (Driver::Uring(ring), Poller::Uring(_)) => ring.wait(timeout),
+            _ => unreachable!("a poller polls the driver it came with"),
+        }
+    }
+
+    /// Does what [`wait`](Driver::wait) does before it waits, for a
+    /// caller about to wait on [`fd`](Driver::fd) elsewhere instead (the
+    /// tokio side on the workers): the ring arms the watches registered
+    /// off the workers, its own waker's included.
+    ///
+    /// # Errors
+    ///
+    /// If a watch could not be armed; it is tried again at the next wait.
+    #[cfg(feature = "tokio-context")]
+    pub(crate) fn prepare_to_wait_elsewhere(&self, poller: &mut Poller) -> io::Result<()> {
+        match (self, poller) {
+            (Driver::Epoll(_), Poller::Epoll(_)) => Ok(()),
+            (Driver::Uring(ring), Poller::Uring(_)) => ring.arm_registered_elsewhere(),
+            _ => unreachable!("a poller polls the driver it came with"),
+        }
+    }
+
+    /// Reports the events produced since the last reap to `on_event`
+    /// (contract, 3), without waiting, and watches again the sources it
+    /// must before returning (contract, 5).
+    ///
+    /// # Errors
+    ///
+    /// If a source could not be watched again (the kernel is out of
+    /// memory); the others were reported.
+    pub(crate) fn reap(
+        &self,
+        poller: &mut Poller,
+        on_event: impl FnMut(usize, Event) -> Owner,
+    ) -> io::Result<()> {
+        match (self, poller) {
+            (Driver::Epoll(_), Poller::Epoll(poller)) => {
+                poller.reap(on_event);
+                Ok(())
+            }
+            (Driver::Uring(ring), Poller::Uring(poller)) => ring.reap(poller, on_event),
+            _ => unreachable!("a poller polls the driver it came with"),
+        }
+    }
+
+    /// A descriptor that is readable while events wait to be polled, for
+    /// a tokio side on the workers to wait on (see
+    /// `runtime::tokio_side`).
+    #[cfg(feature = "tokio-context")]
+    pub(crate) fn fd(&self, poller: &Poller) -> RawFd {
+        match (self, poller) {
+            (Driver::Epoll(_), Poller::Epoll(poller)) => poller.fd(),
+            (Driver::Uring(ring), Poller::Uring(_)) => ring.fd(),
+            _ => unreachable!("a poller polls the driver it came with"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backends_parse_from_their_names() {
+        assert_eq!("auto".parse(), Ok(IoBackend::Auto));
+        assert_eq!("EPOLL".parse(), Ok(IoBackend::Epoll));
+        assert_eq!("uring".parse(), Ok(IoBackend::Uring));
+        assert_eq!("io_uring".parse(), Ok(IoBackend::Uring));
+        let error = "kqueue".parse::<IoBackend>().unwrap_err();
+        assert!(
+            error.contains("kqueue") && error.contains("epoll"),
+            "{error}"
+        );
+        for backend in [IoBackend::Auto, IoBackend::Epoll, IoBackend::Uring] {
+            assert_eq!(backend.to_string().parse(), Ok(backend));
+        }
+    }
+}

@@ -1,0 +1,500 @@
+//! The io_uring driver, readiness only: each source watched by a
+//! multishot `POLL_ADD`, the waker an eventfd watched the same way.
+//!
+//! # Why a ring for readiness
+//!
+//! Looking for events without blocking, which a busy worker does every
+//! `io_interval`, reads the completion queue's head and tail, memory the
+//! kernel shares with the process: no system call when nothing happened
+//! (epoll needs an `epoll_wait` to learn that). This driver is the ring's
+//! first step; operations that complete on the ring (receive, send,
+//! accept, `fdatasync`) build on it.
+//!
+//! # How it keeps the driver contract
+//!
+//! - **Edges** (contract 1): a multishot poll is edge triggered unless
+//!   `IORING_POLL_ADD_LEVEL` is asked for, and an arm finds a source that
+//!   is already ready at once.
+//! - **Deregistration** (2): a poll holds a reference to its file, so the
+//!   socket would outlive its descriptor; deregistration cancels every
+//!   poll on the descriptor synchronously (`IORING_REGISTER_SYNC_CANCEL`,
+//!   Linux 6.0) before it returns, and the reactor forgets the token
+//!   first, so that the poll that reaps the cancellation does not arm it
+//!   again. The cancelled poll's reference is dropped by the worker that
+//!   armed it, microseconds later; a listener is shut for reading first,
+//!   so that it stops listening at once (see `stop_listening`).
+//! - **One poller** (3): the completion queue is read only by the holder
+//!   of the [`Poller`], of which there is one; the submission queue is
+//!   written under [`Uring::submissions`] by whoever registers.
+//! - **Who arms a poll.** The kernel posts a poll's completion from the
+//!   thread that armed it (task work), interrupting that thread's system
+//!   call to do so: a blocking `read` with a timeout then fails with
+//!   `EINTR`. So only the runtime's workers arm polls; a source registered
+//!   on any other thread (`block_on`'s, a thread that entered the
+//!   runtime) waits in [`Uring::unarmed`] for the poller's next wait,
+//!   which the registration wakes. A deregistration finds it there, never
+//!   armed, or finds it armed and cancels it.
+//! - **Waking** (4): an eventfd write wakes the eventfd's poll, whose
+//!   completion ends the wait; the counter is never read (a multishot poll
+//!   reports every write, whatever the count), and at one write per wake
+//!   would take centuries to overflow.
+//! - **Liveness** (5): the kernel ends a multishot poll (a completion
+//!   without `IORING_CQE_F_MORE`, `ECANCELED`) at its first event after
+//!   the thread that armed it exited, since the completion would run on
+//!   that thread, or when it could not post a completion; the poller arms
+//!   it again, with
+//!   the reactor's registry locked so that a deregistration cannot slip
+//!   in between, and reports the source ready both ways.
+//!
+//! # What it costs
+//!
+//! A worker that armed a socket's poll and then parked is interrupted to
+//! post its events (task work). Registration and deregistration are one
+//! system call each, as `epoll_ctl` is; a registration off the workers
+//! costs a wake of the poller instead, and its first event waits for the
+//! poller's next wait.
+
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use io_uring::types::{CancelBuilder, Fd, SubmitArgs, Timespec};
+use io_uring::{cqueue, opcode, squeue, IoUring};
+use mio::Interest;
+
+use super::Owner;
+use crate::io::lock;
+use crate::io::readiness::Event;
+use crate::io::ring_probe;
+
+/// Submission queue entries: registrations are submitted one at a time,
+/// so a few suffice.
+const SUBMISSION_ENTRIES: u32 = 64;
+/// Completion queue entries: room for a burst of events from many
+/// sources between two polls (more are kept by the kernel, not dropped).
+const COMPLETION_ENTRIES: u32 = 4096;
+/// The user data of the set-up check's cancellation, which matches
+/// nothing.
+const NO_REQUEST: u64 = u64::MAX - 1;
+
+/// A source registered on a thread that must not arm its poll, waiting
+/// for the poller to arm it (see the module docs).
+#[derive(Debug, Clone, Copy)]
+struct Unarmed {
+    fd: RawFd,
+    token: u64,
+    interest: Interest,
+}
+
+/// The ring, and the registration side: usable from any thread.
+pub(crate) struct Uring {
+    ring: IoUring,
+    /// Held while writing the submission queue (see the module docs).
+    submissions: Mutex<()>,
+    /// Registrations the poller arms at its next wait; locked by the
+    /// poller until they are submitted.
+    unarmed: Mutex<Vec<Unarmed>>,
+    /// `unarmed` is not empty: one load for a busy worker's look.
+    has_unarmed: AtomicBool,
+    /// Written by [`Uring::wake`], watched by a multishot poll.
+    wake_fd: OwnedFd,
+    wake_token: u64,
+}
+
+impl std::fmt::Debug for Uring {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Uring")
+            .field("fd", &self.ring.as_raw_fd())
+            .finish_non_exhaustive()
+    }
+}
+
+/// The right to read the completion queue; one per ring.
+#[derive(Debug)]
+pub(crate) struct Poller {
+    _one: (),
+}
+
+impl Uring {
+    /// Sets the ring up and checks that the kernel has what the driver
+    /// needs; the error says what is missing or what refused the ring.
+    pub(super) fn new(wake_token: usize) -> io::Result<(Uring, Poller)> {
+        let refused = |why: String| io::Error::new(io::ErrorKind::Unsupported, why);
+        let sysctl = std::fs::read_to_string("/proc/sys/kernel/io_uring_disabled").ok();
+        if let Some(why) = sysctl.as_deref().and_then(ring_probe::disabled_by_sysctl) {
+            return Err(refused(why));
+        }
+        let ring = IoUring::builder()
+            .setup_cqsize(COMPLETION_ENTRIES)
+            .setup_clamp()
+            .build(SUBMISSION_ENTRIES)
+            .map_err(|error| refused(ring_probe::setup_refusal(&error, sysctl.as_deref())))?;
+        let params = ring.params();
+        if !params.is_feature_ext_arg() {
+            return Err(refused(
+                "the kernel's io_uring cannot wait with a timeout (IORING_FEAT_EXT_ARG, Linux 5.11)"
+                    .into(),
+            ));
+        }
+        if !params.is_feature_nodrop() {
+            return Err(refused(
+                "the kernel's io_uring drops completions when its queue is full \
+                 (IORING_FEAT_NODROP, Linux 5.5)"
+                    .into(),
+            ));
+        }
+        match ring
+            .submitter()
+            .register_sync_cancel(Some(Timespec::new()), CancelBuilder::user_data(NO_REQUEST))
+        {
+            Err(error) if error.kind() == io::ErrorKind::NotFound => {}
+            Ok(()) => {}
+            Err(error) => {
+                return Err(refused(format!(
+                    "the kernel's io_uring cannot cancel synchronously \
+                     (IORING_REGISTER_SYNC_CANCEL, Linux 6.0): {error}"
+                )))
+            }
+        }
+        // SAFETY: eventfd takes no pointer; a non-negative result is a new
+        // descriptor that nothing else owns.
+        let wake_fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+        if wake_fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: just created, owned by nothing else (see above).
+        let wake_fd = unsafe { OwnedFd::from_raw_fd(wake_fd) };
+        let uring = Uring {
+            ring,
+            submissions: Mutex::new(()),
+            unarmed: Mutex::new(Vec::new()),
+            has_unarmed: AtomicBool::new(false),
+            wake_fd,
+            wake_token: wake_token as u64,
+        };
+        uring.watch(
+            uring.wake_fd.as_raw_fd(),
+            uring.wake_token,
+            Interest::READABLE,
+        )?;
+        let mut poller = Poller { _one: () };
+        uring.check_multishot(&mut poller).map_err(refused)?;
+        uring.hand_the_wake_poll_to_the_poller(&mut poller)?;
+        Ok((uring, poller))
+    }
+
+    /// Cancels the eventfd's poll, armed by the thread that builds the
+    /// runtime (which must not keep it: see "Who arms a poll"), and leaves
+    /// it for the poller's first wait to arm again.
+    fn hand_the_wake_poll_to_the_poller(&self, poller: &mut Poller) -> io::Result<()> {
+        self.ring
+            .submitter()
+            .register_sync_cancel(None, CancelBuilder::user_data(self.wake_token))?;
+        let _ = poller;
+        // SAFETY: `poller` is the ring's one poller, borrowed mutably: no
+        // other completion queue view exists. Drops the cancellation's
+        // completion (and any wake before it).
+        unsafe { self.ring.completion_shared() }.for_each(drop);
+        lock(&self.unarmed).push(Unarmed {
+            fd: self.wake_fd.as_raw_fd(),
+            token: self.wake_token,
+            interest: Interest::READABLE,
+        });
+        self.has_unarmed.store(true, Ordering::Release);
+        Ok(())
+    }
+
+    /// Wakes the ring's own poll and reaps the completion: a kernel
+    /// without multishot polls (Linux 5.13) ends it at once.
+    fn check_multishot(&self, poller: &mut Poller) -> Result<(), String> {
+        self.wake();
+        let timeout = Timespec::from(Duration::from_secs(5));
+        match self
+            .ring
+            .submitter()
+            .submit_with_args(1, &SubmitArgs::new().timespec(&timeout))
+        {
+            Ok(_) => {}
+            Err(error) => return Err(format!("waiting for the ring's first completion: {error}")),
+        }
+        let _ = poller;
+        // SAFETY: `poller` is the ring's one poller, borrowed mutably: no
+        // other completion queue view exists.
+        let mut completions = unsafe { self.ring.completion_shared() };
+        let Some(first) = completions.next() else {
+            return Err("the ring did not report its eventfd's poll within 5 s".into());
+        };
+        if first.result() < 0 || !cqueue::more(first.flags()) {
+            return Err(format!(
+                "the kernel's io_uring has no multishot poll (IORING_POLL_ADD_MULTI, Linux \
+                 5.13): the poll ended with {}",
+                io::Error::from_raw_os_error(-first.result().min(0))
+            ));
+        }
+        Ok(())
+    }
+
+    /// Arms a multishot poll of `fd` for `interest`, under `token`.
+    fn watch(&self, fd: RawFd, token: u64, interest: Interest) -> io::Result<()> {
+        let mut mask = 0;
+        if interest.is_readable() {
+            mask |= (libc::POLLIN | libc::POLLPRI | libc::POLLRDHUP) as u32;
+        }
+        if interest.is_writable() {
+            mask |= libc::POLLOUT as u32;
+        }
+        let entry = opcode::PollAdd::new(Fd(fd), mask)
+            .multi(true)
+            .build()
+            .user_data(token);
+        self.submit(&entry)
+    }
+
+    /// Pushes `entry` and submits it at once.
+    fn submit(&self, entry: &squeue::Entry) -> io::Result<()> {
+        let _submitting = lock(&self.submissions);
+        loop {
+            // SAFETY: the lock held above makes this the only submission
+            // queue view (every other is made under it too). A poll entry
+            // points at no memory.
+            let pushed = unsafe { self.ring.submission_shared().push(entry) }.is_ok();
+            // The view is dropped: the tail is published before entering.
+            match self.ring.submitter().submit() {
+                Ok(_) if pushed => return Ok(()),
+                Ok(_) => continue,
+                Err(error) if error.kind() == io::ErrorKind::Interrupted => continue,
+                Err(error) => return Err(error),
+            }
+        }
+    }
+
+    /// Watches `fd`: at once if the calling thread may arm polls
+    /// (`arms`), otherwise at the poller's next wait, which this wakes.
+    pub(super) fn register(
+        &self,
+        fd: RawFd,
+        token: usize,
+        interest: Interest,
+        arms: bool,
+    ) -> io::Result<()> {
+        if arms {
+            return self.watch(fd, token as u64, interest);
+        }
+        lock(&self.unarmed).push(Unarmed {
+            fd,
+            token: token as u64,
+            interest,
+        });
+        self.has_unarmed.store(true, Ordering::Release);
+        self.wake();
+        Ok(())
+    }
+
+    /// Arms the polls of the registrations made on other threads; the
+    /// list stays locked until they are submitted, so that a
+    /// deregistration either finds its source still unarmed or finds its
+    /// poll submitted, to cancel.
+    pub(super) fn arm_registered_elsewhere(&self) -> io::Result<()> {
+        if !self.has_unarmed.swap(false, Ordering::Acquire) {
+            return Ok(());
+        }
+        let mut unarmed = lock(&self.unarmed);
+        while let Some(next) = unarmed.last().copied() {
+            if let Err(error) = self.watch(next.fd, next.token, next.interest) {
+                // Left in the list: the next wait tries again.
+                self.has_unarmed.store(true, Ordering::Release);
+                return Err(error);
+            }
+            unarmed.pop();
+        }
+        Ok(())
+    }
+
+    pub(super) fn deregister(&self, fd: RawFd, token: usize) -> io::Result<()> {
+        {
+            let mut unarmed = lock(&self.unarmed);
+            if let Some(at) = unarmed.iter().position(|u| u.token == token as u64) {
+                // Never armed: nothing holds the file.
+                unarmed.swap_remove(at);
+                return Ok(());
+            }
+        }
+        let cancelled = match self
+            .ring
+            .submitter()
+            .register_sync_cancel(None, CancelBuilder::fd(Fd(fd)).all())
+        {
+            // No poll on it: it ended and was not armed again.
+            Err(error) if error.kind() == io::ErrorKind::NotFound => Ok(()),
+            result => result,
+        };
+        stop_listening(fd);
+        cancelled
+    }
+
+    pub(super) fn wake(&self) {
+        let one = 1u64.to_ne_bytes();
+        // SAFETY: writes 8 bytes from a live local array to a descriptor
+        // this driver owns. Fails only when the counter is near overflow
+        // (see the module docs), where the poll has been woken anyway.
+        let _ = unsafe { libc::write(self.wake_fd.as_raw_fd(), one.as_ptr().cast(), one.len()) };
+    }
+
+    pub(super) fn reap(
+        &self,
+        poller: &mut Poller,
+        mut on_event: impl FnMut(usize, Event) -> Owner,
+    ) -> io::Result<()> {
+        let _ = poller;
+        // SAFETY: `poller` is the ring's one poller, borrowed mutably for
+        // this call: no other completion queue view exists meanwhile.
+        let completions = unsafe { self.ring.completion_shared() };
+        for completion in completions {
+            let token = completion.user_data();
+            let ended = !cqueue::more(completion.flags());
+            if token == self.wake_token {
+                if ended {
+                    // Armed again before this poll returns (contract 5).
+                    self.watch(self.wake_fd.as_raw_fd(), token, Interest::READABLE)?;
+                }
+                continue;
+            }
+            let mut event = match u32::try_from(completion.result()) {
+                Ok(mask) => event_of(mask),
+                // An error ends the poll: whatever the source's state,
+                // its task finds out by trying.
+                Err(_) => Event::default(),
+            };
+            if ended {
+                event.readable = true;
+                event.writable = true;
+            }
+            let Ok(token) = usize::try_from(token) else {
+                continue;
+            };
+            if let (true, Owner::Live(fd)) = (ended, on_event(token, event)) {
+                // Still registered: the registry stays locked by the
+                // caller's callback until this poll returns, so no
+                // deregistration runs before the poll is armed again.
+                self.watch(fd, token as u64, Interest::READABLE | Interest::WRITABLE)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Waits for a completion at most `timeout` unless one is there, or
+    /// flushes completions the kernel kept aside while the queue was full.
+    ///
+    /// Called only by the holder of the ring's [`Poller`] (the driver's
+    /// `wait` takes it), so reading the completion queue's length here is
+    /// that holder's read.
+    pub(super) fn wait(&self, timeout: Option<Duration>) -> io::Result<()> {
+        self.arm_registered_elsewhere()?;
+        // SAFETY: the caller holds the ring's one poller (see above): no
+        // other completion queue view exists meanwhile.
+        if !unsafe { self.ring.completion_shared() }.is_empty() {
+            return Ok(());
+        }
+        let submitter = self.ring.submitter();
+        let result = match timeout {
+            Some(Duration::ZERO) => {
+                let overflowed = {
+                    let _submitting = lock(&self.submissions);
+                    // SAFETY: as in `submit`: under the lock, the only
+                    // submission queue view.
+                    unsafe { self.ring.submission_shared() }.cq_overflow()
+                };
+                if !overflowed {
+                    return Ok(());
+                }
+                submitter.submit_and_wait(0)
+            }
+            Some(timeout) => {
+                let timeout = Timespec::from(timeout);
+                submitter.submit_with_args(1, &SubmitArgs::new().timespec(&timeout))
+            }
+            None => submitter.submit_and_wait(1),
+        };
+        match result {
+            Ok(_) => Ok(()),
+            // The timeout passed, or the kernel could not flush every
+            // completion it kept aside: reap what is there.
+            Err(error) if matches!(error.raw_os_error(), Some(libc::ETIME | libc::EBUSY)) => Ok(()),
+            Err(error) => Err(error),
+        }
+    }
+
+    #[cfg(feature = "tokio-context")]
+    pub(super) fn fd(&self) -> RawFd {
+        self.ring.as_raw_fd()
+    }
+}
+
+/// Stops `fd` listening, if it is a listening socket.
+///
+/// The cancelled poll's reference to the file is dropped by the worker
+/// that armed it, in the kernel work that posts the cancellation,
+/// microseconds after the cancellation returns: the caller's close may
+/// then not be the last reference, and a listener would accept for those
+/// microseconds, long enough for a bind of the same address right after
+/// the drop to find it alive (`EADDRINUSE`, or a Unix socket file that
+/// does not look stale). A listener shut for reading stops listening at
+/// once (TCP and Unix alike); a connected stream is left alone, since its
+/// close must send what a shutdown would not (a reset over unread data).
+fn stop_listening(fd: RawFd) {
+    let mut listening: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: getsockopt writes at most `len` bytes into `listening`,
+    // which lives across the call; a descriptor that is not a socket
+    // fails with ENOTSOCK and writes nothing.
+    let read = unsafe {
+        libc::getsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_ACCEPTCONN,
+            (&mut listening as *mut libc::c_int).cast(),
+            &mut len,
+        )
+    };
+    if read == 0 && listening != 0 {
+        // SAFETY: no memory is passed; the descriptor is the caller's,
+        // open until after this returns.
+        unsafe { libc::shutdown(fd, libc::SHUT_RD) };
+    }
+}
+
+/// What a poll's mask says, read as epoll's event would be.
+fn event_of(mask: u32) -> Event {
+    let has = |bit: libc::c_short| mask & bit as u32 != 0;
+    Event {
+        readable: has(libc::POLLIN) || has(libc::POLLPRI),
+        writable: has(libc::POLLOUT),
+        read_closed: has(libc::POLLHUP) || (has(libc::POLLIN) && has(libc::POLLRDHUP)),
+        write_closed: has(libc::POLLHUP)
+            || (has(libc::POLLOUT) && has(libc::POLLERR))
+            || mask == libc::POLLERR as u32,
+        error: has(libc::POLLERR),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn masks_read_as_epoll_events_do() {
+        let bits = |bits: &[libc::c_short]| bits.iter().fold(0, |mask, bit| mask | *bit as u32);
+        let data = event_of(bits(&[libc::POLLIN]));
+        assert!(data.readable && !data.writable && !data.read_closed && !data.error);
+        let peer_closed = event_of(bits(&[libc::POLLIN, libc::POLLRDHUP, libc::POLLOUT]));
+        assert!(peer_closed.readable && peer_closed.read_closed && !peer_closed.write_closed);
+        let hangup = event_of(bits(&[libc::POLLHUP]));
+        assert!(hangup.read_closed && hangup.write_closed && !hangup.readable);
+        let reset = event_of(bits(&[libc::POLLERR]));
+        assert!(reset.error && reset.write_closed && !reset.read_closed);
+        let room = event_of(bits(&[libc::POLLOUT]));
+        assert!(room.writable && !room.readable && !room.write_closed);
+    }
+}
