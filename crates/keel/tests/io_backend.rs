@@ -283,3 +283,54 @@ fn a_thread_that_registers_sockets_on_the_ring_is_not_interrupted() {
     clients.join().unwrap();
     rt.block_on(server).unwrap();
 }
+
+/// A worker that computes makes no system call, and the ring is set up
+/// not to interrupt it to post the completions of the polls it armed: they
+/// are posted at its next entry to the kernel (its look between polls
+/// when the ring marks work pending, or the timer tick). One worker runs a
+/// task that computes in slices, yielding between them, until a socket it
+/// armed has delivered: the reader must get its bytes while the computing
+/// goes on, not after it (bounded at 10 s, the failure).
+#[test]
+fn a_computing_worker_still_sees_its_sockets_events() {
+    let rt = on_the_ring(1);
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let mut peer = std::net::TcpStream::connect(addr).unwrap();
+    let (accepted, _) = listener.accept().unwrap();
+    let delivered = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let done = delivered.clone();
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+    let reader = rt.spawn(async move {
+        // Registered on the worker, which arms its poll.
+        let mut stream = TcpStream::from_std(accepted).unwrap();
+        ready_tx.send(()).unwrap();
+        let mut buf = [0; 4];
+        stream.read_exact(&mut buf).await.unwrap();
+        done.store(true, std::sync::atomic::Ordering::SeqCst);
+        buf
+    });
+    ready_rx.recv().unwrap();
+    let computing = rt.spawn(async move {
+        let start = std::time::Instant::now();
+        while !delivered.load(std::sync::atomic::Ordering::SeqCst) {
+            if start.elapsed() > Duration::from_secs(10) {
+                return false;
+            }
+            let slice = std::time::Instant::now();
+            while slice.elapsed() < Duration::from_micros(200) {
+                std::hint::spin_loop();
+            }
+            keel::task::yield_now().await;
+        }
+        true
+    });
+    // Give the computing task the worker before the bytes come.
+    std::thread::sleep(Duration::from_millis(20));
+    peer.write_all(b"ping").unwrap();
+    assert!(
+        rt.block_on(computing).unwrap(),
+        "the bytes were not seen while the worker computed"
+    );
+    assert_eq!(&rt.block_on(reader).unwrap(), b"ping");
+}
