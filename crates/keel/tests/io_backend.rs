@@ -30,6 +30,15 @@ fn on_the_ring(workers: usize) -> Runtime {
         })
 }
 
+/// Two ends of a loopback TCP connection, plain `std` sockets: the
+/// client's, and the accepted one, for a test to hand to keel.
+fn connected_pair() -> (std::net::TcpStream, std::net::TcpStream) {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let peer = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+    let (accepted, _) = listener.accept().unwrap();
+    (peer, accepted)
+}
+
 #[test]
 fn a_runtime_on_the_ring_says_so() {
     let rt = on_the_ring(1);
@@ -118,10 +127,7 @@ fn the_ring_serves_many_connections_at_once() {
 #[test]
 fn dropping_a_stream_on_the_ring_closes_its_socket() {
     let rt = on_the_ring(1);
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = listener.local_addr().unwrap();
-    let mut peer = std::net::TcpStream::connect(addr).unwrap();
-    let (accepted, _) = listener.accept().unwrap();
+    let (mut peer, accepted) = connected_pair();
     peer.set_read_timeout(Some(Duration::from_secs(10)))
         .unwrap();
     rt.block_on(async move {
@@ -143,10 +149,7 @@ fn dropping_a_stream_on_the_ring_closes_its_socket() {
 #[test]
 fn a_socket_registered_by_a_thread_that_exited_still_wakes_its_reader() {
     let rt = on_the_ring(1);
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = listener.local_addr().unwrap();
-    let mut peer = std::net::TcpStream::connect(addr).unwrap();
-    let (accepted, _) = listener.accept().unwrap();
+    let (mut peer, accepted) = connected_pair();
     let handle = rt.handle().clone();
     // Registered (its poll armed) on a thread that ends at once.
     let stream = std::thread::spawn(move || {
@@ -294,10 +297,7 @@ fn a_thread_that_registers_sockets_on_the_ring_is_not_interrupted() {
 #[test]
 fn a_computing_worker_still_sees_its_sockets_events() {
     let rt = on_the_ring(1);
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = listener.local_addr().unwrap();
-    let mut peer = std::net::TcpStream::connect(addr).unwrap();
-    let (accepted, _) = listener.accept().unwrap();
+    let (mut peer, accepted) = connected_pair();
     let delivered = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let done = delivered.clone();
     let (ready_tx, ready_rx) = std::sync::mpsc::channel();
