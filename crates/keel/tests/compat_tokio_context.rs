@@ -45,11 +45,20 @@ fn runtimes() -> [Runtime; 2] {
     support::with_each_tokio_side(2)
 }
 
+/// Checks what [`use_tokio_as_a_library_does`] returned: the spawned
+/// task's and the blocking closure's results, and the echo.
+fn assert_library_ran((spawned, blocking, echoed): (u32, u32, Vec<u8>)) {
+    assert_eq!(
+        (spawned, blocking, echoed.as_slice()),
+        (42, 42, &b"hello"[..])
+    );
+}
+
 #[test]
 fn tokio_works_inside_keel_tasks_of_every_class() {
     for rt in runtimes() {
         for class in [Class::URGENT, Class::NORMAL, Class::BULK] {
-            let (spawned, blocking, echoed) = rt
+            let out = rt
                 .block_on(rt.spawn_in(class, async move {
                     assert_eq!(Class::current(), Some(class));
                     let out = use_tokio_as_a_library_does().await;
@@ -58,10 +67,7 @@ fn tokio_works_inside_keel_tasks_of_every_class() {
                     out
                 }))
                 .unwrap();
-            assert_eq!(
-                (spawned, blocking, echoed.as_slice()),
-                (42, 42, &b"hello"[..])
-            );
+            assert_library_ran(out);
         }
     }
 }
@@ -105,12 +111,9 @@ fn tokio_works_on_the_urgent_lane() {
             .tokio_on_workers(on_workers)
             .build()
             .unwrap();
-        let (spawned, blocking, echoed) = rt
-            .block_on(rt.spawn_in(Class::URGENT, use_tokio_as_a_library_does()))
-            .unwrap();
-        assert_eq!(
-            (spawned, blocking, echoed.as_slice()),
-            (42, 42, &b"hello"[..])
+        assert_library_ran(
+            rt.block_on(rt.spawn_in(Class::URGENT, use_tokio_as_a_library_does()))
+                .unwrap(),
         );
     }
 }
@@ -124,12 +127,9 @@ fn one_worker_drives_a_tokio_side_on_the_workers() {
         .tokio_on_workers(true)
         .build()
         .unwrap();
-    let (spawned, blocking, echoed) = rt
-        .block_on(rt.spawn(use_tokio_as_a_library_does()))
-        .unwrap();
-    assert_eq!(
-        (spawned, blocking, echoed.as_slice()),
-        (42, 42, &b"hello"[..])
+    assert_library_ran(
+        rt.block_on(rt.spawn(use_tokio_as_a_library_does()))
+            .unwrap(),
     );
     // Nothing but a tokio timer and a tokio task: the parked worker must
     // wake for them.

@@ -43,8 +43,8 @@
 //!   lane, as a reactor poll does. If another worker holds tokio's core
 //!   (the one parked in it), the tick returns at once;
 //! - the worker that parks as the reactor's blocker sleeps in
-//!   `block_on` on keel's epoll descriptor, registered in tokio's epoll,
-//!   with the park's timeout: keel's events (and the eventfd that
+//!   `block_on` on keel's reactor descriptor (its epoll, or its ring),
+//!   registered in tokio's epoll, with the park's timeout: keel's events (and the eventfd that
 //!   interrupts a park) wake it as tokio's do. While it sleeps there, a
 //!   keel task that tokio wakes goes through the injector with a
 //!   notification (`Local::in_tokio_park`), which interrupts the sleep.
@@ -166,8 +166,9 @@ impl TokioSide {
     }
 
     /// Parks in the side until `reactor_fd` (keel's reactor's descriptor,
-    /// an epoll or a ring, which the caller keeps open throughout) is readable or `timeout` passes,
-    /// driving tokio meanwhile, if the side runs on the workers. Returns
+    /// an epoll or a ring, which the caller keeps open throughout) is
+    /// readable or `timeout` passes, driving tokio meanwhile, if the side
+    /// runs on the workers. Returns
     /// false if it does not (or the descriptor cannot be registered with
     /// tokio): the caller then blocks in keel's reactor itself.
     pub(crate) fn park(&self, reactor_fd: std::os::fd::RawFd, timeout: Option<Duration>) -> bool {

@@ -63,14 +63,10 @@ impl Epoll {
 }
 
 impl Poller {
-    /// `epoll_wait` into the event buffer.
+    /// `epoll_wait` into the event buffer (which mio empties first, so a
+    /// failed wait leaves nothing to reap).
     pub(super) fn wait(&mut self, timeout: Option<Duration>) -> io::Result<()> {
-        let waited = self.poll.poll(&mut self.events, timeout);
-        if waited.is_err() {
-            // Nothing of the buffer's last contents is reported again.
-            self.events.clear();
-        }
-        waited
+        self.poll.poll(&mut self.events, timeout)
     }
 
     /// Reports what the last wait put in the buffer, once.

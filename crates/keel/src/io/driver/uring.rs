@@ -214,12 +214,11 @@ impl Uring {
         // other completion queue view exists. Drops the cancellation's
         // completion (and any wake before it).
         unsafe { self.ring.completion_shared() }.for_each(drop);
-        lock(&self.unarmed).push(Unarmed {
+        self.leave_to_the_poller(Unarmed {
             fd: self.wake_fd.as_raw_fd(),
             token: self.wake_token,
             interest: Interest::READABLE,
         });
-        self.has_unarmed.store(true, Ordering::Release);
         Ok(())
     }
 
@@ -299,14 +298,19 @@ impl Uring {
         if arms {
             return self.watch(fd, token as u64, interest);
         }
-        lock(&self.unarmed).push(Unarmed {
+        self.leave_to_the_poller(Unarmed {
             fd,
             token: token as u64,
             interest,
         });
-        self.has_unarmed.store(true, Ordering::Release);
         self.wake();
         Ok(())
+    }
+
+    /// Leaves `unarmed` for the poller's next wait to arm.
+    fn leave_to_the_poller(&self, unarmed: Unarmed) {
+        lock(&self.unarmed).push(unarmed);
+        self.has_unarmed.store(true, Ordering::Release);
     }
 
     /// Arms the polls of the registrations made on other threads; the
