@@ -283,6 +283,7 @@ fn check_s3(s3: &serde_json::Value) {
             "conns_per_s",
             "cpu_s",
             "mb_per_download_s",
+            "conns_per_connection_work_s",
         ] {
             let value = run["metrics"][name].as_f64().unwrap_or(0.0);
             assert!(value > 0.0, "{name} = {value} in {run}");
@@ -299,7 +300,7 @@ fn check_s3(s3: &serde_json::Value) {
         }
     }
     let verdicts = s3["verdicts"].as_array().unwrap();
-    assert_eq!(verdicts.len(), 21, "{s3}");
+    assert_eq!(verdicts.len(), 23, "{s3}");
     for verdict in verdicts {
         assert!(verdict["value"].as_f64().unwrap().is_finite(), "{verdict}");
     }

@@ -322,12 +322,16 @@ pub(crate) mod model {
     impl Kernel {
         /// A source became ready: its task, `waker`, is woken by the next
         /// poll, and a blocked poll returns.
+        // Used by the loom models of the worker, built with the tests.
+        #[cfg_attr(not(test), allow(dead_code))]
         pub(crate) fn ready(&self, waker: Waker) {
             lock(&self.pending).ready.push(waker);
             self.signal.notify_one();
         }
 
         /// Several sources became ready at once: one poll returns them all.
+        // Used by the loom models of the worker, built with the tests.
+        #[cfg_attr(not(test), allow(dead_code))]
         pub(crate) fn ready_all(&self, wakers: Vec<Waker>) {
             lock(&self.pending).ready.extend(wakers);
             self.signal.notify_one();

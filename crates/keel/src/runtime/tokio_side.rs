@@ -140,13 +140,10 @@ impl TokioSide {
         })
     }
 
-    /// Whether the side runs on keel's workers (see the module docs).
-    pub(crate) fn on_workers(&self) -> bool {
-        self.on_workers
-    }
-
-    /// The runtime, if it runs on the workers and is not shut down.
-    fn driven_here(&self) -> Option<Arc<tokio::runtime::Runtime>> {
+    /// What a worker drives the side with for its whole life, if the side
+    /// runs on the workers and is not shut down: taken once when the
+    /// worker starts, so that an IO tick costs no lock.
+    pub(crate) fn on_worker(&self) -> Option<OnWorker> {
         if !self.on_workers {
             return None;
         }
@@ -154,50 +151,7 @@ impl TokioSide {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .clone()
-    }
-
-    /// An IO tick's share of driving the side, if it runs on the workers:
-    /// runs tokio's ready tasks and polls its epoll without blocking.
-    /// Returns at once if another thread holds tokio's core.
-    pub(crate) fn tick(&self) {
-        if let Some(runtime) = self.driven_here() {
-            runtime.block_on(tokio::task::yield_now());
-        }
-    }
-
-    /// Parks in the side until `reactor_fd` (keel's reactor's descriptor,
-    /// an epoll or a ring, which the caller keeps open throughout) is
-    /// readable or `timeout` passes, driving tokio meanwhile, if the side
-    /// runs on the workers. Returns
-    /// false if it does not (or the descriptor cannot be registered with
-    /// tokio): the caller then blocks in keel's reactor itself.
-    pub(crate) fn park(&self, reactor_fd: std::os::fd::RawFd, timeout: Option<Duration>) -> bool {
-        let Some(runtime) = self.driven_here() else {
-            return false;
-        };
-        runtime.block_on(async move {
-            // SAFETY: `reactor_fd` is keel's reactor's descriptor, which the
-            // caller keeps open for this whole call (it holds the reactor's
-            // poller); the `AsyncFd` is dropped before the call returns.
-            let registered = unsafe {
-                tokio::io::unix::AsyncFd::register_with_interest(
-                    reactor_fd,
-                    tokio::io::Interest::READABLE,
-                )
-            };
-            let Ok(reactor) = registered else {
-                return false;
-            };
-            match timeout {
-                Some(timeout) => {
-                    let _ = tokio::time::timeout(timeout, reactor.readable()).await;
-                }
-                None => {
-                    let _ = reactor.readable().await;
-                }
-            }
-            true
-        })
+            .map(|runtime| OnWorker { runtime })
     }
 
     /// The tokio runtime's handle, to enter it on a thread.
@@ -246,5 +200,52 @@ impl TokioSide {
             Some(timeout) => runtime.shutdown_timeout(timeout),
             None => drop(runtime),
         }
+    }
+}
+
+/// A worker's hold on a tokio side that runs on the workers (see the
+/// module docs). The worker drops it when it exits, before the side is
+/// shut down.
+pub(crate) struct OnWorker {
+    runtime: Arc<tokio::runtime::Runtime>,
+}
+
+impl OnWorker {
+    /// An IO tick's share of driving the side: runs tokio's ready tasks
+    /// and polls its epoll without blocking. Returns at once if another
+    /// thread holds tokio's core.
+    pub(crate) fn tick(&self) {
+        self.runtime.block_on(tokio::task::yield_now());
+    }
+
+    /// Parks in the side until `reactor_fd` (keel's reactor's descriptor,
+    /// an epoll or a ring, which the caller keeps open throughout) is
+    /// readable or `timeout` passes, driving tokio meanwhile. Returns
+    /// false if the descriptor cannot be registered with tokio: the caller
+    /// then blocks in keel's reactor itself.
+    pub(crate) fn park(&self, reactor_fd: std::os::fd::RawFd, timeout: Option<Duration>) -> bool {
+        self.runtime.block_on(async move {
+            // SAFETY: `reactor_fd` is keel's reactor's descriptor, which the
+            // caller keeps open for this whole call (it holds the reactor's
+            // poller); the `AsyncFd` is dropped before the call returns.
+            let registered = unsafe {
+                tokio::io::unix::AsyncFd::register_with_interest(
+                    reactor_fd,
+                    tokio::io::Interest::READABLE,
+                )
+            };
+            let Ok(reactor) = registered else {
+                return false;
+            };
+            match timeout {
+                Some(timeout) => {
+                    let _ = tokio::time::timeout(timeout, reactor.readable()).await;
+                }
+                None => {
+                    let _ = reactor.readable().await;
+                }
+            }
+            true
+        })
     }
 }

@@ -151,7 +151,14 @@ pub(crate) fn run_worker(
     }
     // Rescues need a sibling (see `Worker::rescue`).
     let rescues = shared.config.workers > 1;
+    #[cfg(feature = "tokio-context")]
+    let tokio = shared
+        .tokio
+        .as_ref()
+        .and_then(crate::runtime::tokio_side::TokioSide::on_worker);
     let mut worker = Worker {
+        #[cfg(feature = "tokio-context")]
+        tokio,
         shared,
         local,
         index,
@@ -179,6 +186,10 @@ pub(crate) fn run_worker(
 }
 
 struct Worker {
+    /// The tokio side, when it runs on the workers (see
+    /// `runtime::tokio_side`).
+    #[cfg(feature = "tokio-context")]
+    tokio: Option<crate::runtime::tokio_side::OnWorker>,
     shared: Arc<Shared>,
     local: Rc<Local>,
     index: usize,
@@ -629,7 +640,7 @@ impl Worker {
     /// whether it did (the worker is then in the IO state).
     fn tick_tokio(&mut self, start: u64) -> bool {
         #[cfg(feature = "tokio-context")]
-        if let Some(tokio) = self.shared.tokio.as_ref().filter(|t| t.on_workers()) {
+        if let Some(tokio) = &self.tokio {
             self.account.switch(State::Io, start);
             dispatching(&self.local, start, || tokio.tick());
             return true;
@@ -729,9 +740,11 @@ impl Worker {
             if let Some(mut poller) = Self::blocker(shared) {
                 let blocking = StopBlocking(&shared.reactor);
                 let local = &self.local;
+                #[cfg(feature = "tokio-context")]
+                let tokio = self.tokio.as_ref();
                 parker.park_in(|| {
                     #[cfg(feature = "tokio-context")]
-                    if let Some(tokio) = shared.tokio.as_ref().filter(|t| t.on_workers()) {
+                    if let Some(tokio) = tokio {
                         local.in_tokio_park.set(true);
                         let parked = tokio.park(shared.reactor.poll_fd(&mut poller), timeout);
                         local.in_tokio_park.set(false);
