@@ -119,6 +119,11 @@ fn round_trip_of_100k_records() {
     assert_eq!(stats.appends, N);
     assert_eq!(stats.last_lsn, Lsn::new(N));
     assert!(stats.batches >= 1 && stats.batches <= N, "{stats:?}");
+    // Every batch was written and synced on a real disk: both took time.
+    assert!(
+        stats.write_time > Duration::ZERO && stats.sync_time > Duration::ZERO,
+        "{stats:?}"
+    );
 
     let check = |log: &Log| {
         let mut count = 0;

@@ -109,6 +109,9 @@ pub struct PhaseRecord {
     log: Option<LogLoadSummary>,
     /// Records acknowledged per `fdatasync`, from the node's counters.
     records_per_sync: f64,
+    /// keel's log: the microseconds its writer spent writing and syncing
+    /// a batch, on average over the phase (its own `LogStats`).
+    log_batch_us: Option<LogBatchTimes>,
     /// Loaded phases: what a write + `fdatasync` of that many records
     /// (rounded, at least one) cost the disk, measured right after the
     /// phase in its directory.
@@ -511,6 +514,13 @@ fn measure(
     let acked = counter(&end.mark, "acked") - counter(&start.mark, "acked");
     let syncs = counter(&end.mark, "syncs") - counter(&start.mark, "syncs");
     let records_per_sync = ratio(Some(acked), Some(syncs)).unwrap_or(f64::NAN);
+    let per_sync_us = |name: &str| {
+        let spent = counter(&end.mark, name) - counter(&start.mark, name);
+        ratio(Some(spent * 1e6), Some(syncs)).filter(|us| us.is_finite())
+    };
+    let log_batch_us = per_sync_us("write_s")
+        .zip(per_sync_us("sync_s"))
+        .map(|(write, sync)| LogBatchTimes { write, sync });
     let batch_sync = match mode {
         Some(_) if records_per_sync.is_finite() => {
             bar.step("timing the batch's sync");
@@ -535,6 +545,7 @@ fn measure(
         ping: ping_summary,
         log,
         records_per_sync,
+        log_batch_us,
         batch_sync,
         cpu_s: measured.cpu_s,
         cpus: config.run.placement.server.len(),
@@ -581,7 +592,7 @@ fn round_metrics(
         .as_ref()
         .map_or(sync.p50_us, |b| b.latency.p50_us);
     let ceiling = ceiling(loaded.clients, batch_sync_us, round_trip);
-    vec![
+    let mut metrics = vec![
         ("server_ping_idle_p50_us", server(idle, |q| q.p50_us)),
         ("server_ping_idle_p99_us", server(idle, |q| q.p99_us)),
         ("server_ping_loaded_p50_us", server(loaded, |q| q.p50_us)),
@@ -621,7 +632,29 @@ fn round_metrics(
             ratio(Some(loaded.cpu_s / loaded.window_s * 1e6), Some(rate)).unwrap_or(f64::NAN),
         ),
         ("client_errors", log.map_or(f64::NAN, |l| l.errors as f64)),
-    ]
+    ];
+    // keel's log times its own batches: its sync beside the probe's, and
+    // what is left of a batch's cycle (one over the syncs a second) once
+    // the write and the sync are taken out.
+    if let Some(times) = &loaded.log_batch_us {
+        let cycle_us = 1e6 * loaded.records_per_sync / rate;
+        metrics.extend([
+            ("log_write_us", times.write),
+            ("log_fdatasync_us", times.sync),
+            ("log_cycle_us", cycle_us),
+            ("log_cycle_rest_us", cycle_us - times.write - times.sync),
+        ]);
+    }
+    metrics
+}
+
+/// What keel's log spent writing and syncing a batch, on average.
+#[derive(Debug, Clone, Copy, Serialize)]
+struct LogBatchTimes {
+    /// Its write (and any zeros written ahead with it), µs.
+    write: f64,
+    /// Its `fdatasync`, µs.
+    sync: f64,
 }
 
 /// The S5 verdicts, from one round's figures;
@@ -818,6 +851,7 @@ mod tests {
                 clients: Vec::new(),
             }),
             records_per_sync: 4.0,
+            log_batch_us: None,
             batch_sync: mode.map(|_| BatchSync {
                 records: 4,
                 latency: SyncLatency {

@@ -64,7 +64,10 @@ pub fn start(opts: &S5Opts) -> Result<Running, Error> {
     let runtime_stats = Box::new(move || {
         let mut value = stats_json(&handle.stats());
         let mut log_counters = counters.to_json();
-        log_counters["syncs"] = json!(stats_log.stats().batches);
+        let log_stats = stats_log.stats();
+        log_counters["syncs"] = json!(log_stats.batches);
+        log_counters["write_s"] = json!(log_stats.write_time.as_secs_f64());
+        log_counters["sync_s"] = json!(log_stats.sync_time.as_secs_f64());
         value["log"] = log_counters;
         value
     });

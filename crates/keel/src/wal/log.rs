@@ -7,6 +7,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::thread::{self, JoinHandle, ThreadId};
+use std::time::Duration;
 
 use super::append::Append;
 use super::dirlock::DirLock;
@@ -86,6 +87,14 @@ pub struct LogStats {
     /// Appends that resolved with an error: refused (too large, log
     /// closed) or in a batch that failed.
     pub failed_appends: u64,
+    /// Time the writer spent writing the durable batches (their `pwrite`,
+    /// and the zeros written ahead with some of them).
+    pub write_time: Duration,
+    /// Time the writer spent in the durable batches' `fdatasync`s: with
+    /// `batches`, what a sync of this log takes on its disk, beside what
+    /// a batch's whole cycle takes (the appenders' round trips, the
+    /// wakes).
+    pub sync_time: Duration,
     /// The last durable LSN, counting records found when the log was
     /// opened; `None` for an empty log.
     pub last_lsn: Option<Lsn>,

@@ -114,6 +114,9 @@ pub(crate) struct Counters {
     pub(crate) bytes: AtomicU64,
     pub(crate) batches: AtomicU64,
     pub(crate) failed_appends: AtomicU64,
+    /// Nanoseconds in the durable batches' writes and syncs.
+    pub(crate) write_ns: AtomicU64,
+    pub(crate) sync_ns: AtomicU64,
     /// The last durable LSN, 0 for none.
     pub(crate) last_lsn: AtomicU64,
 }
@@ -287,6 +290,8 @@ impl Shared {
             bytes: c.bytes.load(Ordering::Relaxed),
             batches: c.batches.load(Ordering::Relaxed),
             failed_appends: c.failed_appends.load(Ordering::Relaxed),
+            write_time: Duration::from_nanos(c.write_ns.load(Ordering::Relaxed)),
+            sync_time: Duration::from_nanos(c.sync_ns.load(Ordering::Relaxed)),
             last_lsn: Lsn::new(c.last_lsn.load(Ordering::Acquire)),
             segments: lock(&self.segments).len(),
         }

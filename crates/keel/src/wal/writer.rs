@@ -112,6 +112,19 @@ pub(crate) struct Current {
 /// is not zero).
 pub(crate) const PREPARE_AHEAD: u64 = 1 << 20;
 
+/// How long a durable batch's write and its sync took.
+struct BatchTimes {
+    /// The batch's write, and any zeros written ahead with it.
+    write: Duration,
+    /// Its `fdatasync`.
+    sync: Duration,
+}
+
+/// `duration` in nanoseconds, saturated (584 years).
+fn nanos(duration: Duration) -> u64 {
+    u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX)
+}
+
 /// How a step of a batch failed.
 pub(crate) enum StepError {
     /// The batch failed; the log goes on.
@@ -293,6 +306,7 @@ impl Writer {
         }
         let offset = self.segment.len;
         let path = self.segment.path.display();
+        let write_started = Instant::now();
         if let Err(cause) = self.disk.write_all_at(&self.segment.file, buf, offset) {
             let failure = Failure::new(
                 format!(
@@ -319,6 +333,7 @@ impl Writer {
             return self.fail(batch, error);
         }
         self.prepare_ahead(offset + bytes, buf);
+        let written = Instant::now();
         let path = self.segment.path.display();
         if let Err(cause) = self.disk.sync_data(&self.segment.file) {
             let what = format!(
@@ -334,7 +349,11 @@ impl Writer {
             };
             return self.fail(batch, StepError::Fatal(Failure::new(what, cause)));
         }
-        self.publish(batch, bytes);
+        let times = BatchTimes {
+            write: written.duration_since(write_started),
+            sync: written.elapsed(),
+        };
+        self.publish(batch, bytes, times);
         Ok(())
     }
 
@@ -406,9 +425,9 @@ impl Writer {
         Ok(())
     }
 
-    /// The batch of `bytes` bytes is durable: publishes it and gives each
-    /// record its LSN.
-    fn publish(&mut self, batch: &mut Vec<Pending>, bytes: u64) {
+    /// The batch of `bytes` bytes is durable, written and synced in
+    /// `times`: publishes it and gives each record its LSN.
+    fn publish(&mut self, batch: &mut Vec<Pending>, bytes: u64, times: BatchTimes) {
         let count = batch.len() as u64;
         let data: u64 = batch.iter().map(|r| r.data_len() as u64).sum();
         self.segment.len += bytes;
@@ -423,6 +442,12 @@ impl Writer {
         counters.batches.fetch_add(1, Ordering::Relaxed);
         counters.appends.fetch_add(count, Ordering::Relaxed);
         counters.bytes.fetch_add(data, Ordering::Relaxed);
+        counters
+            .write_ns
+            .fetch_add(nanos(times.write), Ordering::Relaxed);
+        counters
+            .sync_ns
+            .fetch_add(nanos(times.sync), Ordering::Relaxed);
         counters
             .last_lsn
             .store(self.next_lsn - 1, Ordering::Release);
