@@ -592,6 +592,7 @@ fn round_metrics(
         .as_ref()
         .map_or(sync.p50_us, |b| b.latency.p50_us);
     let ceiling = ceiling(loaded.clients, batch_sync_us, round_trip);
+    let fsyncs_per_s = rate / loaded.records_per_sync;
     let mut metrics = vec![
         ("server_ping_idle_p50_us", server(idle, |q| q.p50_us)),
         ("server_ping_idle_p99_us", server(idle, |q| q.p99_us)),
@@ -619,7 +620,7 @@ fn round_metrics(
                 .map_or(f64::NAN, |b| f64::from(b.records)),
         ),
         ("records_per_sync", loaded.records_per_sync),
-        ("fsyncs_per_s", rate / loaded.records_per_sync),
+        ("fsyncs_per_s", fsyncs_per_s),
         ("ack_p50_us", log.map_or(f64::NAN, |l| l.ack.p50_us)),
         ("ack_p99_us", log.map_or(f64::NAN, |l| l.ack.p99_us)),
         ("cpu_s", loaded.cpu_s),
@@ -637,7 +638,7 @@ fn round_metrics(
     // what is left of a batch's cycle (one over the syncs a second) once
     // the write and the sync are taken out.
     if let Some(times) = &loaded.log_batch_us {
-        let cycle_us = 1e6 * loaded.records_per_sync / rate;
+        let cycle_us = 1e6 / fsyncs_per_s;
         metrics.extend([
             ("log_write_us", times.write),
             ("log_fdatasync_us", times.sync),

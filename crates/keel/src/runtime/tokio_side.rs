@@ -192,7 +192,11 @@ impl TokioSide {
         let Some(runtime) = taken else {
             return;
         };
-        // The workers have stopped, so nothing else holds the runtime.
+        // With the side on the workers, each worker holds it until it
+        // exits (see `OnWorker`). One that has not (a runtime dropped by
+        // its own task, or a shutdown that gave up waiting for a worker
+        // stuck in a poll) still does: the runtime then drops with the
+        // last such hold, when that worker exits.
         let Ok(runtime) = Arc::try_unwrap(runtime) else {
             return;
         };
@@ -204,8 +208,9 @@ impl TokioSide {
 }
 
 /// A worker's hold on a tokio side that runs on the workers (see the
-/// module docs). The worker drops it when it exits, before the side is
-/// shut down.
+/// module docs). The worker drops it when it exits: before the side is
+/// shut down, unless the shutdown did not wait for that worker (see
+/// [`TokioSide::shutdown`]).
 pub(crate) struct OnWorker {
     runtime: Arc<tokio::runtime::Runtime>,
 }

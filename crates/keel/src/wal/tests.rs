@@ -74,8 +74,8 @@ fn a_write_error_fails_its_batch_and_the_log_goes_on() {
     assert_eq!(contents(&log), [(1, b"a".to_vec()), (2, b"c".to_vec())]);
     let stats = log.stats();
     assert_eq!((stats.appends, stats.failed_appends), (2, 1));
-    // The failed batch's write is not counted: the times are the durable
-    // batches' only, so with `batches` they give a sync's cost.
+    // Two durable batches, the failed one not among them; their syncs
+    // took time.
     assert_eq!(stats.batches, 2);
     assert!(stats.sync_time > std::time::Duration::ZERO, "{stats:?}");
     log.close().expect("closes cleanly");
