@@ -65,6 +65,45 @@ fn acknowledges(runtime: &str, mode: &str) {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// `keel-bench load s5` against a keel node: every client is promised
+/// something, none fails, and the clients' thread reports its CPU time in
+/// the window, which one thread cannot make longer than the window.
+#[test]
+fn log_clients_report_their_thread_time() {
+    let dir = scratch_dir("s5-load");
+    let node = s5_node("keel", "group", &dir);
+    let addr = node.addr("log_addr").to_string();
+    let run = keel_bench(
+        &[
+            "load",
+            "s5",
+            "--addr",
+            &addr,
+            "--clients",
+            "3",
+            "--record",
+            "128",
+            "--duration-s",
+            "0.5",
+            "--warmup-ms",
+            "100",
+        ],
+        Duration::from_secs(60),
+    );
+    assert!(run.status.success(), "{}", run.stderr);
+    let summary: serde_json::Value = serde_json::from_str(run.stdout.trim()).unwrap();
+    assert_eq!(summary["errors"], 0, "{summary}");
+    assert!(summary["acked"].as_u64().unwrap() > 0, "{summary}");
+    let clients = summary["clients"].as_array().unwrap();
+    assert_eq!(clients.len(), 3, "{summary}");
+    assert!(clients.iter().all(|c| c["acked_seq"].as_u64().unwrap() > 0));
+    let cpu_s = summary["cpu_s"].as_f64().expect("the thread's CPU time");
+    // The timer that closes the window may fire late; not by a second.
+    assert!(cpu_s > 0.0 && cpu_s < 1.5, "{summary}");
+    node.stop();
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 #[test]
 fn keel_group_acknowledges() {
     acknowledges("keel", "group");

@@ -17,6 +17,13 @@
 //! connection ended. `keel-bench bench s5 --crash` holds the log to those
 //! promises after each `kill -9`.
 //!
+//! The clients' thread also reports the CPU time it ran inside the
+//! measured window. It serves every client in turn, so after a group
+//! commit the eight acknowledgements come back to it together and leave it
+//! as eight records one after another, each a turn of that thread apart:
+//! S5's closed-loop ceiling counts those turns (see
+//! [`crate::bench::s5::ceiling`]).
+//!
 //! Loops are bounded by time, by a record count and by an error, and
 //! every socket operation has a timeout.
 
@@ -31,6 +38,7 @@ use serde::{Deserialize, Serialize};
 use super::summary::{new_histogram, ProbeSummary};
 use super::within;
 use crate::error::Error;
+use crate::serve::cpu::thread_cpu;
 use crate::serve::s5::frame;
 
 /// Records one client sends at most, whatever the duration.
@@ -85,6 +93,10 @@ pub struct LogLoadSummary {
     pub ack: ProbeSummary,
     /// Clients that stopped on an error.
     pub errors: u64,
+    /// CPU seconds the clients' thread ran inside the measured window
+    /// (`None` where the thread's clock cannot be read).
+    #[serde(default)]
+    pub cpu_s: Option<f64>,
     /// Per client, what it was promised.
     pub clients: Vec<ClientResult>,
 }
@@ -138,7 +150,17 @@ pub fn run(opts: &ClientOpts) -> Result<LogLoadSummary, Error> {
     let start = Instant::now();
     let measure_from = start + opts.warmup;
     let end = measure_from + opts.duration;
-    let outcomes = rt.block_on(async {
+    let (outcomes, cpu_s) = rt.block_on(async {
+        // Every task of a current-thread runtime runs on this thread, so
+        // its clock is the clients' whole CPU time.
+        let meter = tokio::spawn(async move {
+            tokio::time::sleep_until(measure_from.into()).await;
+            let from = thread_cpu();
+            tokio::time::sleep_until(end.into()).await;
+            let to = thread_cpu();
+            from.zip(to)
+                .map(|(from, to)| to.saturating_sub(from).as_secs_f64())
+        });
         let tasks: Vec<_> = (0..opts.clients)
             .map(|i| {
                 let opts = opts.clone();
@@ -151,7 +173,7 @@ pub fn run(opts: &ClientOpts) -> Result<LogLoadSummary, Error> {
         for task in tasks {
             outcomes.push(task.await);
         }
-        outcomes
+        (outcomes, meter.await.ok().flatten())
     });
     let mut hist = new_histogram();
     let mut clients = Vec::new();
@@ -170,6 +192,7 @@ pub fn run(opts: &ClientOpts) -> Result<LogLoadSummary, Error> {
         records_per_s: acked as f64 / opts.duration.as_secs_f64(),
         ack: ProbeSummary::from_histogram(&hist, errors),
         errors,
+        cpu_s,
         clients,
     })
 }
