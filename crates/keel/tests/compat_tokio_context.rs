@@ -148,6 +148,87 @@ fn one_worker_drives_a_tokio_side_on_the_workers() {
     assert_eq!(tokio.workers, 0, "no worker thread of its own");
 }
 
+/// CPU seconds of this process's threads named `name` so far, from
+/// `/proc/self/task/*/stat` (user + system ticks).
+fn threads_cpu_s(name: &str) -> f64 {
+    let ticks_per_s = 100.0; // USER_HZ on Linux
+    std::fs::read_dir("/proc/self/task")
+        .unwrap()
+        .filter_map(|task| {
+            let path = task.ok()?.path();
+            let comm = std::fs::read_to_string(path.join("comm")).ok()?;
+            if comm.trim() != name {
+                return None;
+            }
+            let stat = std::fs::read_to_string(path.join("stat")).ok()?;
+            let fields: Vec<&str> = stat[stat.rfind(')')? + 2..].split(' ').collect();
+            let user: f64 = fields[11].parse().ok()?;
+            let system: f64 = fields[12].parse().ok()?;
+            Some((user + system) / ticks_per_s)
+        })
+        .sum()
+}
+
+/// The one worker of a side on the workers parks in tokio again and
+/// again, woken each time by keel's own socket (a peer that answers after
+/// a pause) between tokio timers, so tokio's view of keel's reactor goes
+/// stale between parks: every event still wakes it, and once idle it
+/// sleeps instead of spinning on a readiness keel has already drained.
+#[test]
+fn a_worker_parked_in_tokio_wakes_for_each_keel_event_and_then_sleeps() {
+    use std::io::{Read, Write};
+    const ROUNDS: u8 = 40;
+    const NAME: &str = "kpark"; // a thread name is cut at 15 bytes
+    let rt = Runtime::builder()
+        .workers(1)
+        .tokio_on_workers(true)
+        .thread_name(NAME)
+        .build()
+        .unwrap();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let peer = std::thread::spawn(move || {
+        let (mut stream, _) = listener.accept().unwrap();
+        for round in 0..ROUNDS {
+            std::thread::sleep(Duration::from_millis(2));
+            stream.write_all(&[round]).unwrap();
+            let mut back = [0u8; 1];
+            stream.read_exact(&mut back).unwrap();
+            assert_eq!(back[0], round);
+        }
+    });
+    let rt = Arc::new(rt);
+    let driver = rt.clone();
+    let echoed = support::within(support::WATCHDOG, move || {
+        driver
+            .block_on(driver.spawn(async move {
+                let mut stream = keel::net::TcpStream::connect(addr).await.unwrap();
+                let mut echoed = 0;
+                for _ in 0..ROUNDS {
+                    let mut byte = [0u8; 1];
+                    keel::io::AsyncReadExt::read_exact(&mut stream, &mut byte)
+                        .await
+                        .unwrap();
+                    tokio::time::sleep(Duration::from_micros(200)).await;
+                    keel::io::AsyncWriteExt::write_all(&mut stream, &byte)
+                        .await
+                        .unwrap();
+                    echoed += 1;
+                }
+                echoed
+            }))
+            .unwrap()
+    });
+    assert_eq!(echoed, ROUNDS);
+    peer.join().unwrap();
+    // Idle: a worker that spun on a stale readiness would burn the whole
+    // second; a sleeping one, next to nothing.
+    let before = threads_cpu_s(&format!("{NAME}-0"));
+    std::thread::sleep(Duration::from_secs(1));
+    let spent = threads_cpu_s(&format!("{NAME}-0")) - before;
+    assert!(spent < 0.25, "the idle worker used {spent} s of CPU in 1 s");
+}
+
 #[test]
 fn without_a_tokio_side_tokio_is_not_there() {
     let rt = Runtime::builder()
