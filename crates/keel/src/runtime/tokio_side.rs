@@ -261,10 +261,9 @@ impl ParkFd {
         // SAFETY: the `AsyncFd` owns `duplicate`, an open descriptor that
         // nothing else can close or replace, so it stays open and names
         // the same file description until the `AsyncFd` drops.
-        let registered = unsafe {
-            AsyncFd::register_with_interest(duplicate, tokio::io::Interest::READABLE)
-        }
-        .ok()?;
+        let registered =
+            unsafe { AsyncFd::register_with_interest(duplicate, tokio::io::Interest::READABLE) }
+                .ok()?;
         Some(ParkFd {
             original: reactor_fd,
             registered,
