@@ -28,10 +28,12 @@
 //! every socket operation has a timeout.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
+use tokio::sync::Notify;
 
 use serde::{Deserialize, Serialize};
 
@@ -152,15 +154,12 @@ pub fn run(opts: &ClientOpts) -> Result<LogLoadSummary, Error> {
     let end = measure_from + opts.duration;
     let (outcomes, cpu_s) = rt.block_on(async {
         // Every task of a current-thread runtime runs on this thread, so
-        // its clock is the clients' whole CPU time.
-        let meter = tokio::spawn(async move {
-            tokio::time::sleep_until(measure_from.into()).await;
-            let from = thread_cpu();
-            tokio::time::sleep_until(end.into()).await;
-            let to = thread_cpu();
-            from.zip(to)
-                .map(|(from, to)| to.saturating_sub(from).as_secs_f64())
-        });
+        // its clock is the clients' whole CPU time. The meter stops at the
+        // window's end or when the last client stops, whichever is first:
+        // clients that fail early (the node killed by `--crash`) must not
+        // leave the summary waiting for the rest of the window.
+        let clients_done = Arc::new(Notify::new());
+        let meter = tokio::spawn(meter_cpu(measure_from, end, clients_done.clone()));
         let tasks: Vec<_> = (0..opts.clients)
             .map(|i| {
                 let opts = opts.clone();
@@ -173,6 +172,8 @@ pub fn run(opts: &ClientOpts) -> Result<LogLoadSummary, Error> {
         for task in tasks {
             outcomes.push(task.await);
         }
+        // Stored as a permit if the meter is not waiting yet.
+        clients_done.notify_one();
         (outcomes, meter.await.ok().flatten())
     });
     let mut hist = new_histogram();
@@ -195,6 +196,24 @@ pub fn run(opts: &ClientOpts) -> Result<LogLoadSummary, Error> {
         cpu_s,
         clients,
     })
+}
+
+/// The calling thread's CPU seconds from `from` until `to` or until
+/// `done` is notified, whichever comes first; `None` if `done` comes
+/// before `from` (no part of the window was measured) or the thread's
+/// clock cannot be read.
+async fn meter_cpu(from: Instant, to: Instant, done: Arc<Notify>) -> Option<f64> {
+    tokio::select! {
+        () = tokio::time::sleep_until(from.into()) => {}
+        () = done.notified() => return None,
+    }
+    let start = thread_cpu()?;
+    tokio::select! {
+        () = tokio::time::sleep_until(to.into()) => {}
+        () = done.notified() => {}
+    }
+    let stop = thread_cpu()?;
+    Some(stop.saturating_sub(start).as_secs_f64())
 }
 
 /// One client's loop: returns what it was promised, its ack latencies
@@ -260,6 +279,40 @@ async fn connect(opts: &ClientOpts) -> std::io::Result<TcpStream> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The CPU meter stops when the clients stop, not at the end of a long
+    /// window (a `--crash` run's clients stop when the node is killed), and
+    /// reports nothing if they stopped before the window began.
+    #[test]
+    fn the_meter_stops_with_the_clients() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let hour = Duration::from_secs(3600);
+        rt.block_on(async {
+            let done = Arc::new(Notify::new());
+            let now = Instant::now();
+            let meter = tokio::spawn(meter_cpu(now, now + hour, done.clone()));
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            done.notify_one();
+            let cpu = tokio::time::timeout(Duration::from_secs(60), meter)
+                .await
+                .expect("the meter waited for the end of the window")
+                .unwrap();
+            assert!(cpu.is_some_and(|s| (0.0..60.0).contains(&s)), "{cpu:?}");
+
+            let done = Arc::new(Notify::new());
+            done.notify_one();
+            let later = Instant::now() + hour;
+            let meter = tokio::spawn(meter_cpu(later, later + hour, done));
+            let cpu = tokio::time::timeout(Duration::from_secs(60), meter)
+                .await
+                .expect("the meter waited for a window the clients never saw")
+                .unwrap();
+            assert_eq!(cpu, None);
+        });
+    }
 
     /// A record parses back to its client and sequence number.
     #[test]
