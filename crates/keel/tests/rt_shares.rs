@@ -3,7 +3,7 @@
 //!
 //! Three always-busy classes with the default shares (urgent 16, normal 33,
 //! bulk 50) on two workers: urgent with a few 100 µs polls, normal with a
-//! thousand 10 µs polls, bulk with two tasks of 1 ms polls. Every poll
+//! thousand 10 µs polls (20 µs unoptimised), bulk with two tasks of 1 ms polls. Every poll
 //! computes for its length of its thread's CPU time and counts what it
 //! used, so the split checked is not keel's bookkeeping but the CPU the
 //! tasks really received; keel's own figure (what it charged) is checked
@@ -74,6 +74,18 @@ impl<F: Future> Future for PollCpu<F> {
 /// still catches a class losing a fifth of its share.
 const TOLERANCE_PP: f64 = if cfg!(debug_assertions) { 5.0 } else { 3.0 };
 
+/// The normal class's polls in the split tests: 10 µs in release builds;
+/// 20 µs unoptimised, where keel's own work around each poll (about a
+/// microsecond there, charged to the class and outside what its polls
+/// measure) put the class 4–5 points under its share with 10 µs polls,
+/// against a tolerance of 5, whatever the scheduler did (its charged
+/// split stayed within a point).
+const SHORT_POLL: Duration = if cfg!(debug_assertions) {
+    Duration::from_micros(20)
+} else {
+    Duration::from_micros(10)
+};
+
 fn spawn_busy(
     rt: &Runtime,
     class: Class,
@@ -83,14 +95,14 @@ fn spawn_busy(
     cpu: &Arc<AtomicU64>,
 ) {
     for _ in 0..tasks {
-        let (stop, cpu) = (stop.clone(), cpu.clone());
-        rt.spawn_in(class, async move {
+        let stop = stop.clone();
+        let task = async move {
             while !stop.load(Ordering::Relaxed) {
-                let used = cpu_for(poll);
-                cpu.fetch_add(used.as_nanos() as u64, Ordering::Relaxed);
+                cpu_for(poll);
                 keel::yield_now().await;
             }
-        });
+        };
+        rt.spawn_in(class, poll_cpu(task, cpu));
     }
 }
 
@@ -189,14 +201,7 @@ fn check_split_with(competitor: bool, lane: bool) {
         &stop,
         &cpu[0],
     );
-    spawn_busy(
-        &rt,
-        Class::NORMAL,
-        1000,
-        Duration::from_micros(10),
-        &stop,
-        &cpu[1],
-    );
+    spawn_busy(&rt, Class::NORMAL, 1000, SHORT_POLL, &stop, &cpu[1]);
     spawn_busy(
         &rt,
         Class::BULK,
