@@ -3,9 +3,9 @@
 //!
 //! Three always-busy classes with the default shares (urgent 16, normal 33,
 //! bulk 50) on two workers: urgent with a few 100 µs polls, normal with a
-//! thousand 10 µs polls (20 µs unoptimised), bulk with two tasks of 1 ms polls. Every poll
-//! computes for its length of its thread's CPU time and counts what it
-//! used, so the split checked is not keel's bookkeeping but the CPU the
+//! thousand 10 µs polls (20 µs unoptimised), bulk with two tasks of 1 ms
+//! polls. Every poll computes for its length of its thread's CPU time and
+//! counts what it used, so the split checked is not keel's bookkeeping but the CPU the
 //! tasks really received; keel's own figure (what it charged) is checked
 //! too. The split must hold on a quiet machine and on one where another
 //! process keeps a core busy: there the kernel preempts the workers, and

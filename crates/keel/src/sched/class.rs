@@ -30,8 +30,8 @@
 //! work never does. Pulled up all the way each time, as an earlier
 //! version did, it lost what it was owed at every gap: in the seed
 //! suite's S3 the downloads' class was charged 56–58% of the proxy's
-//! time against its shares' 60.2%. With the credit the split is the
-//! configured one (59.8–60.0%). The bound is the price: a class that
+//! time against its shares' 60.2%; with this credit, 59.0–59.8% in five
+//! rounds of six, 57.5% in one. The bound is the price: a class that
 //! wakes may hold the workers for its credit before the others' next
 //! turn, much as the kernel's fair scheduler places a waking thread a
 //! bounded distance behind the others' minimum.
@@ -86,9 +86,9 @@ pub(crate) const CHARGE_WINDOW_NS: u64 = 100_000;
 /// class's own polling at bulk's 50 shares, 1.65 ms at normal's 33 and
 /// 0.8 ms at urgent's 16. That is what the class may run ahead of the
 /// others when its tasks come back (see the module docs). Measured on
-/// the seed suite's S3, the downloads' class kept 59.8–60.0% of the
-/// proxy's time with it against shares of 60.2%; with a credit of a
-/// tenth of it, 57.6–59.0%.
+/// the seed suite's S3 against shares of 60.2%, the downloads' class kept
+/// 59.0–59.8% of the proxy's time with it in five rounds of six (57.5%
+/// in one); with a credit of 0.5–1 ms at 100 shares, 57.9–58.8%.
 pub(crate) const WAKE_CREDIT: u64 = 5_000_000 * SCALE / 100;
 
 /// How much further than [`WAKE_CREDIT`] an idle class may fall behind
