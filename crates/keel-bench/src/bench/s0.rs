@@ -241,6 +241,10 @@ fn measure(
             mode.to_string(),
             "--connections".into(),
             config.connections.to_string(),
+            // One client thread per load CPU: a single thread cannot load a
+            // server of many workers, and would measure itself.
+            "--threads".into(),
+            config.run.placement.rest.len().clamp(1, 64).to_string(),
             "--duration-s".into(),
             config.run.duration_s.to_string(),
             "--requests".into(),

@@ -70,6 +70,14 @@ pub const CONNECTION_WORK_VS_TOKIO: f64 = 0.9;
 /// (normal and bulk) may lie from what their shares give it: at most.
 pub const SPLIT_POINTS: f64 = 3.0;
 
+/// The most of the loaded window the proxy's workers may spend idle
+/// (parked or spinning), on average, for the round's split to be judged.
+/// Shares divide a busy worker's time; a worker with time to spare gives
+/// every class what it asks, so the split then measures the load's mix,
+/// not the scheduler. On two CPUs the proxy idles 1-9% of the window; on
+/// sixteen, where the load cannot saturate eight workers, 20-77%.
+pub const CONTENDED_IDLE_PCT: f64 = 10.0;
+
 /// MB forwarded per second of download-forwarding polls, keel with
 /// classes over tokio: at least. What the downloads get per unit of the
 /// time the shares give them; their MB/s beside tokio's is reported, as
@@ -509,6 +517,12 @@ fn round_metrics(record: &PhaseRecord) -> Vec<(&'static str, f64)> {
             ),
         ]);
     }
+    if let Some(workers) = record.worker_states.as_ref().filter(|w| !w.is_empty()) {
+        // The states are task, io, timers, search, spin, parked (see
+        // `charts::KEEL_STATES`): the last two are time without work.
+        let idle: f64 = workers.iter().map(|w| w[4] + w[5]).sum::<f64>() / workers.len() as f64;
+        metrics.push(("worker_idle_pct", idle));
+    }
     if let Some(charged) = record.charged {
         let total: f64 = charged.iter().sum();
         metrics.extend([
@@ -587,9 +601,21 @@ fn verdicts(runs: &[RunFigures], runtimes: &[RuntimeKind]) -> Vec<Verdict> {
             )
             .missing_because(missing(&[keel, tokio]))
         };
+        // A round whose workers had time to spare has no contention for
+        // the shares to divide: its split is not judged.
+        let idle =
+            metric("keel", mode, "worker_idle_pct").filter(|&idle| idle > CONTENDED_IDLE_PCT);
         let split = metric("keel", mode, "bulk_of_backlogged_charged_pct")
             .zip(metric("keel", mode, "bulk_of_backlogged_shares_pct"))
-            .map(|(charged, shares)| (charged - shares).abs());
+            .map(|(charged, shares)| (charged - shares).abs())
+            .filter(|_| idle.is_none());
+        let why_no_split = match idle {
+            Some(idle) => format!(
+                "the proxy's workers were {idle:.0}% idle (at most {CONTENDED_IDLE_PCT}% judged): \
+                 shares divide a busy worker, and an idle one gives every class its demand"
+            ),
+            None => missing(&[keel]),
+        };
         vec![
             vs_tokio(
                 names[0],
@@ -598,7 +624,7 @@ fn verdicts(runs: &[RunFigures], runtimes: &[RuntimeKind]) -> Vec<Verdict> {
             ),
             vs_tokio(names[1], "conns_per_s", None),
             Verdict::new(names[2], "keel", split, Some(Goal::AtMost(SPLIT_POINTS)))
-                .missing_because(missing(&[keel])),
+                .missing_because(why_no_split),
             vs_tokio(
                 names[3],
                 "mb_per_download_s",
@@ -868,6 +894,39 @@ mod tests {
             assert_eq!(split.judgement, Judgement::Fail, "charged {charged}");
             let work = find(&verdicts, "MB per download-second keel classes/tokio");
             assert_eq!(work.judgement, Judgement::Fail);
+        }
+    }
+
+    /// A split measured while the proxy's workers had time to spare is not
+    /// judged, and says why; one measured on busy workers is.
+    #[test]
+    fn a_split_on_idle_workers_is_not_judged() {
+        for (idle, judged) in [
+            (40.0, false),
+            (CONTENDED_IDLE_PCT + 0.5, false),
+            (3.0, true),
+        ] {
+            let keel = run(
+                "keel",
+                "classes",
+                vec![
+                    ("bulk_of_backlogged_charged_pct", 41.0),
+                    ("bulk_of_backlogged_shares_pct", 60.24),
+                    ("worker_idle_pct", idle),
+                ],
+            );
+            let verdicts = verdicts(&[keel], &[RuntimeKind::Keel]);
+            let split = find(
+                &verdicts,
+                "bulk charged share of bulk+normal, points from its shares, keel classes",
+            );
+            if judged {
+                assert_eq!(split.judgement, Judgement::Fail, "idle {idle}");
+            } else {
+                assert_eq!(split.judgement, Judgement::Missing, "idle {idle}");
+                let why = split.missing.as_deref().unwrap_or_default();
+                assert!(why.contains("idle"), "{why}");
+            }
         }
     }
 
