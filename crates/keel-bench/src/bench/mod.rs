@@ -188,7 +188,9 @@ pub struct BenchArgs {
     /// connection).
     #[arg(long, default_value_t = 50_000, value_parser = clap::value_parser!(u64).range(1..=100_000_000))]
     pub requests: u64,
-    /// S1: CPU tasks in the loaded phases.
+    /// S1: CPU tasks in the loaded phases, per server worker: every worker
+    /// is kept busy with CPU work however many there are (one task a
+    /// worker would leave tokio's workers often free to poll IO).
     #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u64).range(1..=4096))]
     pub cpu_tasks: u64,
     /// S1: target duration of one CPU slice, µs.
@@ -339,7 +341,7 @@ pub fn run(args: &BenchArgs) -> Result<(), Error> {
             })?,
             "s1" => s1::run(&s1::S1Config {
                 run: spec.clone(),
-                cpu_tasks: args.cpu_tasks,
+                cpu_tasks: args.cpu_tasks.saturating_mul(workers),
                 slice_us: args.slice_us,
                 interval_us: args.interval_us,
                 payload: 64,
