@@ -398,6 +398,9 @@ fn health_status_and_errors_of_routing() {
         );
         assert!(text.contains("2 workers"), "{text}");
         assert!(text.contains("live tasks"), "{text}");
+        // Why the workers and the spin are what they are.
+        assert!(text.contains("workers: set on the builder"), "{text}");
+        assert!(text.contains("spin 0 us: the default: no spin"), "{text}");
         assert!(text.contains("utilization"), "{text}");
         for class in ["urgent", "normal", "bulk"] {
             assert!(text.contains(class), "{text}");

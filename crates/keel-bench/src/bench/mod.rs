@@ -214,10 +214,12 @@ pub struct BenchArgs {
     /// S2: keel batching, the longest a byte waits, ms.
     #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..=60_000))]
     pub max_delay_ms: u64,
-    /// S3: connections downloading the 1 MiB object in a loop.
+    /// S3: connections downloading the 1 MiB object in a loop, per server
+    /// worker.
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u64).range(1..=1024))]
     pub bulk: u64,
-    /// S3: clients opening a new connection per request.
+    /// S3: clients opening a new connection per request, per server
+    /// worker.
     #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u64).range(1..=4096))]
     pub rate_clients: u64,
     /// S3: milliseconds between admin requests. 20 ms gives 500 requests

@@ -93,12 +93,23 @@ pub const LANE_VS_TOKIO: f64 = 1.0 / 3.0;
 pub struct S3Config {
     /// What every scenario run shares.
     pub run: RunSpec,
-    /// Connections downloading the 1 MiB object.
+    /// Connections downloading the 1 MiB object, per proxy worker.
     pub bulk: u64,
-    /// Clients opening a connection per request.
+    /// Clients opening a connection per request, per proxy worker.
     pub clients: u64,
     /// Milliseconds between admin requests.
     pub admin_interval_ms: u64,
+}
+
+impl S3Config {
+    /// Threads of the load, and worker threads of the backend: half the
+    /// load CPUs each, at least one. On two CPUs that is one each, as
+    /// before; on more, one thread of each could not keep a proxy of many
+    /// workers busy, and its shares would divide idle time (see
+    /// [`CONTENDED_IDLE_PCT`]).
+    fn helper_threads(&self) -> u64 {
+        (self.run.placement.rest.len() as u64 / 2).max(1)
+    }
 }
 
 /// One proxy a phase measures.
@@ -253,9 +264,15 @@ impl Scenario for S3Config {
 
     fn sizes(&self) -> Vec<(&'static str, serde_json::Value)> {
         vec![
-            ("bulk_connections", json!(self.bulk)),
+            (
+                "bulk_connections",
+                json!(self.bulk.saturating_mul(self.run.workers)),
+            ),
             ("object_bytes", json!(1u64 << 20)),
-            ("rate_clients", json!(self.clients)),
+            (
+                "rate_clients",
+                json!(self.clients.saturating_mul(self.run.workers)),
+            ),
             ("admin_interval_ms", json!(self.admin_interval_ms)),
         ]
     }
@@ -300,7 +317,12 @@ fn measure(
     let mut backend = config.run.spawn(
         Role::Load,
         "keel serve s3-backend",
-        &["serve".into(), "s3-backend".into()],
+        &[
+            "serve".into(),
+            "s3-backend".into(),
+            "--workers".into(),
+            config.helper_threads().to_string(),
+        ],
     )?;
     let backend_addr: AddrLine = backend.recv_json(SERVER_SILENCE, "its address", tick)?;
 
@@ -436,9 +458,14 @@ fn load(
             "--proxy".into(),
             proxy.into(),
             "--bulk".into(),
-            config.bulk.to_string(),
+            config.bulk.saturating_mul(config.run.workers).to_string(),
             "--clients".into(),
-            config.clients.to_string(),
+            config
+                .clients
+                .saturating_mul(config.run.workers)
+                .to_string(),
+            "--threads".into(),
+            config.helper_threads().to_string(),
         ]);
     }
     let mut child = config

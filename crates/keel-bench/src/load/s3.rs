@@ -2,11 +2,13 @@
 //! and the admin probe that times the control plane meanwhile.
 //!
 //! The load is asynchronous and the probe is not. The bulk and
-//! connection-rate clients are tasks of one current-thread tokio runtime on
-//! a thread of their own, as S0's clients are: a thread per connection
-//! would put two dozen threads on the shared cores, and the proxy's
-//! latency would measure how the kernel shares the cores among them as
-//! much as how the proxy schedules its own work. The admin probe is a
+//! connection-rate clients are tasks of one tokio runtime, as S0's clients
+//! are: a thread per connection would put two dozen threads on the shared
+//! cores, and the proxy's latency would measure how the kernel shares the
+//! cores among them as much as how the proxy schedules its own work. The
+//! runtime has `--threads` threads: one by default (a current-thread
+//! runtime on a thread of its own), more where there are load CPUs for
+//! them, since one thread cannot load a proxy of many workers. The admin probe is a
 //! plain blocking thread, so its own wake-ups are a thread's:
 //!
 //! - **bulk**: each client keeps one keep-alive connection and downloads
@@ -82,11 +84,15 @@ pub struct LoadS3Args {
     #[arg(long, default_value_t = 500, value_parser = clap::value_parser!(u64).range(0..=600_000))]
     pub warmup_ms: u64,
     /// Connections downloading the 1 MiB object in a loop.
-    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u64).range(0..=256))]
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u64).range(0..=4096))]
     pub bulk: u64,
     /// Concurrent clients opening a new connection per request.
-    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u64).range(0..=1024))]
+    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u64).range(0..=16384))]
     pub clients: u64,
+    /// Threads the bulk and connection-rate clients run on (the admin
+    /// probe has a thread of its own).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=64))]
+    pub threads: u64,
     /// Milliseconds between admin requests (an absolute grid).
     #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..=60_000))]
     pub admin_interval_ms: u64,
@@ -110,6 +116,7 @@ pub fn command(args: &LoadS3Args) -> Result<(), Error> {
         admin: args.admin,
         bulk: usize::try_from(args.bulk).unwrap_or(4),
         clients: usize::try_from(args.clients).unwrap_or(20),
+        threads: usize::try_from(args.threads).unwrap_or(1),
         admin_interval: Duration::from_millis(args.admin_interval_ms),
         warmup: Duration::from_millis(args.warmup_ms),
         duration: Duration::from_secs_f64(args.duration_s),
@@ -133,6 +140,8 @@ pub struct S3LoadOpts {
     pub bulk: usize,
     /// Connection-rate clients.
     pub clients: usize,
+    /// Threads of the load's runtime: 1 is a current-thread runtime.
+    pub threads: usize,
     /// Time between admin requests (an absolute grid).
     pub admin_interval: Duration,
     /// Time of load and probes that is not counted.
@@ -349,10 +358,18 @@ impl Tally {
     }
 }
 
-/// Runs the bulk and connection-rate clients on one current-thread
-/// runtime until the end of the window; returns their tallies.
+/// Runs the bulk and connection-rate clients on one runtime of
+/// `opts.threads` threads until the end of the window; returns their
+/// tallies.
 fn load(opts: &S3LoadOpts, proxy: SocketAddr, window: Window) -> Result<(Tally, Tally), Error> {
-    let rt = tokio::runtime::Builder::new_current_thread()
+    let mut builder = if opts.threads <= 1 {
+        tokio::runtime::Builder::new_current_thread()
+    } else {
+        let mut builder = tokio::runtime::Builder::new_multi_thread();
+        builder.worker_threads(opts.threads);
+        builder
+    };
+    let rt = builder
         .enable_all()
         .build()
         .map_err(|e| Error::new(format!("cannot start a tokio runtime: {e}")))?;
@@ -805,6 +822,7 @@ mod tests {
             admin: "10.0.0.1:9".parse().unwrap(),
             bulk: 1,
             clients: 1,
+            threads: 1,
             admin_interval: Duration::from_millis(100),
             warmup: Duration::ZERO,
             duration: Duration::from_millis(10),

@@ -176,6 +176,14 @@ pub(super) fn status(shared: &Shared, stats: &Stats) -> String {
         text,
         "utilization {utilization:.1}%, spin {spin:.1}% (since start)"
     );
+    let sizing = &stats.sizing;
+    let _ = writeln!(text, "workers: {}", sizing.workers_reason);
+    let _ = writeln!(
+        text,
+        "spin {} us: {}",
+        sizing.spin.as_micros(),
+        sizing.spin_reason
+    );
     let _ = match &stats.io.fallback {
         None => writeln!(text, "io driver {}", stats.io.driver),
         Some(why) => writeln!(

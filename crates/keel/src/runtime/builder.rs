@@ -137,7 +137,8 @@ impl SpinPolicy {
 pub struct Builder {
     workers: Option<usize>,
     classes: Vec<ClassConfig>,
-    spin: SpinPolicy,
+    /// `None` until set: the default, [`SpinPolicy::None`].
+    spin: Option<SpinPolicy>,
     thread_name: String,
     stack_size: Option<usize>,
     io_interval: Duration,
@@ -177,7 +178,7 @@ impl Builder {
                 class("normal", DEFAULT_NORMAL_SHARES),
                 class("bulk", DEFAULT_BULK_SHARES),
             ],
-            spin: SpinPolicy::default(),
+            spin: None,
             thread_name: "keel-worker".to_owned(),
             stack_size: None,
             io_interval: DEFAULT_IO_INTERVAL,
@@ -197,9 +198,15 @@ impl Builder {
         }
     }
 
-    /// Number of worker threads. Default: the number of CPUs available to
-    /// the process ([`std::thread::available_parallelism`]). More workers
-    /// than CPUs only adds context switches.
+    /// Number of worker threads. Default: one per CPU the process may run
+    /// on (its affinity mask), within its cgroup's CPU quota (a
+    /// container's CPU limit: one worker per whole CPU of quota, at least
+    /// one). More workers than CPUs only adds context switches, and more
+    /// than the quota lets run get throttled together, every task stalled
+    /// until the next period (100 ms by default). [`Stats::sizing`] says
+    /// which applied.
+    ///
+    /// [`Stats::sizing`]: crate::stats::Stats::sizing
     pub fn workers(&mut self, workers: usize) -> &mut Builder {
         self.workers = Some(workers);
         self
@@ -265,7 +272,7 @@ impl Builder {
     /// How long an idle worker spins before parking. Default:
     /// [`SpinPolicy::None`] (see [`SpinPolicy`] for when to spin).
     pub fn spin(&mut self, spin: SpinPolicy) -> &mut Builder {
-        self.spin = spin;
+        self.spin = Some(spin);
         self
     }
 
@@ -584,10 +591,10 @@ impl Builder {
 
     pub(crate) fn config(&self) -> io::Result<Config> {
         let invalid = |message: String| io::Error::new(io::ErrorKind::InvalidInput, message);
-        let workers = match self.workers {
-            Some(workers) => workers,
-            None => std::thread::available_parallelism().map_or(1, usize::from),
-        };
+        let budget = super::cpus::CpuBudget::read();
+        let workers = self.workers.unwrap_or_else(|| budget.workers());
+        let spin = self.spin.unwrap_or_default();
+        let sizing = sizing(&budget, self.workers, workers, self.spin);
         if workers == 0 || workers > MAX_WORKERS {
             return Err(invalid(format!(
                 "workers must be between 1 and {MAX_WORKERS}, not {workers}"
@@ -656,7 +663,8 @@ impl Builder {
             accounting: self.accounting,
             charge_on_cpu: self.charge_on_cpu,
             classes: self.classes.clone(),
-            spin: self.spin.duration(),
+            spin: spin.duration(),
+            sizing,
             thread_name: self.thread_name.clone(),
             stack_size: self.stack_size,
             blocking: BlockingConfig {
@@ -668,5 +676,43 @@ impl Builder {
             tokio_threads: self.tokio_threads,
             tokio_on_workers: self.tokio_on_workers,
         })
+    }
+}
+
+/// Why the runtime has `workers` workers (`set` on the builder, or not)
+/// and the spin it has (`spin` set, or not), for [`Stats::sizing`].
+///
+/// [`Stats::sizing`]: crate::stats::Stats::sizing
+fn sizing(
+    budget: &super::cpus::CpuBudget,
+    set: Option<usize>,
+    workers: usize,
+    spin: Option<SpinPolicy>,
+) -> crate::stats::SizingStats {
+    let quota = budget.quota.as_ref().map(|(cpus, _)| *cpus);
+    let workers_reason = match set {
+        Some(_) => match quota {
+            Some(cpus) if cpus < workers as f64 => format!(
+                "set on the builder, above the CPU quota of {cpus:.2} CPUs: the workers are throttled together"
+            ),
+            _ => "set on the builder".to_owned(),
+        },
+        None => budget.reason(),
+    };
+    let spin_reason = match spin {
+        None => "the default: no spin (a spinning worker holds a core that the threads bringing work may need)".to_owned(),
+        Some(policy) => match quota {
+            Some(cpus) if policy.duration() > Duration::ZERO && cpus < workers as f64 => format!(
+                "set on the builder; the CPU quota of {cpus:.2} CPUs is below the {workers} workers, \
+                 so spinning burns quota that the threads bringing work need"
+            ),
+            _ => "set on the builder".to_owned(),
+        },
+    };
+    crate::stats::SizingStats {
+        workers_reason,
+        cpu_quota: quota,
+        spin: spin.unwrap_or_default().duration(),
+        spin_reason,
     }
 }

@@ -49,4 +49,6 @@ pub(crate) struct Config {
     pub(crate) tokio_on_workers: bool,
     /// The IO driver asked for (see `Builder::io_backend`).
     pub(crate) io_backend: crate::io::IoBackend,
+    /// Why `workers` and `spin` are what they are, for `Stats`.
+    pub(crate) sizing: crate::stats::SizingStats,
 }

@@ -48,6 +48,7 @@
 mod builder;
 pub(crate) mod config;
 pub(crate) mod context;
+pub(crate) mod cpus;
 mod handle;
 #[cfg(feature = "tokio-context")]
 pub(crate) mod tokio_side;

@@ -93,6 +93,7 @@ impl Shared {
             #[cfg(not(feature = "tokio-context"))]
             tokio: None,
             io: shared.reactor.stats(),
+            sizing: shared.config.sizing.clone(),
         }
     }
 }

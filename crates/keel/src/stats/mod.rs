@@ -19,5 +19,5 @@ pub(crate) mod thread_cpu;
 
 pub use snapshot::{
     BlockingStats, ClassStats, Deliveries, DeliveryStats, IoDriverStats, LaneStats, QueueDelay,
-    Stats, TokioStats, WorkerStats,
+    SizingStats, Stats, TokioStats, WorkerStats,
 };

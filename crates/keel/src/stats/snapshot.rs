@@ -39,6 +39,29 @@ pub struct Stats {
     pub tokio: Option<TokioStats>,
     /// The IO driver the workers' reactor runs on.
     pub io: IoDriverStats,
+    /// How the worker count and the spin were chosen.
+    pub sizing: SizingStats,
+}
+
+/// How a runtime chose its worker count and its spin (see
+/// [`Builder::workers`](crate::Builder::workers) and
+/// [`Builder::spin`](crate::Builder::spin)).
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct SizingStats {
+    /// Why the runtime has the workers it has: set on the builder, or one
+    /// per CPU the process may use within its cgroup's CPU quota (a
+    /// container's CPU limit), with the quota and the file it was read
+    /// from.
+    pub workers_reason: String,
+    /// The tightest CPU quota on the process's cgroup path, in CPUs;
+    /// `None` where there is none.
+    pub cpu_quota: Option<f64>,
+    /// How long an idle worker spins before it parks.
+    pub spin: Duration,
+    /// Why it spins that long, and, where spinning is set and the CPU
+    /// quota is below the workers, what that costs.
+    pub spin_reason: String,
 }
 
 /// The IO driver a runtime's reactor runs on (see
