@@ -85,16 +85,23 @@ fn die_quietly_on_a_closed_pipe() {
 /// Prints the defaults a `keel::Runtime::builder()` starts from, read from
 /// a real runtime rather than restated.
 fn print_defaults() {
-    let rt = match keel::Runtime::builder().workers(1).build() {
+    let rt = match keel::Runtime::builder().build() {
         Ok(rt) => rt,
         Err(error) => {
             eprintln!("keel: cannot start a runtime: {error}");
             std::process::exit(1);
         }
     };
-    let workers = std::thread::available_parallelism().map_or(1, usize::from);
-    println!("workers: {workers} (available CPUs)");
-    println!("spin: {:?}", keel::SpinPolicy::default().duration());
+    let stats = rt.stats();
+    println!(
+        "workers: {}; {}",
+        stats.workers.len(),
+        stats.sizing.workers_reason
+    );
+    println!(
+        "spin: {:?}; {}",
+        stats.sizing.spin, stats.sizing.spin_reason
+    );
     for class in rt.stats().classes {
         println!("class {}: {} shares", class.name, class.shares);
     }

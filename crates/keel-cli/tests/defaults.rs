@@ -16,6 +16,15 @@ fn defaults_name_the_classes_the_backend_and_the_rings_support() {
     for class in ["urgent", "normal", "bulk"] {
         assert!(out.contains(&format!("class {class}: ")), "{out}");
     }
+    // The worker count a default runtime chooses here, and why.
+    let sizing = keel::Runtime::builder().build().unwrap().stats();
+    let workers = format!(
+        "workers: {}; {}\n",
+        sizing.workers.len(),
+        sizing.sizing.workers_reason
+    );
+    assert!(out.contains(&workers), "{out}");
+    assert!(out.contains("spin: 0ns; the default: no spin"), "{out}");
     // The default backend is epoll unless KEEL_IO_BACKEND (inherited by
     // the program) says otherwise: the program reports what a runtime
     // built here reports.
