@@ -6,6 +6,7 @@
 #![cfg(unix)]
 
 use std::io::{ErrorKind, Read, Write};
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
@@ -87,8 +88,18 @@ fn a_stale_socket_is_replaced_but_a_live_one_or_another_file_is_not() {
         let dir = TempDir::new("admin-unix-stale");
         let socket = socket_in(&dir);
 
-        // Left by a process that died: nothing listens on it.
-        drop(UnixListener::bind(&socket).unwrap());
+        // Left by a process that died: nothing listens on it. It is shut
+        // for reading before it is closed, so that it refuses connections
+        // at once even while a child forked by another test of this
+        // binary (`connect_as`) still holds a copy of its descriptor
+        // until the child's exec closes it.
+        let left = UnixListener::bind(&socket).unwrap();
+        assert_eq!(
+            // SAFETY: `left` owns the descriptor, open for the whole call.
+            unsafe { libc::shutdown(left.as_raw_fd(), libc::SHUT_RD) },
+            0
+        );
+        drop(left);
         assert!(socket.exists());
         let server = Admin::builder().serve_unix(&socket, rt.handle()).unwrap();
         assert_eq!(get(&socket, "/health").0, "HTTP/1.1 200 OK");

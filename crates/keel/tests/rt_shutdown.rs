@@ -415,3 +415,41 @@ fn a_panicking_future_destructor_during_shutdown_does_not_stop_the_others() {
         assert_cancelled(handle);
     }
 }
+
+/// A task that retries an accept on every error, as an accept loop that
+/// logs and goes on does, and that is inside a poll when the runtime starts
+/// to stop: its accepts then fail at once, and its poll must still end
+/// (each failure spends the poll's IO budget, so the task yields), or the
+/// runtime's drop would wait for its worker for ever.
+#[test]
+fn a_task_retrying_failed_accepts_does_not_hold_up_the_drop() {
+    let rt = Runtime::builder().workers(1).build().unwrap();
+    let (in_poll, polling) = mpsc::channel();
+    let retrying = Arc::new(AtomicBool::new(false));
+    let started = retrying.clone();
+    rt.spawn(async move {
+        let listener = keel::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        in_poll.send(()).unwrap();
+        // Within this one poll, until the runtime is stopping: then the
+        // accept fails instead of waiting for a connection.
+        {
+            let mut cx = Context::from_waker(Waker::noop());
+            let deadline = Instant::now() + WATCHDOG;
+            while !matches!(listener.poll_accept(&mut cx), Poll::Ready(Err(_))) {
+                assert!(Instant::now() < deadline, "the runtime never stopped");
+                thread::yield_now();
+            }
+        }
+        // The loop under test, reached with the runtime stopping.
+        started.store(true, SeqCst);
+        loop {
+            let _ = listener.accept().await;
+        }
+    });
+    polling.recv_timeout(WATCHDOG).unwrap();
+    drop_within(rt);
+    assert!(
+        retrying.load(SeqCst),
+        "the accept loop ran while the runtime stopped"
+    );
+}

@@ -129,8 +129,8 @@ impl<E: Source + AsRawFd> IoSource<E> {
         mut op: impl FnMut(&E) -> io::Result<R>,
         done: impl FnOnce(&io::Result<R>, Ready),
     ) -> Poll<io::Result<R>> {
-        if self.shared.is_stopping() {
-            return Poll::Ready(Err(runtime_gone()));
+        if let Some(gone) = ready!(self.poll_stopped(cx)) {
+            return Poll::Ready(Err(gone));
         }
         ready!(coop::poll_proceed(cx));
         loop {
@@ -167,8 +167,8 @@ impl<E: Source + AsRawFd> IoSource<E> {
         cx: &mut Context<'_>,
         mut attempt: impl FnMut(&E, Ready, &Waker) -> io::Result<R>,
     ) -> Poll<io::Result<R>> {
-        if self.shared.is_stopping() {
-            return Poll::Ready(Err(runtime_gone()));
+        if let Some(gone) = ready!(self.poll_stopped(cx)) {
+            return Poll::Ready(Err(gone));
         }
         ready!(coop::poll_proceed(cx));
         loop {
@@ -215,10 +215,25 @@ impl<E: Source + AsRawFd> IoSource<E> {
         cx: &mut Context<'_>,
         direction: Direction,
     ) -> Poll<io::Result<Ready>> {
-        if self.shared.is_stopping() {
-            return Poll::Ready(Err(runtime_gone()));
+        if let Some(gone) = ready!(self.poll_stopped(cx)) {
+            return Poll::Ready(Err(gone));
         }
         self.scheduled.poll_ready(cx, direction).map(Ok)
+    }
+
+    /// `Some(error)` once the runtime is stopping: every operation then
+    /// fails at once. Each failure is spent against the poll's IO budget
+    /// like an operation, so that a task that retries on errors (an accept
+    /// loop that logs and goes on) still yields within its budget: a
+    /// stopping worker ends between two polls, and would otherwise poll
+    /// that task for ever, and the runtime's drop wait for it for ever.
+    fn poll_stopped(&self, cx: &mut Context<'_>) -> Poll<Option<io::Error>> {
+        if !self.shared.is_stopping() {
+            return Poll::Ready(None);
+        }
+        ready!(coop::poll_proceed(cx));
+        coop::spend();
+        Poll::Ready(Some(runtime_gone()))
     }
 
     /// Forgets the readiness `seen` showed in `direction` (the caller found
