@@ -32,6 +32,14 @@ impl CpuBudget {
     /// Reads the process's affinity mask and cgroup quota. A file that
     /// cannot be read or parsed counts as no limit.
     pub(crate) fn read() -> CpuBudget {
+        // Miri isolates the process from the file system and the
+        // scheduler: no quota to read, and its own count of CPUs.
+        if cfg!(miri) {
+            return CpuBudget {
+                allowed: std::thread::available_parallelism().map_or(1, usize::from),
+                quota: None,
+            };
+        }
         let allowed = affinity_cpus()
             .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, usize::from));
         let quota = match (
