@@ -282,6 +282,31 @@ fn accounting_off_records_nothing() {
         .iter()
         .all(|c| c.polls == 0 && c.queue_delay.count() == 0));
     assert!(stats.workers.iter().all(|w| w.busy().is_zero()));
+
+    // A poll in progress while the snapshot is taken is not shown as task
+    // time either: the worker's state word is kept for the scheduler, but
+    // nothing is accounted from it.
+    let started = Arc::new(AtomicBool::new(false));
+    let release = Arc::new(AtomicBool::new(false));
+    let holder = rt.handle().spawn({
+        let (started, release) = (Arc::clone(&started), Arc::clone(&release));
+        async move {
+            started.store(true, Ordering::SeqCst);
+            while !release.load(Ordering::SeqCst) {
+                std::hint::spin_loop();
+            }
+        }
+    });
+    support::wait_until("the holding poll starts", || started.load(Ordering::SeqCst));
+    std::thread::sleep(Duration::from_millis(20));
+    let during = rt.stats();
+    release.store(true, Ordering::SeqCst);
+    rt.block_on(holder).unwrap();
+    assert!(
+        during.workers.iter().all(|w| w.busy().is_zero()),
+        "{:?}",
+        during.workers.iter().map(|w| w.busy()).collect::<Vec<_>>()
+    );
 }
 
 /// A poll that holds its worker for 30 ms shows as a gap of at least that

@@ -24,7 +24,15 @@ impl Shared {
             .iter()
             .enumerate()
             .map(|(index, (p, current))| {
-                let times = p.times_at(*current, now);
+                // With the accounting off nothing is published, but the
+                // state word is still kept for the scheduler: extending it
+                // to `now` would show a worker's current state (a poll in
+                // progress) as time accounted.
+                let times = if shared.config.accounting {
+                    p.times_at(*current, now)
+                } else {
+                    p.times.clone()
+                };
                 WorkerStats {
                     index,
                     started: Duration::from_nanos(p.started),
