@@ -644,7 +644,12 @@ fn the_tokio_side_is_in_metrics_and_stats() {
         assert!(value_of(&families, "keel_tokio_threads", &[]) >= 1.0);
         assert!(value_of(&families, "keel_tokio_alive_tasks", &[]) >= 1.0);
         assert!(value_of(&families, "keel_tokio_cpu_seconds_total", &[]) >= 0.030);
-        assert!(value_of(&families, "keel_tokio_busy_seconds_total", &[]) > 0.0);
+        // tokio publishes a worker's busy time when the worker next parks,
+        // which may come after the task's result reached block_on.
+        support::wait_until("the tokio side's busy time is published", || {
+            let families = parse_exposition(&get(addr, "/metrics").body, Format::Text);
+            value_of(&families, "keel_tokio_busy_seconds_total", &[]) > 0.0
+        });
 
         let stats: Value = serde_json::from_str(&get(addr, "/stats").body).unwrap();
         let tokio = &stats["tokio"];

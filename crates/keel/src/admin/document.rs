@@ -124,6 +124,9 @@ pub struct IoFigures {
     pub requested: String,
     /// Why `auto` runs on epoll; `null` when it does not.
     pub fallback: Option<String>,
+    /// Reads the ring holds, submitted and not completed (0 on epoll).
+    #[serde(default)]
+    pub operations_in_flight: u64,
 }
 
 impl From<&IoDriverStats> for IoFigures {
@@ -132,6 +135,7 @@ impl From<&IoDriverStats> for IoFigures {
             driver: io.driver.to_owned(),
             requested: io.requested.to_string(),
             fallback: io.fallback.clone(),
+            operations_in_flight: io.operations_in_flight,
         }
     }
 }
@@ -776,6 +780,7 @@ mod tests {
                 driver: "epoll".into(),
                 requested: "auto".into(),
                 fallback: Some("io_uring_setup: a seccomp filter forbids it".into()),
+                operations_in_flight: 0,
             }),
             ..StatsDocument::default()
         }
@@ -902,6 +907,7 @@ mod tests {
             "driver",
             "requested",
             "fallback",
+            "operations_in_flight",
         ]);
         assert_eq!(keys(&json), expected);
     }

@@ -53,6 +53,7 @@ mod driver;
 pub(crate) mod reactor;
 pub(crate) mod readiness;
 mod ring_probe;
+pub(crate) mod ring_recv;
 pub(crate) mod source;
 
 pub use driver::IoBackend;

@@ -127,6 +127,7 @@ impl Reactor {
             driver: self.driver.name(),
             requested: self.requested,
             fallback: self.fallback.clone(),
+            operations_in_flight: self.driver.in_flight(),
         }
     }
 
@@ -142,8 +143,10 @@ impl Reactor {
         on_worker: bool,
     ) -> io::Result<(Arc<ScheduledIo>, Token)> {
         let io = Arc::new(ScheduledIo::new(assume_ready));
+        // The generation leaves the token's top bit clear: the ring marks
+        // its operations with it (see `driver`).
         let generation = (self.next_generation.fetch_add(1, Ordering::Relaxed) as usize)
-            & (usize::MAX >> INDEX_BITS);
+            & (usize::MAX >> (INDEX_BITS + 1));
         let token = {
             let mut entries = lock(&self.entries);
             let index = entries.insert(Entry {
@@ -225,6 +228,22 @@ impl Reactor {
         self.blocked.load(Ordering::Relaxed)
     }
 
+    /// Whether reads may complete on this reactor's driver (see
+    /// `io::ring_recv`).
+    pub(crate) fn completes_receives(&self) -> bool {
+        self.driver.completes_receives()
+    }
+
+    /// Queues `slot`'s receive (see [`Driver::queue_recv`]).
+    pub(crate) fn queue_recv(&self, slot: Arc<crate::io::ring_recv::RecvSlot>, on_worker: bool) {
+        self.driver.queue_recv(slot, on_worker);
+    }
+
+    /// Submits the queued operations now (see [`Driver::flush`]).
+    pub(crate) fn flush(&self) {
+        self.driver.flush();
+    }
+
     /// Interrupts the blocker's poll.
     pub(crate) fn wake(&self) {
         #[cfg(loom)]
@@ -268,7 +287,7 @@ impl Reactor {
         // source again does it before the reap returns, and no
         // deregistration may run in between (see the driver contract, 5).
         let entries = lock(&self.entries);
-        let reaped = self.driver.reap(poller, |token, event| {
+        let reaped = self.driver.reap(poller, wake, |token, event, wake| {
             let index = token & INDEX_MASK;
             let Some(entry) = entries.get(index) else {
                 return Owner::Stale;

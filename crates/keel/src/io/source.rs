@@ -10,6 +10,7 @@ use mio::event::Source;
 use mio::{Interest, Token};
 
 use super::readiness::{Direction, Event, Ready, ScheduledIo};
+use super::ring_recv::RecvSlot;
 use crate::runtime::context;
 use crate::sched::Shared;
 use crate::task::coop;
@@ -188,6 +189,38 @@ impl<E: Source + AsRawFd> IoSource<E> {
                 return Poll::Pending;
             }
         }
+    }
+
+    /// A receive slot for this source if its reads may complete on the
+    /// ring (see `io::ring_recv`): its reactor is an io_uring, and not the
+    /// urgent lane's (whose thread polls readiness only).
+    pub(crate) fn ring_slot(&self) -> Option<Arc<RecvSlot>> {
+        let reactor = self.shared.reactor_of(self.on_lane);
+        (!self.on_lane && reactor.completes_receives())
+            .then(|| RecvSlot::new(self.get_ref().as_raw_fd()))
+    }
+
+    /// A read of up to `wanted` bytes through `slot` (this source's, from
+    /// [`ring_slot`](Self::ring_slot)); `copy` takes the bytes. Budget and
+    /// shutdown as in [`IoSource::poll_io`].
+    pub(crate) fn poll_ring_read(
+        &self,
+        cx: &mut Context<'_>,
+        slot: &Arc<RecvSlot>,
+        wanted: usize,
+        copy: &mut dyn FnMut(&[u8]) -> usize,
+    ) -> Poll<io::Result<usize>> {
+        if let Some(gone) = ready!(self.poll_stopped(cx)) {
+            return Poll::Ready(Err(gone));
+        }
+        ready!(coop::poll_proceed(cx));
+        let result = ready!(slot.poll_read(cx, wanted, copy, |slot| {
+            self.shared
+                .reactor_of(self.on_lane)
+                .queue_recv(slot, self.shared.on_worker_thread());
+        }));
+        coop::spend();
+        Poll::Ready(result)
     }
 
     /// Makes the source look readable and wakes the tasks waiting to read,

@@ -616,6 +616,11 @@ impl Worker {
             reactor.try_poller()
         };
         let Some(mut poller) = poller else {
+            // The poller (a parked worker blocked in the ring, most often)
+            // does not see receives queued since it entered: submit the
+            // ones this worker's tasks queued, within `io_interval` as a
+            // look would.
+            reactor.flush();
             if ticked {
                 self.account.switch(State::Search, self.shared.clock.now());
             }
@@ -701,6 +706,10 @@ impl Worker {
         if limit == 0 {
             return false;
         }
+        // Spinning looks at the queues only: receives this worker's tasks
+        // queued must reach the kernel first, or nothing they wait for
+        // can arrive during the spin.
+        self.shared.reactor.flush();
         let clock = &self.shared.clock;
         let start = clock.now();
         self.account.switch(State::Spin, start);
@@ -768,6 +777,9 @@ impl Worker {
                 // A check that finds the reactor held goes straight back to
                 // sleep, without searching or spinning: on a small machine
                 // even that would take a core from someone who needs it.
+                // Receives this worker's tasks queued would wait for the
+                // blocker's next wait: submit them before sleeping.
+                shared.reactor.flush();
                 let check = Duration::from_nanos(REACTOR_CHECK_NS);
                 let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
                 loop {

@@ -80,6 +80,11 @@ pub struct IoDriverStats {
     ///
     /// [`IoBackend::Auto`]: crate::io::IoBackend::Auto
     pub fallback: Option<String>,
+    /// Operations the ring holds: reads submitted and not yet completed
+    /// (each holds its stream's receive buffer). 0 on epoll. It falls back
+    /// to the number of streams waiting to read once the runtime is quiet;
+    /// one that grows with streams that were dropped is a leak.
+    pub operations_in_flight: u64,
 }
 
 /// The runtime's tokio side: the tokio runtime that runs what libraries

@@ -70,7 +70,11 @@ impl Poller {
     }
 
     /// Reports what the last wait put in the buffer, once.
-    pub(super) fn reap(&mut self, mut on_event: impl FnMut(usize, Event) -> Owner) {
+    pub(super) fn reap(
+        &mut self,
+        wake: &mut Vec<std::task::Waker>,
+        mut on_event: impl FnMut(usize, Event, &mut Vec<std::task::Waker>) -> Owner,
+    ) {
         for event in self.events.iter() {
             if event.token() == self.wake_token {
                 continue;
@@ -86,6 +90,7 @@ impl Poller {
                     write_closed: event.is_write_closed(),
                     error: event.is_error(),
                 },
+                wake,
             );
         }
         self.events.clear();

@@ -7,9 +7,9 @@
 //!   `POLL_ADD` (edge triggered, as epoll's registrations are), the same
 //!   eventfd watched by another. Looking for events without blocking
 //!   reads the completion queue, memory the kernel shares with the
-//!   process: no system call when nothing happened. This is the ring's
-//!   first step, readiness only; operations that complete on the ring
-//!   come next.
+//!   process: no system call when nothing happened. TCP streams' reads
+//!   complete on it (`io::ring_recv`); writes, accepts and the rest still
+//!   go by readiness.
 //!
 //! [`IoBackend`] chooses between them; `Auto` sets a ring up and falls
 //! back to epoll with the reason, which [`Stats`](crate::stats::Stats)
@@ -46,6 +46,15 @@
 //!    directions, so that no edge is lost in between: before the reap that
 //!    met its end returns. For that the reap's callback answers with the
 //!    source's descriptor while it is registered ([`Owner`]).
+//! 6. **Operations** (the ring only, [`Driver::completes_receives`]): a
+//!    receive queued by [`Driver::queue_recv`] is submitted by the next
+//!    wait, or by a [`Driver::flush`], which the workers call before they
+//!    sleep without waiting on the driver and at their looks while another
+//!    worker waits on it; a receive queued off the workers wakes the
+//!    poller. Its completion is reaped like an event, and wakes the tasks
+//!    waiting on it. Deregistering a descriptor cancels its operations
+//!    too, including one still in the submission queue (see
+//!    `io::ring_recv` for why that matters).
 
 mod epoll;
 mod uring;
@@ -53,12 +62,15 @@ mod uring;
 use std::fmt;
 use std::io;
 use std::os::fd::{AsRawFd, RawFd};
+use std::sync::Arc;
+use std::task::Waker;
 use std::time::Duration;
 
 use mio::event::Source;
 use mio::Interest;
 
 use super::readiness::Event;
+use super::ring_recv::RecvSlot;
 
 /// Which kernel interface a runtime's reactor uses (see
 /// [`Builder::io_backend`](crate::Builder::io_backend)).
@@ -267,7 +279,10 @@ impl Driver {
     pub(crate) fn prepare_to_wait_elsewhere(&self, poller: &mut Poller) -> io::Result<()> {
         match (self, poller) {
             (Driver::Epoll(_), Poller::Epoll(_)) => Ok(()),
-            (Driver::Uring(ring), Poller::Uring(_)) => ring.arm_registered_elsewhere(),
+            (Driver::Uring(ring), Poller::Uring(_)) => {
+                ring.flush();
+                ring.arm_registered_elsewhere()
+            }
             _ => unreachable!("a poller polls the driver it came with"),
         }
     }
@@ -283,15 +298,46 @@ impl Driver {
     pub(crate) fn reap(
         &self,
         poller: &mut Poller,
-        on_event: impl FnMut(usize, Event) -> Owner,
+        wake: &mut Vec<Waker>,
+        on_event: impl FnMut(usize, Event, &mut Vec<Waker>) -> Owner,
     ) -> io::Result<()> {
         match (self, poller) {
             (Driver::Epoll(_), Poller::Epoll(poller)) => {
-                poller.reap(on_event);
+                poller.reap(wake, on_event);
                 Ok(())
             }
-            (Driver::Uring(ring), Poller::Uring(poller)) => ring.reap(poller, on_event),
+            (Driver::Uring(ring), Poller::Uring(poller)) => ring.reap(poller, wake, on_event),
             _ => unreachable!("a poller polls the driver it came with"),
+        }
+    }
+
+    /// Whether reads may complete on this driver (see `io::ring_recv`).
+    pub(crate) fn completes_receives(&self) -> bool {
+        matches!(self, Driver::Uring(_))
+    }
+
+    /// Queues `slot`'s receive for the next submission (contract, 6);
+    /// `on_worker`: the calling thread is one of the runtime's workers,
+    /// which submit at their next look (otherwise the poller is woken).
+    pub(crate) fn queue_recv(&self, slot: Arc<RecvSlot>, on_worker: bool) {
+        match self {
+            Driver::Epoll(_) => unreachable!("receives complete only on a ring"),
+            Driver::Uring(ring) => ring.queue_recv(slot, !on_worker),
+        }
+    }
+
+    /// Submits the queued operations now (contract, 6); nothing on epoll.
+    pub(crate) fn flush(&self) {
+        if let Driver::Uring(ring) = self {
+            ring.flush();
+        }
+    }
+
+    /// Operations submitted and not yet completed; 0 on epoll.
+    pub(crate) fn in_flight(&self) -> u64 {
+        match self {
+            Driver::Epoll(_) => 0,
+            Driver::Uring(ring) => ring.in_flight(),
         }
     }
 

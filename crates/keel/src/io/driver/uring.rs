@@ -1,14 +1,25 @@
-//! The io_uring driver, readiness only: each source watched by a
-//! multishot `POLL_ADD`, the waker an eventfd watched the same way.
+//! The io_uring driver: each source watched by a multishot `POLL_ADD`,
+//! the waker an eventfd watched the same way, and TCP reads completed as
+//! `IORING_OP_RECV`s (see `io::ring_recv`).
 //!
-//! # Why a ring for readiness
+//! # Why a ring
 //!
 //! Looking for events without blocking, which a busy worker does every
 //! `io_interval`, reads the completion queue's head and tail, memory the
 //! kernel shares with the process: no system call when nothing happened
-//! (epoll needs an `epoll_wait` to learn that). This driver is the ring's
-//! first step; operations that complete on the ring (receive, send,
-//! accept, `fdatasync`) build on it.
+//! (epoll needs an `epoll_wait` to learn that). Receives queued by the
+//! tasks of a loop turn go to the kernel in the turn's one enter. Sends,
+//! accepts and `fdatasync` are to follow.
+//!
+//! # Operations
+//!
+//! A receive's user data is its slot's `Arc` as a pointer with
+//! [`OPERATION_BIT`] set (a poll's token never has it); the reap takes the
+//! reference back and completes the slot. Receives are queued in
+//! [`Uring::queue_recv`] and pushed to the submission queue under the
+//! submission lock by the poller's wait or by [`Uring::flush`]; a
+//! deregistration submits what the queue holds before it cancels, so
+//! that the cancellation finds every operation on the descriptor.
 //!
 //! # How it keeps the driver contract
 //!
@@ -71,8 +82,9 @@
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::Waker;
 use std::time::Duration;
 
 use io_uring::types::{CancelBuilder, Fd, SubmitArgs, Timespec};
@@ -83,10 +95,15 @@ use super::Owner;
 use crate::io::lock;
 use crate::io::readiness::Event;
 use crate::io::ring_probe;
+use crate::io::ring_recv::RecvSlot;
 
-/// Submission queue entries: registrations are submitted one at a time,
-/// so a few suffice.
-const SUBMISSION_ENTRIES: u32 = 64;
+/// Submission queue entries: room for the receives a loop turn queues
+/// (a full queue is submitted and reused, never a failure).
+const SUBMISSION_ENTRIES: u32 = 256;
+/// The bit that marks an operation's user data (a [`RecvSlot`] pointer)
+/// apart from a poll's token, whose generation never reaches it (see
+/// `reactor`); the waker's token has it too, and is told apart first.
+pub(crate) const OPERATION_BIT: u64 = 1 << 63;
 /// Completion queue entries: room for a burst of events from many
 /// sources between two polls (more are kept by the kernel, not dropped).
 const COMPLETION_ENTRIES: u32 = 4096;
@@ -116,6 +133,12 @@ pub(crate) struct Uring {
     /// Written by [`Uring::wake`], watched by a multishot poll.
     wake_fd: OwnedFd,
     wake_token: u64,
+    /// Receives queued for the next submission (see `io::ring_recv`).
+    queued: Mutex<Vec<Arc<RecvSlot>>>,
+    /// `queued` is not empty: one load for a look that finds nothing.
+    has_queued: AtomicBool,
+    /// Operations submitted and not yet reaped.
+    in_flight: AtomicU64,
 }
 
 impl std::fmt::Debug for Uring {
@@ -190,6 +213,9 @@ impl Uring {
             has_unarmed: AtomicBool::new(false),
             wake_fd,
             wake_token: wake_token as u64,
+            queued: Mutex::new(Vec::new()),
+            has_queued: AtomicBool::new(false),
+            in_flight: AtomicU64::new(0),
         };
         uring.watch(
             uring.wake_fd.as_raw_fd(),
@@ -337,9 +363,24 @@ impl Uring {
         {
             let mut unarmed = lock(&self.unarmed);
             if let Some(at) = unarmed.iter().position(|u| u.token == token as u64) {
-                // Never armed: nothing holds the file.
+                // Never armed; a receive on the descriptor may still be
+                // in flight, so the cancellation below still runs.
                 unarmed.swap_remove(at);
-                return Ok(());
+            }
+        }
+        // A receive for the descriptor may sit in the submission queue,
+        // pushed by a poller that has not entered the kernel yet: submit
+        // it now, so that the cancellation finds it (see
+        // `io::ring_recv`), rather than let it reach the kernel after the
+        // descriptor is closed, and perhaps reused.
+        {
+            let _submitting = lock(&self.submissions);
+            // SAFETY: under the lock, the only submission queue view.
+            let waiting = !unsafe { self.ring.submission_shared() }.is_empty();
+            if waiting {
+                // A failure (the kernel out of memory) is what the
+                // cancellation below then reports.
+                let _ = self.submit_queue();
             }
         }
         let cancelled = match self
@@ -355,6 +396,99 @@ impl Uring {
         cancelled
     }
 
+    /// Queues `slot`'s receive for the next submission. A thread that
+    /// will not submit it itself (`wake_poller`: not a worker) wakes the
+    /// poller, whose wait submits it; a worker submits it at its next look
+    /// or before it sleeps (see `sched::worker`).
+    pub(super) fn queue_recv(&self, slot: Arc<RecvSlot>, wake_poller: bool) {
+        lock(&self.queued).push(slot);
+        self.has_queued.store(true, Ordering::Release);
+        if wake_poller {
+            self.wake();
+        }
+    }
+
+    /// Pushes the queued receives to the submission queue, submitting when
+    /// it is full; the caller holds `submissions` and enters the kernel
+    /// after (which submits the rest). Returns how many were pushed.
+    fn push_queued(&self) -> usize {
+        if !self.has_queued.swap(false, Ordering::Acquire) {
+            return 0;
+        }
+        let slots = std::mem::take(&mut *lock(&self.queued));
+        let mut pushed = 0;
+        let mut wake = Vec::new();
+        for slot in slots {
+            let Some(receive) = slot.take_for_submission() else {
+                continue;
+            };
+            let reference = Arc::into_raw(Arc::clone(&slot));
+            let entry = opcode::Recv::new(Fd(receive.fd), receive.buf, receive.len)
+                .build()
+                .user_data(OPERATION_BIT | reference as u64);
+            let refused = loop {
+                // SAFETY: the caller holds the submission lock: this is the
+                // only submission queue view. The entry's buffer stays
+                // allocated until its completion is reaped (the `Arc` in
+                // its user data), and is not touched by Rust code while
+                // the slot is in flight (see `io::ring_recv`).
+                if unsafe { self.ring.submission_shared().push(&entry) }.is_ok() {
+                    break None;
+                }
+                match self.submit_queue() {
+                    Ok(()) => {}
+                    Err(error) => break Some(error),
+                }
+            };
+            match refused {
+                None => {
+                    pushed += 1;
+                    self.in_flight.fetch_add(1, Ordering::Relaxed);
+                }
+                Some(error) => {
+                    // SAFETY: made by `Arc::into_raw` above, for an entry
+                    // that was never pushed: nothing else takes it back.
+                    drop(unsafe { Arc::from_raw(reference) });
+                    slot.fail(error, &mut wake);
+                }
+            }
+        }
+        wake.into_iter().for_each(Waker::wake);
+        pushed
+    }
+
+    /// Submits what the submission queue holds; the caller holds
+    /// `submissions`.
+    fn submit_queue(&self) -> io::Result<()> {
+        loop {
+            match self.ring.submitter().submit() {
+                Ok(_) => return Ok(()),
+                Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
+                Err(error) => return Err(error),
+            }
+        }
+    }
+
+    /// Submits the queued receives now, if there are any: a worker that
+    /// will not poll the ring before it sleeps (another is the poller)
+    /// or that is busy (see `sched::worker`).
+    pub(super) fn flush(&self) {
+        if !self.has_queued.load(Ordering::Relaxed) {
+            return;
+        }
+        let _submitting = lock(&self.submissions);
+        if self.push_queued() > 0 {
+            // A failure leaves the entries queued: the next wait or flush
+            // submits them.
+            let _ = self.submit_queue();
+        }
+    }
+
+    /// Operations submitted and not yet reaped.
+    pub(super) fn in_flight(&self) -> u64 {
+        self.in_flight.load(Ordering::Relaxed)
+    }
+
     pub(super) fn wake(&self) {
         let one = 1u64.to_ne_bytes();
         // SAFETY: writes 8 bytes from a live local array to a descriptor
@@ -366,7 +500,8 @@ impl Uring {
     pub(super) fn reap(
         &self,
         poller: &mut Poller,
-        mut on_event: impl FnMut(usize, Event) -> Owner,
+        wake: &mut Vec<Waker>,
+        mut on_event: impl FnMut(usize, Event, &mut Vec<Waker>) -> Owner,
     ) -> io::Result<()> {
         let _ = poller;
         // SAFETY: `poller` is the ring's one poller, borrowed mutably for
@@ -382,6 +517,15 @@ impl Uring {
                 }
                 continue;
             }
+            if token & OPERATION_BIT != 0 {
+                self.in_flight.fetch_sub(1, Ordering::Relaxed);
+                // SAFETY: an operation's user data is a pointer made by
+                // `Arc::into_raw` in `push_queued`, and a receive has one
+                // completion: this takes that reference back, once.
+                let slot = unsafe { Arc::from_raw((token & !OPERATION_BIT) as *const RecvSlot) };
+                slot.complete(completion.result(), wake);
+                continue;
+            }
             let mut event = match u32::try_from(completion.result()) {
                 Ok(mask) => event_of(mask),
                 // An error ends the poll: whatever the source's state,
@@ -395,7 +539,7 @@ impl Uring {
             let Ok(token) = usize::try_from(token) else {
                 continue;
             };
-            if let (true, Owner::Live(fd)) = (ended, on_event(token, event)) {
+            if let (true, Owner::Live(fd)) = (ended, on_event(token, event, wake)) {
                 // Still registered: the registry stays locked by the
                 // caller's callback until this poll returns, so no
                 // deregistration runs before the poll is armed again.
@@ -413,9 +557,21 @@ impl Uring {
     /// that holder's read.
     pub(super) fn wait(&self, timeout: Option<Duration>) -> io::Result<()> {
         self.arm_registered_elsewhere()?;
+        // The queued receives are pushed here and submitted by the enter
+        // below (or by `flush` when the wait does not enter).
+        let pushed = if self.has_queued.load(Ordering::Relaxed) {
+            let _submitting = lock(&self.submissions);
+            self.push_queued()
+        } else {
+            0
+        };
         // SAFETY: the caller holds the ring's one poller (see above): no
         // other completion queue view exists meanwhile.
         if !unsafe { self.ring.completion_shared() }.is_empty() {
+            if pushed > 0 {
+                let _submitting = lock(&self.submissions);
+                self.submit_queue()?;
+            }
             return Ok(());
         }
         let submitter = self.ring.submitter();
@@ -428,7 +584,7 @@ impl Uring {
                     let queue = unsafe { self.ring.submission_shared() };
                     (queue.cq_overflow(), queue.taskrun())
                 };
-                if !overflowed && !posting {
+                if !overflowed && !posting && pushed == 0 {
                     return Ok(());
                 }
                 // Enters with GETEVENTS: flushes the kept completions and
@@ -453,6 +609,32 @@ impl Uring {
     #[cfg(feature = "tokio-context")]
     pub(super) fn fd(&self) -> RawFd {
         self.ring.as_raw_fd()
+    }
+}
+
+impl Drop for Uring {
+    /// Takes back the receives still in flight: cancelled, their
+    /// completions are reaped here and their buffers freed. One whose
+    /// cancellation the kernel has not posted yet (it posts from the
+    /// thread that submitted it) stays allocated: a bounded leak, at the
+    /// runtime's end only, rather than memory the kernel might write.
+    fn drop(&mut self) {
+        if self.in_flight() == 0 {
+            return;
+        }
+        let _ = self
+            .ring
+            .submitter()
+            .register_sync_cancel(None, CancelBuilder::any());
+        let _ = self.ring.submitter().submit_and_wait(0);
+        // SAFETY: `&mut self`: no poller or other view exists any more.
+        for completion in unsafe { self.ring.completion_shared() } {
+            let token = completion.user_data();
+            if token != self.wake_token && token & OPERATION_BIT != 0 {
+                // SAFETY: as in `reap`: the operation's one reference.
+                drop(unsafe { Arc::from_raw((token & !OPERATION_BIT) as *const RecvSlot) });
+            }
+        }
     }
 }
 

@@ -13,6 +13,7 @@ use socket2::SockRef;
 
 use super::split::{OwnedReadHalf, OwnedWriteHalf};
 use crate::io::readiness::Direction;
+use crate::io::ring_recv::RecvSlot;
 use crate::io::source::{current_runtime, IoSource};
 use crate::net::addr::{resolve, target};
 use crate::net::batch::reader::BatchCell;
@@ -29,11 +30,28 @@ use crate::sched::Shared;
 ///
 /// Reads deliver input as soon as any byte is there, unless a
 /// [`BatchPolicy`] says to wait for more ([`TcpStream::set_batch`]).
+///
+/// On an io_uring reactor ([`IoBackend::Uring`](crate::io::IoBackend)),
+/// reads complete on the ring into a buffer the stream owns (up to
+/// 64 KiB, allocated at its first read) and are copied out; see
+/// `io::ring_recv` in the source for why and what it costs.
 #[derive(Debug)]
 pub struct TcpStream {
     io: IoSource<mio::net::TcpStream>,
     /// The batch policy and the state of batched reads.
     batch: BatchCell,
+    /// Where reads complete on the ring, when they do.
+    ring: Option<Arc<RecvSlot>>,
+}
+
+impl Drop for TcpStream {
+    /// Closes the receive slot before `io`'s drop deregisters and closes
+    /// the descriptor (see `io::ring_recv`).
+    fn drop(&mut self) {
+        if let Some(slot) = &self.ring {
+            slot.close();
+        }
+    }
 }
 
 impl TcpStream {
@@ -101,8 +119,10 @@ impl TcpStream {
         stream: mio::net::TcpStream,
         assume_ready: bool,
     ) -> io::Result<TcpStream> {
+        let io = IoSource::new(shared, stream, assume_ready)?;
         Ok(TcpStream {
-            io: IoSource::new(shared, stream, assume_ready)?,
+            ring: io.ring_slot(),
+            io,
             batch: BatchCell::new(),
         })
     }
@@ -235,7 +255,37 @@ impl TcpStream {
         buf: &mut [u8],
     ) -> Poll<io::Result<usize>> {
         let len = buf.len();
+        if let Some(slot) = self.ring_read_slot(len) {
+            return self.poll_ring_read(cx, slot, len, &mut |bytes| {
+                let n = bytes.len().min(buf.len());
+                buf[..n].copy_from_slice(&bytes[..n]);
+                n
+            });
+        }
         self.poll_read_op(cx, len, |mut socket| socket.read(buf))
+    }
+
+    /// The receive slot, if this read goes through it: the stream reads on
+    /// the ring, and either it is not batched or the slot holds bytes or a
+    /// receive (which come first, whatever the policy).
+    fn ring_read_slot(&self, len: usize) -> Option<&Arc<RecvSlot>> {
+        let slot = self.ring.as_ref()?;
+        (len > 0 && (self.batch.is_off() || slot.is_busy())).then_some(slot)
+    }
+
+    /// A read through the ring's receive slot (see `io::ring_recv`).
+    fn poll_ring_read(
+        &self,
+        cx: &mut Context<'_>,
+        slot: &Arc<RecvSlot>,
+        len: usize,
+        copy: &mut dyn FnMut(&[u8]) -> usize,
+    ) -> Poll<io::Result<usize>> {
+        let result = self.io.poll_ring_read(cx, slot, len, copy);
+        if let Poll::Ready(Ok(n)) = result {
+            self.io.runtime().deliveries.record(BatchMode::Off, n);
+        }
+        result
     }
 
     /// A read into memory that may be uninitialised (hyper's read
@@ -250,6 +300,15 @@ impl TcpStream {
         buf: &mut [std::mem::MaybeUninit<u8>],
     ) -> Poll<io::Result<usize>> {
         let len = buf.len();
+        if let Some(slot) = self.ring_read_slot(len) {
+            return self.poll_ring_read(cx, slot, len, &mut |bytes| {
+                let n = bytes.len().min(buf.len());
+                for (to, from) in buf[..n].iter_mut().zip(bytes) {
+                    to.write(*from);
+                }
+                n
+            });
+        }
         self.poll_read_op(cx, len, |socket| crate::net::recv_uninit(socket, buf))
     }
 
@@ -259,6 +318,18 @@ impl TcpStream {
         bufs: &mut [IoSliceMut<'_>],
     ) -> Poll<io::Result<usize>> {
         let len = bufs.iter().map(|buf| buf.len()).sum();
+        if let Some(slot) = self.ring_read_slot(len) {
+            return self.poll_ring_read(cx, slot, len, &mut |mut bytes| {
+                let mut n = 0;
+                for buf in bufs.iter_mut() {
+                    let take = bytes.len().min(buf.len());
+                    buf[..take].copy_from_slice(&bytes[..take]);
+                    bytes = &bytes[take..];
+                    n += take;
+                }
+                n
+            });
+        }
         self.poll_read_op(cx, len, |mut socket| socket.read_vectored(bufs))
     }
 
