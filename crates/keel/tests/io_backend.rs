@@ -8,27 +8,14 @@
 
 #![cfg(target_os = "linux")]
 
+mod support;
+
 use std::io::{Read, Write};
 use std::time::Duration;
 
-use keel::io::{probe_io_uring, AsyncReadExt, AsyncWriteExt, IoBackend};
+use keel::io::{AsyncReadExt, AsyncWriteExt, IoBackend};
 use keel::net::{TcpListener, TcpStream};
 use keel::Runtime;
-
-/// A runtime of `workers` on the ring; fails with the reason where the
-/// ring is refused.
-fn on_the_ring(workers: usize) -> Runtime {
-    Runtime::builder()
-        .workers(workers)
-        .io_backend(IoBackend::Uring)
-        .build()
-        .unwrap_or_else(|error| {
-            panic!(
-                "this test needs io_uring: {error} (probe: {})",
-                probe_io_uring()
-            )
-        })
-}
 
 /// Two ends of a loopback TCP connection, plain `std` sockets: the
 /// client's, and the accepted one, for a test to hand to keel.
@@ -41,7 +28,7 @@ fn connected_pair() -> (std::net::TcpStream, std::net::TcpStream) {
 
 #[test]
 fn a_runtime_on_the_ring_says_so() {
-    let rt = on_the_ring(1);
+    let rt = support::on_the_ring(1);
     let io = rt.stats().io;
     assert_eq!(io.driver, "io_uring");
     assert_eq!(io.requested, IoBackend::Uring);
@@ -71,7 +58,7 @@ fn a_runtime_on_the_ring_says_so() {
 fn the_ring_serves_many_connections_at_once() {
     const CONNECTIONS: usize = 64;
     const EXCHANGES: usize = 20;
-    let rt = on_the_ring(2);
+    let rt = support::on_the_ring(2);
     rt.block_on(async {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap();
@@ -126,7 +113,7 @@ fn the_ring_serves_many_connections_at_once() {
 /// peer would never read end of stream.
 #[test]
 fn dropping_a_stream_on_the_ring_closes_its_socket() {
-    let rt = on_the_ring(1);
+    let rt = support::on_the_ring(1);
     let (mut peer, accepted) = connected_pair();
     peer.set_read_timeout(Some(Duration::from_secs(10)))
         .unwrap();
@@ -148,7 +135,7 @@ fn dropping_a_stream_on_the_ring_closes_its_socket() {
 /// reads it, at every event (the driver watches it again).
 #[test]
 fn a_socket_registered_by_a_thread_that_exited_still_wakes_its_reader() {
-    let rt = on_the_ring(1);
+    let rt = support::on_the_ring(1);
     let (mut peer, accepted) = connected_pair();
     let handle = rt.handle().clone();
     // Registered (its poll armed) on a thread that ends at once.
@@ -252,7 +239,7 @@ fn report_the_default_backend() {
 /// producing events, and wakes of the runtime) must not be interrupted.
 #[test]
 fn a_thread_that_registers_sockets_on_the_ring_is_not_interrupted() {
-    let rt = on_the_ring(1);
+    let rt = support::on_the_ring(1);
     let listener = {
         let _entered = rt.enter();
         TcpListener::bind("127.0.0.1:0").unwrap()
@@ -296,7 +283,7 @@ fn a_thread_that_registers_sockets_on_the_ring_is_not_interrupted() {
 /// goes on, not after it (bounded at 10 s, the failure).
 #[test]
 fn a_computing_worker_still_sees_its_sockets_events() {
-    let rt = on_the_ring(1);
+    let rt = support::on_the_ring(1);
     let (mut peer, accepted) = connected_pair();
     let delivered = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let done = delivered.clone();

@@ -14,22 +14,8 @@ use std::io::{Read, Write};
 use std::os::fd::AsRawFd;
 use std::time::Duration;
 
-use keel::io::{probe_io_uring, AsyncRead, AsyncReadExt, AsyncWriteExt, IoBackend};
+use keel::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use keel::net::TcpStream;
-use keel::Runtime;
-
-fn on_the_ring(workers: usize) -> Runtime {
-    Runtime::builder()
-        .workers(workers)
-        .io_backend(IoBackend::Uring)
-        .build()
-        .unwrap_or_else(|error| {
-            panic!(
-                "this test needs io_uring: {error} (probe: {})",
-                probe_io_uring()
-            )
-        })
-}
 
 /// A listener and a client connected to it, not yet accepted: the
 /// accept then takes the lowest free descriptor number.
@@ -46,7 +32,7 @@ fn pattern(offset: usize) -> u8 {
 
 #[test]
 fn bytes_arrive_whole_and_in_order_through_reads_of_every_size() {
-    let rt = on_the_ring(2);
+    let rt = support::on_the_ring(2);
     let (listener, mut peer) = pending_pair();
     let (accepted, _) = listener.accept().unwrap();
     const TOTAL: usize = 1 << 20;
@@ -106,7 +92,7 @@ fn bytes_arrive_whole_and_in_order_through_reads_of_every_size() {
 
 #[test]
 fn two_tasks_reading_one_stream_share_its_bytes_and_both_wake() {
-    let rt = on_the_ring(2);
+    let rt = support::on_the_ring(2);
     let (listener, mut peer) = pending_pair();
     let (accepted, _) = listener.accept().unwrap();
     let total = rt.block_on(async move {
@@ -145,7 +131,7 @@ fn two_tasks_reading_one_stream_share_its_bytes_and_both_wake() {
 
 #[test]
 fn streams_dropped_with_reads_in_flight_free_their_buffers_and_close() {
-    let rt = on_the_ring(2);
+    let rt = support::on_the_ring(2);
     const STREAMS: usize = 50;
     let mut peers = Vec::new();
     let mut readers = Vec::new();
@@ -182,7 +168,7 @@ fn streams_dropped_with_reads_in_flight_free_their_buffers_and_close() {
 
 #[test]
 fn a_read_dropped_before_or_after_submission_never_reaches_the_next_owner_of_its_descriptor() {
-    let rt = on_the_ring(2);
+    let rt = support::on_the_ring(2);
     let mut reused = 0;
     for round in 0..200u64 {
         let (listener_a, peer_a) = pending_pair();
@@ -239,7 +225,7 @@ fn a_read_dropped_before_or_after_submission_never_reaches_the_next_owner_of_its
 /// of it inside one poll, so nothing is submitted in between.
 #[test]
 fn a_queued_read_of_a_dropped_stream_is_never_submitted() {
-    let rt = on_the_ring(1);
+    let rt = support::on_the_ring(1);
     // Tests running beside this one open descriptors too, so B does not
     // always get A's number: rounds go on until 20 did.
     let mut reused = 0;

@@ -393,6 +393,22 @@ pub fn runtime() -> Runtime {
         .expect("a default runtime builds")
 }
 
+/// A runtime of `workers` on the io_uring driver; fails with the reason
+/// (and the probe's answer) where the ring is refused.
+#[cfg(target_os = "linux")]
+pub fn on_the_ring(workers: usize) -> Runtime {
+    Runtime::builder()
+        .workers(workers)
+        .io_backend(keel::io::IoBackend::Uring)
+        .build()
+        .unwrap_or_else(|error| {
+            panic!(
+                "this test needs io_uring: {error} (probe: {})",
+                keel::io::probe_io_uring()
+            )
+        })
+}
+
 /// `workers` workers each, with the tokio side (feature `tokio-context`)
 /// on threads of its own and then on the workers
 /// (`Builder::tokio_on_workers`).
