@@ -7,8 +7,9 @@
 //! time (UTC) at its end, the workers' utilization and spin, the process
 //! CPU, each class's share of the polling and its queue-delay p99 (since
 //! the server started: `/stats` keeps one histogram per class), the
-//! deliveries per second, the blocking pool's queue, and the tokio side's
-//! CPU (in CPUs) when the server has one. `--json` writes one JSON object per line
+//! deliveries per second, the blocking pool's queue, the tokio side's
+//! CPU (in CPUs) when the server has one, and the urgent lane's polls per
+//! second, CPU and times it spent its budget when the server has one. `--json` writes one JSON object per line
 //! instead, for a program to read. Every line is flushed as it is written,
 //! so a pipe into a log sees it at once.
 //!
@@ -124,6 +125,11 @@ fn header(document: &StatsDocument) -> String {
     if document.tokio.is_some() {
         columns.push(format!("{:>7}", "tokio"));
     }
+    if document.lane.is_some() {
+        columns.push(format!("{:>8}", "lane/s"));
+        columns.push(format!("{:>7}", "lanecpu"));
+        columns.push(format!("{:>5}", "lthr"));
+    }
     columns.join(" ")
 }
 
@@ -151,6 +157,14 @@ fn text_line(view: &View, unix_s: f64) -> String {
     columns.push(format!("{:>5}", view.blocking.queued));
     if let Some(tokio) = &view.tokio {
         columns.push(format!("{:>7.3}", tokio.cpus));
+    }
+    if let Some(lane) = &view.lane {
+        columns.push(format!("{:>8.0}", lane.polls_per_s));
+        columns.push(format!(
+            "{:>7}",
+            optional(lane.cpus, |cpus| format!("{cpus:.3}"))
+        ));
+        columns.push(format!("{:>5}", lane.throttled));
     }
     columns.join(" ")
 }
@@ -182,6 +196,11 @@ fn json_line(view: &View, unix_s: f64) -> String {
         "blocking_queued": view.blocking.queued,
         "blocking_completed_per_s": view.blocking.completed_per_s,
         "tokio_cpus": view.tokio.as_ref().map(|t| t.cpus),
+        "lane": view.lane.as_ref().map(|lane| json!({
+            "polls_per_s": lane.polls_per_s,
+            "cpus": lane.cpus,
+            "throttled": lane.throttled,
+        })),
     })
     .to_string()
 }
@@ -236,7 +255,7 @@ mod tests {
     }
 
     /// Every column of the header has its figure in each line, in the
-    /// same order, with or without a tokio side.
+    /// same order, with or without a tokio side or a lane.
     #[test]
     fn lines_have_a_figure_under_every_column() {
         for (before, now) in [
@@ -247,6 +266,10 @@ mod tests {
             (
                 test_documents::with_tokio(1.0),
                 test_documents::with_tokio(2.0),
+            ),
+            (
+                test_documents::with_lane(1.0),
+                test_documents::with_lane(2.0),
             ),
         ] {
             let view = View::new(Some(&before), &now);
@@ -264,6 +287,11 @@ mod tests {
                 now.classes.len()
             );
             assert_eq!(object["tokio_cpus"].is_null(), now.tokio.is_none());
+            assert_eq!(header.contains("lane/s"), now.lane.is_some());
+            assert_eq!(object["lane"].is_null(), now.lane.is_none());
+            if now.lane.is_some() {
+                assert_eq!(object["lane"]["throttled"], 2, "{object}");
+            }
         }
     }
 }

@@ -667,6 +667,57 @@ fn the_tokio_side_is_in_metrics_and_stats() {
     });
 }
 
+/// With an urgent lane, the lane's polls, charge and thread CPU are in
+/// `/metrics` and `/stats`, and its CPU is part of what the windows
+/// account (it runs on no worker, so no worker's states hold it).
+#[test]
+fn the_urgent_lane_is_in_metrics_and_stats() {
+    within(TEST_LIMIT, || {
+        let rt = Runtime::builder()
+            .workers(2)
+            .urgent_lane(keel::UrgentLane::new().priority(keel::LanePriority::NiceWorkers(5)))
+            .build()
+            .unwrap();
+        let server = admin::serve("127.0.0.1:0", rt.handle()).unwrap();
+        let addr = server.local_addr();
+        // 30 ms of CPU in one urgent poll: on the lane's thread.
+        rt.block_on(rt.spawn_in(Class::URGENT, async {
+            support::cpu_for(Duration::from_millis(30));
+        }))
+        .unwrap();
+        let families = parse_exposition(&get(addr, "/metrics").body, Format::Text);
+        assert!(value_of(&families, "keel_lane_polls_total", &[]) >= 1.0);
+        assert!(value_of(&families, "keel_lane_wall_seconds_total", &[]) >= 0.030);
+        assert!(value_of(&families, "keel_lane_charged_seconds_total", &[]) > 0.0);
+        assert!(value_of(&families, "keel_lane_cpu_seconds_total", &[]) >= 0.030);
+        // A 30 ms poll spends more than the urgent share of a 10 ms window
+        // of two workers: the lane waits once (counted as its loop goes on).
+        wait_until("the lane's throttle is counted", || {
+            let families = parse_exposition(&get(addr, "/metrics").body, Format::Text);
+            value_of(&families, "keel_lane_throttled_total", &[]) >= 1.0
+        });
+
+        let stats: Value = serde_json::from_str(&get(addr, "/stats").body).unwrap();
+        let lane = &stats["lane"];
+        assert!(lane["cpu_s"].as_f64().unwrap() >= 0.030, "{lane}");
+        let window = &stats["since_start"];
+        let lane_cpu = window["lane_cpu_s"].as_f64().unwrap();
+        assert!(lane_cpu >= 0.030, "{window}");
+        // The lane's 30 ms are in no worker's busy time, only in its own.
+        assert!(window["busy_s"].as_f64().unwrap() < 0.030, "{window}");
+        assert!(
+            window["accounted_cpu_s"].as_f64().unwrap() >= lane_cpu,
+            "{window}"
+        );
+        // Without a lane, the field is null.
+        let plain = runtime();
+        let server = admin::serve("127.0.0.1:0", plain.handle()).unwrap();
+        let stats: Value = serde_json::from_str(&get(server.local_addr(), "/stats").body).unwrap();
+        assert!(stats["since_start"]["lane_cpu_s"].is_null(), "{stats}");
+        assert!(stats["lane"].is_null(), "{stats}");
+    });
+}
+
 /// Each client gets the format it asks for, whatever else it accepts;
 /// `HEAD` negotiates as `GET` does.
 #[test]

@@ -36,9 +36,11 @@ pub struct Screen<'a> {
     pub live: bool,
 }
 
-/// Lines inside the summary box: one more with a tokio side.
+/// Lines inside the summary box: one more with a tokio side, one more
+/// with an urgent lane.
 fn summary_height(screen: &Screen<'_>) -> u16 {
     6 + u16::from(screen.view.is_some_and(|v| v.tokio.is_some()))
+        + u16::from(screen.view.is_some_and(|v| v.lane.is_some()))
 }
 
 /// The glyph and colour of each of [`STATES`], in order.
@@ -227,6 +229,18 @@ fn summary_lines(view: &View) -> Vec<Line<'static>> {
         lines.push(Line::from(format!(
             "tokio side (outside the classes): {} workers, {} threads · {} tasks · {:.2} CPUs used · {:.2} workers busy",
             tokio.workers, tokio.threads, tokio.alive_tasks, tokio.cpus, tokio.busy_workers,
+        )));
+    }
+    if let Some(lane) = &view.lane {
+        let cpus = lane
+            .cpus
+            .map_or_else(|| "n/a".to_owned(), |cpus| format!("{cpus:.2}"));
+        lines.push(Line::from(format!(
+            "urgent lane ({}): {} polls/s · {cpus} CPUs used · {:.2} CPUs in polls · {} throttled",
+            lane.priority,
+            rate(lane.polls_per_s),
+            lane.busy,
+            lane.throttled,
         )));
     }
     lines.push(Line::from(format!("IO poll gap max: {gap}")));
@@ -477,7 +491,7 @@ fn bytes(b: f64) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::super::model::tests::{snapshot, with_tokio};
+    use super::super::model::tests::{snapshot, with_lane, with_tokio};
     use super::*;
 
     /// A screen of `view` as `--once` prints it.
@@ -502,6 +516,20 @@ mod tests {
         let at = text.find(line).unwrap_or_else(|| panic!("{text}"));
         assert!(at < text.find("IO poll gap max").unwrap(), "{text}");
         assert!(!render_text(&once(&plain), 140).contains("tokio side"));
+        assert_eq!(height(&once(&view)), height(&once(&plain)) + 1);
+    }
+
+    /// A runtime with an urgent lane gets one more summary line, and the
+    /// frame grows by it.
+    #[test]
+    fn the_lane_has_its_line() {
+        let plain = View::new(Some(&snapshot(10.0, None)), &snapshot(11.0, None));
+        let view = View::new(Some(&with_lane(10.0)), &with_lane(11.0));
+        let text = render_text(&once(&view), 140);
+        let line = "urgent lane (fifo:1): 100.0 polls/s · 0.50 CPUs used · 0.25 CPUs in polls · 2 throttled";
+        let at = text.find(line).unwrap_or_else(|| panic!("{text}"));
+        assert!(at < text.find("IO poll gap max").unwrap(), "{text}");
+        assert!(!render_text(&once(&plain), 140).contains("urgent lane"));
         assert_eq!(height(&once(&view)), height(&once(&plain)) + 1);
     }
 

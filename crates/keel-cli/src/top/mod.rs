@@ -129,6 +129,58 @@ mod tests {
     use ratatui::backend::TestBackend;
     use ratatui::Terminal;
 
+    /// The calling thread's CPU time.
+    fn thread_cpu() -> Duration {
+        let mut ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: clock_gettime writes one timespec into `ts`, which lives
+        // across the call.
+        let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+        assert_eq!(rc, 0, "{}", std::io::Error::last_os_error());
+        Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+    }
+
+    /// Against a real runtime with an urgent lane: the lane's line shows
+    /// the CPU its thread used between the two answers.
+    #[test]
+    fn frame_of_a_real_server_with_a_lane() {
+        let rt = Runtime::builder()
+            .workers(1)
+            .urgent_lane(keel::UrgentLane::new().priority(keel::LanePriority::NiceWorkers(5)))
+            .build()
+            .unwrap();
+        let admin = keel::admin::serve("127.0.0.1:0", rt.handle()).unwrap();
+        let endpoint = Endpoint::resolve(&admin.local_addr().to_string(), FETCH_TIMEOUT).unwrap();
+        let first = fetch_stats(&endpoint).unwrap();
+        rt.block_on(rt.spawn_in(Class::URGENT, async {
+            // 20 ms of the lane thread's CPU, however long that takes.
+            let start = thread_cpu();
+            while thread_cpu() - start < Duration::from_millis(20) {
+                std::hint::spin_loop();
+            }
+        }))
+        .unwrap();
+        let second = fetch_stats(&endpoint).unwrap();
+        let view = View::new(Some(&first), &second);
+        let lane = view.lane.clone().expect("the lane's row");
+        assert!(lane.polls_per_s > 0.0, "{lane:?}");
+        let used = lane.cpus.expect("the lane's CPU") * view.span_s;
+        assert!(used >= 0.020, "{lane:?} over {} s", view.span_s);
+        let screen = Screen {
+            addr: endpoint.authority(),
+            view: Some(&view),
+            error: None,
+            interval: Duration::from_secs(1),
+            live: false,
+        };
+        let mut terminal = Terminal::new(TestBackend::new(130, draw::height(&screen))).unwrap();
+        terminal.draw(|frame| draw::draw(frame, &screen)).unwrap();
+        let text = draw::buffer_text(terminal.backend().buffer());
+        assert!(text.contains("urgent lane (workers nice +5): "), "{text}");
+    }
+
     /// Against a real runtime's admin endpoint: two answers make a view,
     /// and a frame drawn into a test buffer shows each worker, each class
     /// with its configured shares, and the figures.

@@ -79,6 +79,8 @@ pub struct View {
     pub blocking: BlockingRow,
     /// The tokio side, if the runtime has one.
     pub tokio: Option<TokioRow>,
+    /// The urgent lane, if the runtime has one.
+    pub lane: Option<LaneRow>,
     /// The largest IO poll gap of any worker, if the server reports gaps.
     pub io_poll_gap_max_us: Option<f64>,
 }
@@ -142,6 +144,23 @@ pub struct TokioRow {
     pub cpus: f64,
     /// Its workers' busy time over the span, in workers.
     pub busy_workers: f64,
+}
+
+/// The urgent lane's line: the thread that runs the urgent class.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LaneRow {
+    /// How it got ahead of the workers (`fifo:N`, or `workers nice +N`
+    /// and why real-time priority was refused).
+    pub priority: String,
+    /// Urgent polls per second on it.
+    pub polls_per_s: f64,
+    /// CPU its thread used over the span, in CPUs; `None` from a server
+    /// that does not report it.
+    pub cpus: Option<f64>,
+    /// Its polls' wall time over the span, in CPUs held.
+    pub busy: f64,
+    /// Times over the span it spent its budget and waited.
+    pub throttled: u64,
 }
 
 /// The blocking pool's line.
@@ -320,6 +339,27 @@ impl View {
                     busy_workers: per_span(tokio.busy_s, then.map(|t| t.busy_s)),
                 }
             }),
+            lane: now.lane.as_ref().map(|lane| {
+                let then = before.and_then(|b| b.lane.as_ref());
+                let per_span = |now: f64, then: Option<f64>| {
+                    if span_s > 0.0 {
+                        (now - then.unwrap_or(0.0)).max(0.0) / span_s
+                    } else {
+                        0.0
+                    }
+                };
+                LaneRow {
+                    priority: lane.priority.clone(),
+                    polls_per_s: per_span(lane.polls as f64, then.map(|t| t.polls as f64)),
+                    cpus: lane
+                        .cpu_s
+                        .map(|cpu| per_span(cpu, then.and_then(|t| t.cpu_s))),
+                    busy: per_span(lane.busy_s, then.map(|t| t.busy_s)),
+                    throttled: lane
+                        .throttled
+                        .saturating_sub(then.map_or(0, |t| t.throttled)),
+                }
+            }),
             io_poll_gap_max_us: now
                 .worker_states
                 .iter()
@@ -470,6 +510,41 @@ pub mod tests {
         tokio.busy_s = 0.5 * t;
         doc.tokio = Some(tokio);
         doc
+    }
+
+    /// `snapshot(t)` of a runtime with an urgent lane at `fifo:1` that
+    /// polled 100 times, held 0.25 CPU in polls, used 0.5 CPU and spent
+    /// its budget twice per second.
+    pub fn with_lane(t: f64) -> StatsDocument {
+        let mut doc = snapshot(t, None);
+        let mut lane = keel::admin::LaneFigures::default();
+        lane.priority = "fifo:1".into();
+        lane.polls = (100.0 * t) as u64;
+        lane.busy_s = 0.25 * t;
+        lane.charged_s = 0.2 * t;
+        lane.cpu_s = Some(0.5 * t);
+        lane.throttled = (2.0 * t) as u64;
+        doc.lane = Some(lane);
+        doc
+    }
+
+    #[test]
+    fn the_lane_gets_a_line_of_rates_when_there_is_one() {
+        let view = View::new(Some(&with_lane(10.0)), &with_lane(12.0));
+        let lane = view.lane.expect("a lane row");
+        assert_eq!(lane.priority, "fifo:1");
+        assert!((lane.polls_per_s - 100.0).abs() < 1e-9, "{lane:?}");
+        assert!((lane.busy - 0.25).abs() < 1e-9, "{lane:?}");
+        assert!((lane.cpus.unwrap() - 0.5).abs() < 1e-9, "{lane:?}");
+        assert_eq!(lane.throttled, 4);
+        // A server that predates the lane's CPU.
+        let mut old = with_lane(12.0);
+        old.lane.as_mut().unwrap().cpu_s = None;
+        assert_eq!(
+            View::new(Some(&with_lane(10.0)), &old).lane.unwrap().cpus,
+            None
+        );
+        assert!(View::new(None, &snapshot(4.0, None)).lane.is_none());
     }
 
     #[test]

@@ -184,6 +184,10 @@ pub struct LaneFigures {
     pub charged_s: f64,
     /// Times the lane spent its budget and waited for the next window.
     pub throttled: u64,
+    /// CPU time of the lane's thread; `None` from a server that predates
+    /// it.
+    #[serde(default)]
+    pub cpu_s: Option<f64>,
 }
 
 impl From<&LaneStats> for LaneFigures {
@@ -194,6 +198,7 @@ impl From<&LaneStats> for LaneFigures {
             busy_s: secs(lane.busy),
             charged_s: secs(lane.charged),
             throttled: lane.throttled,
+            cpu_s: Some(secs(lane.cpu)),
         }
     }
 }
@@ -612,8 +617,12 @@ pub struct WindowFigures {
     /// tokio side, and from a server that predates it.
     #[serde(default)]
     pub tokio_cpu_s: Option<f64>,
-    /// busy + search + spin + park CPU + blocking + the tokio side's CPU:
-    /// what should have cost CPU.
+    /// CPU of the urgent lane's thread in the span; `None` without a lane,
+    /// and from a server that predates it.
+    #[serde(default)]
+    pub lane_cpu_s: Option<f64>,
+    /// busy + search + spin + park CPU + blocking + the tokio side's CPU +
+    /// the lane's CPU: what should have cost CPU.
     pub accounted_cpu_s: f64,
     /// CPU the kernel charged to the worker threads (their thread clocks);
     /// `None` from a server that predates it.
@@ -768,6 +777,7 @@ mod tests {
                 busy_s: 0.5,
                 charged_s: 0.25,
                 throttled: 3,
+                cpu_s: Some(0.75),
             }),
             tokio: Some(TokioFigures {
                 workers: 1,
@@ -803,6 +813,7 @@ mod tests {
             "park_cpu_s",
             "blocking_busy_s",
             "tokio_cpu_s",
+            "lane_cpu_s",
             "accounted_cpu_s",
             "workers_cpu_s",
             "preempted_s",
@@ -897,6 +908,7 @@ mod tests {
             "busy_s",
             "charged_s",
             "throttled",
+            "cpu_s",
             "tokio",
             "workers",
             "threads",

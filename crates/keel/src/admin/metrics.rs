@@ -337,6 +337,45 @@ fn families(shared: &Shared, stats: &Stats) -> Vec<Family> {
             ),
         ]);
     }
+    if let Some(lane) = &stats.lane {
+        families.extend([
+            single(
+                "lane_polls",
+                "Polls of urgent tasks on the urgent lane's thread.",
+                None,
+                Counter,
+                count(lane.polls),
+            ),
+            single(
+                "lane_wall",
+                "Wall time of the urgent lane's polls.",
+                Some(Unit::Seconds),
+                Counter,
+                seconds(lane.busy),
+            ),
+            single(
+                "lane_charged",
+                "What the urgent class was charged for the lane's polls: their wall time less the time the kernel preempted the lane inside them.",
+                Some(Unit::Seconds),
+                Counter,
+                seconds(lane.charged),
+            ),
+            single(
+                "lane_cpu",
+                "CPU time of the urgent lane's thread (its thread clock).",
+                Some(Unit::Seconds),
+                Counter,
+                seconds(lane.cpu),
+            ),
+            single(
+                "lane_throttled",
+                "Times the urgent lane spent its budget and waited for the next window.",
+                None,
+                Counter,
+                count(lane.throttled),
+            ),
+        ]);
+    }
     let modes = [
         ("off", stats.deliveries.off),
         ("fixed", stats.deliveries.fixed),

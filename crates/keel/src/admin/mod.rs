@@ -177,7 +177,7 @@
 //! | `admin` | object | this endpoint: `class` (string, the class the answering task ran in), `connections_open` (integer, connections holding a slot), `connections_rejected` (integer, 503s since it started), `connections_evicted` (integer, connections closed to make room since it started), `max_connections` (integer) |
 //! | `since_start` | window | accounting against process CPU since the endpoint started ([`serve`] took a baseline) |
 //! | `since_last` | window | the same since the previous `/stats` answer of this endpoint (the first: since it started) |
-//! | `lane` | object or null | the urgent lane, when the runtime has one (see [`Builder::urgent_lane`](crate::Builder::urgent_lane)): `priority` (string, how it got ahead of the workers, and why not at real-time priority if that was refused), `polls`, `throttled` (integers), `busy_s`, `charged_s` (numbers) |
+//! | `lane` | object or null | the urgent lane, when the runtime has one (see [`Builder::urgent_lane`](crate::Builder::urgent_lane)): `priority` (string, how it got ahead of the workers, and why not at real-time priority if that was refused), `polls`, `throttled` (integers), `busy_s`, `charged_s`, `cpu_s` (numbers; `cpu_s` is the lane thread's CPU clock) |
 //! | `tokio` | object or null | the tokio side, when the runtime has one (see [`Builder::tokio_threads`](crate::Builder::tokio_threads)): `workers`, `threads`, `alive_tasks` (integers), `busy_s`, `cpu_s` (numbers) |
 //! | `io` | object | the IO driver (see [`Builder::io_backend`](crate::Builder::io_backend)): `driver` (`epoll` or `io_uring`), `requested` (`auto`, `epoll`, `uring`), `fallback` (string or null: why `auto` runs on epoll), `operations_in_flight` (reads the ring holds) |
 //!
@@ -203,7 +203,8 @@
 //! | `park_cpu_s` | number | CPU the worker threads used while parked: going to sleep and waking |
 //! | `blocking_busy_s` | number | blocking-pool closures' run time ended in the span |
 //! | `tokio_cpu_s` | number or null | CPU of the tokio side's threads in the span; `null` without a tokio side |
-//! | `accounted_cpu_s` | number | busy + search + spin + park CPU + blocking + the tokio side's CPU: what should have cost CPU |
+//! | `lane_cpu_s` | number or null | CPU of the urgent lane's thread in the span (its thread clock); `null` without a lane |
+//! | `accounted_cpu_s` | number | busy + search + spin + park CPU + blocking + the tokio side's CPU + the lane's CPU: what should have cost CPU |
 //! | `workers_cpu_s` | number | CPU the kernel charged to the worker threads (their thread clocks) |
 //! | `preempted_s` | number | time the workers were in on-CPU states but the kernel ran something else: where `accounted_cpu_s` exceeds what they really got |
 //! | `process_user_s`, `process_system_s`, `process_cpu_s` | number or null | `getrusage(RUSAGE_SELF)` user, system and their sum; `null` where it is unavailable |
@@ -267,6 +268,8 @@
 //! | `keel_blocking_busy_seconds` | counter | |
 //! | `keel_tokio_workers`, `keel_tokio_threads`, `keel_tokio_alive_tasks` | gauge | only with a tokio side (see [`Builder::tokio_threads`](crate::Builder::tokio_threads)) |
 //! | `keel_tokio_busy_seconds`, `keel_tokio_cpu_seconds` | counter | the same; busy as tokio counts it, CPU from the threads' clocks |
+//! | `keel_lane_polls`, `keel_lane_throttled` | counter | only with an urgent lane (see [`Builder::urgent_lane`](crate::Builder::urgent_lane)): urgent polls on the lane, and times it spent its budget |
+//! | `keel_lane_wall_seconds`, `keel_lane_charged_seconds`, `keel_lane_cpu_seconds` | counter | the same; its polls' wall time, what the urgent class was charged for them, the lane thread's CPU |
 //! | `keel_tcp_deliveries` | counter | `mode` (`off`, `fixed`, `adaptive`) |
 //! | `keel_tcp_delivered_bytes` | counter | `mode` |
 //! | `keel_process_cpu_seconds` | counter | `mode` (`user`, `system`); from `getrusage` |

@@ -22,6 +22,8 @@ pub(super) struct Sample {
     blocking_busy: Duration,
     /// CPU of the tokio side's threads, if the runtime has one.
     tokio_cpu: Option<Duration>,
+    /// CPU of the urgent lane's thread, if the runtime has one.
+    lane_cpu: Option<Duration>,
     /// User and system CPU of the process, if `getrusage` answered.
     process: Option<(Duration, Duration)>,
 }
@@ -33,6 +35,7 @@ impl Sample {
             workers: stats.workers.clone(),
             blocking_busy: stats.blocking.busy,
             tokio_cpu: stats.tokio.map(|tokio| tokio.cpu),
+            lane_cpu: stats.lane.as_ref().map(|lane| lane.cpu),
             process: process_cpu(),
         }
     }
@@ -92,7 +95,16 @@ fn window(before: &Sample, after: &Sample) -> WindowFigures {
     let tokio = after
         .tokio_cpu
         .map(|cpu| cpu.saturating_sub(before.tokio_cpu.unwrap_or(Duration::ZERO)));
-    let accounted = busy + search + spin + park_cpu + blocking + tokio.unwrap_or(Duration::ZERO);
+    let lane = after
+        .lane_cpu
+        .map(|cpu| cpu.saturating_sub(before.lane_cpu.unwrap_or(Duration::ZERO)));
+    let accounted = busy
+        + search
+        + spin
+        + park_cpu
+        + blocking
+        + tokio.unwrap_or(Duration::ZERO)
+        + lane.unwrap_or(Duration::ZERO);
     let process = match (before.process, after.process) {
         (Some((u0, s0)), Some((u1, s1))) => Some((u1.saturating_sub(u0), s1.saturating_sub(s0))),
         _ => None,
@@ -108,6 +120,7 @@ fn window(before: &Sample, after: &Sample) -> WindowFigures {
         park_cpu_s: Some(secs(park_cpu)),
         blocking_busy_s: secs(blocking),
         tokio_cpu_s: tokio.map(secs),
+        lane_cpu_s: lane.map(secs),
         accounted_cpu_s: secs(accounted),
         workers_cpu_s: Some(secs(workers_cpu)),
         preempted_s: Some(secs(preempted)),

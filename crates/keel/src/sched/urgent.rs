@@ -224,6 +224,9 @@ pub(crate) struct Lane {
     busy_ns: AtomicU64,
     charged_ns: AtomicU64,
     throttled: AtomicU64,
+    /// The lane thread's CPU clock, readable from any thread (the
+    /// accounting's windows add it to the workers').
+    cpu: crate::stats::thread_cpu::ThreadCpuClocks,
 }
 
 impl std::fmt::Debug for Lane {
@@ -246,6 +249,7 @@ impl Lane {
             busy_ns: AtomicU64::new(0),
             charged_ns: AtomicU64::new(0),
             throttled: AtomicU64::new(0),
+            cpu: crate::stats::thread_cpu::ThreadCpuClocks::default(),
         })
     }
 
@@ -318,6 +322,7 @@ impl Lane {
             busy: Duration::from_nanos(self.busy_ns.load(Ordering::Relaxed)),
             charged,
             throttled: self.throttled.load(Ordering::Relaxed),
+            cpu: self.cpu.total(),
         }
     }
 }
@@ -391,6 +396,15 @@ pub(crate) fn run_lane(shared: Arc<Shared>, ready: std::sync::mpsc::Sender<()>) 
         LanePriority::NiceWorkers(_) => Ok(()),
     };
     lane.settle_priority(priority, applied);
+    lane.cpu.register_current();
+    // Unregistered however the thread ends, its CPU kept.
+    struct Unregister<'a>(&'a Lane);
+    impl Drop for Unregister<'_> {
+        fn drop(&mut self) {
+            self.0.cpu.unregister_current();
+        }
+    }
+    let _unregister = Unregister(lane);
     let mut meter = super::poll::open_meter(&shared);
     let _ = ready.send(());
     let _enter = context::enter(Handle {

@@ -14,7 +14,6 @@
 
 pub(crate) mod account;
 mod snapshot;
-#[cfg(feature = "tokio-context")]
 pub(crate) mod thread_cpu;
 
 pub use snapshot::{

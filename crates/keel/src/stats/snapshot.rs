@@ -373,6 +373,11 @@ pub struct LaneStats {
     /// Times the lane spent its budget (the urgent class's share of the
     /// workers' time in a 10 ms window) and waited for the next window.
     pub throttled: u64,
+    /// CPU time of the lane's thread: its polls, its reactor and its
+    /// sleeps' cost (zero where threads have no CPU clock). The lane is not
+    /// a worker, so no worker's accounting holds it; the admin endpoint's
+    /// windows add it to what they account.
+    pub cpu: Duration,
 }
 
 /// One class's configuration and what it received.

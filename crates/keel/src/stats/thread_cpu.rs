@@ -1,5 +1,5 @@
-//! CPU time of threads that keel does not run itself (the tokio side's,
-//! see `runtime::tokio_side`), read from any thread.
+//! CPU time of threads that are not workers (the tokio side's, see
+//! `runtime::tokio_side`; the urgent lane's), read from any thread.
 //!
 //! Each thread registers its CPU clock when it starts and, when it stops,
 //! leaves its final reading behind, so the total covers threads that came
@@ -52,6 +52,7 @@ impl ThreadCpuClocks {
     }
 
     /// Threads registered and not stopped.
+    #[cfg_attr(not(feature = "tokio-context"), allow(dead_code))]
     pub(crate) fn live(&self) -> usize {
         self.lock().live.len()
     }
