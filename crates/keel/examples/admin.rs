@@ -8,8 +8,9 @@
 //! ```
 //!
 //! Arguments: the address to listen on (default `127.0.0.1:9090`; port 0
-//! picks one) and how many seconds to run (default 60). The first line
-//! printed names the endpoint's address.
+//! picks one), how many seconds to run (default 60), and `lane` to run the
+//! urgent class on the urgent lane (`keel top` and `/metrics` then show
+//! it). The first line printed names the endpoint's address.
 
 use std::io::Write;
 use std::time::{Duration, Instant};
@@ -28,7 +29,21 @@ fn main() -> std::io::Result<()> {
         })?,
         None => 60,
     };
-    let rt = Runtime::builder().workers(2).build()?;
+    let mut builder = Runtime::builder();
+    builder.workers(2);
+    match args.next().as_deref() {
+        None => {}
+        Some("lane") => {
+            builder.urgent_lane(keel::UrgentLane::new());
+        }
+        Some(other) => {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!("third argument: {other:?} is not `lane`"),
+            ))
+        }
+    }
+    let rt = builder.build()?;
     let admin = keel::admin::serve(addr.as_str(), rt.handle())?;
     println!("admin endpoint on http://{}/", admin.local_addr());
     std::io::stdout().flush()?;
