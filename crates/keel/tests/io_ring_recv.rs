@@ -1,4 +1,4 @@
-//! Reads that complete on the ring: bytes arrive whole and in order
+//! Reads that complete on the ring (`Builder::ring_receives`): bytes arrive whole and in order
 //! through reads of every size and kind, a stream dropped with its read
 //! queued or in flight frees its buffer and closes its socket, and its
 //! receive never reaches the descriptor's next owner.
@@ -32,7 +32,7 @@ fn pattern(offset: usize) -> u8 {
 
 #[test]
 fn bytes_arrive_whole_and_in_order_through_reads_of_every_size() {
-    let rt = support::on_the_ring(2);
+    let rt = support::receiving_on_the_ring(2);
     let (listener, mut peer) = pending_pair();
     let (accepted, _) = listener.accept().unwrap();
     const TOTAL: usize = 1 << 20;
@@ -92,7 +92,7 @@ fn bytes_arrive_whole_and_in_order_through_reads_of_every_size() {
 
 #[test]
 fn two_tasks_reading_one_stream_share_its_bytes_and_both_wake() {
-    let rt = support::on_the_ring(2);
+    let rt = support::receiving_on_the_ring(2);
     let (listener, mut peer) = pending_pair();
     let (accepted, _) = listener.accept().unwrap();
     let total = rt.block_on(async move {
@@ -131,7 +131,7 @@ fn two_tasks_reading_one_stream_share_its_bytes_and_both_wake() {
 
 #[test]
 fn streams_dropped_with_reads_in_flight_free_their_buffers_and_close() {
-    let rt = support::on_the_ring(2);
+    let rt = support::receiving_on_the_ring(2);
     const STREAMS: usize = 50;
     let mut peers = Vec::new();
     let mut readers = Vec::new();
@@ -168,7 +168,7 @@ fn streams_dropped_with_reads_in_flight_free_their_buffers_and_close() {
 
 #[test]
 fn a_read_dropped_before_or_after_submission_never_reaches_the_next_owner_of_its_descriptor() {
-    let rt = support::on_the_ring(2);
+    let rt = support::receiving_on_the_ring(2);
     let mut reused = 0;
     for round in 0..200u64 {
         let (listener_a, peer_a) = pending_pair();
@@ -225,7 +225,7 @@ fn a_read_dropped_before_or_after_submission_never_reaches_the_next_owner_of_its
 /// of it inside one poll, so nothing is submitted in between.
 #[test]
 fn a_queued_read_of_a_dropped_stream_is_never_submitted() {
-    let rt = support::on_the_ring(1);
+    let rt = support::receiving_on_the_ring(1);
     // Tests running beside this one open descriptors too, so B does not
     // always get A's number: rounds go on until 20 did.
     let mut reused = 0;
@@ -266,4 +266,35 @@ fn a_queued_read_of_a_dropped_stream_is_never_submitted() {
         assert_eq!(&got, b"0123456789", "round {round}");
         reused += usize::from(was_reused);
     }
+}
+
+/// Off by default: on the ring, reads then go by readiness, and a read
+/// of bytes already in the socket completes in the poll that asks.
+#[test]
+fn without_ring_receives_reads_go_by_readiness() {
+    let rt = support::on_the_ring(1);
+    let (listener, mut peer) = pending_pair();
+    let (accepted, _) = listener.accept().unwrap();
+    peer.write_all(b"ready").unwrap();
+    rt.block_on(async move {
+        let mut stream = TcpStream::from_std(accepted).unwrap();
+        // Wait until the bytes can be read, then look once.
+        let mut buf = [0u8; 5];
+        stream.read_exact(&mut buf[..1]).await.unwrap();
+        let waiting = keel::spawn(async move {
+            let mut more = [0u8; 4];
+            std::future::poll_fn(|cx| {
+                match std::pin::Pin::new(&mut stream).poll_read(cx, &mut more) {
+                    std::task::Poll::Ready(result) => {
+                        std::task::Poll::Ready(result.map(|n| (n, more)))
+                    }
+                    std::task::Poll::Pending => panic!("bytes in the socket, and the read waits"),
+                }
+            })
+            .await
+            .unwrap()
+        });
+        assert_eq!(waiting.await.unwrap(), (4, *b"eady"));
+    });
+    assert_eq!(rt.stats().io.operations_in_flight, 0);
 }

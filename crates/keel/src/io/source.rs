@@ -191,12 +191,13 @@ impl<E: Source + AsRawFd> IoSource<E> {
         }
     }
 
-    /// A receive slot for this source if its reads may complete on the
-    /// ring (see `io::ring_recv`): its reactor is an io_uring, and not the
+    /// A receive slot for this source if its reads complete on the ring
+    /// (see `io::ring_recv`): the runtime asks for it
+    /// (`Builder::ring_receives`), its reactor is an io_uring, and not the
     /// urgent lane's (whose thread polls readiness only).
     pub(crate) fn ring_slot(&self) -> Option<Arc<RecvSlot>> {
         let reactor = self.shared.reactor_of(self.on_lane);
-        (!self.on_lane && reactor.completes_receives())
+        (self.shared.config.ring_receives && !self.on_lane && reactor.completes_receives())
             .then(|| RecvSlot::new(self.get_ref().as_raw_fd()))
     }
 

@@ -156,6 +156,7 @@ pub struct Builder {
     tokio_on_workers: bool,
     /// `None`: from `KEEL_IO_BACKEND`, or epoll.
     io_backend: Option<crate::io::IoBackend>,
+    ring_receives: bool,
 }
 
 impl Default for Builder {
@@ -195,6 +196,7 @@ impl Builder {
             tokio_threads: DEFAULT_TOKIO_THREADS,
             tokio_on_workers: false,
             io_backend: None,
+            ring_receives: false,
         }
     }
 
@@ -266,6 +268,26 @@ impl Builder {
     /// ```
     pub fn io_backend(&mut self, backend: crate::io::IoBackend) -> &mut Builder {
         self.io_backend = Some(backend);
+        self
+    }
+
+    /// Whether TCP reads complete on the ring: a read that finds nothing
+    /// buffered queues an `IORING_OP_RECV` into a buffer the stream owns,
+    /// submitted with the rest of the worker's loop turn, and the bytes are
+    /// copied out. It applies only on the io_uring driver (see
+    /// [`io_backend`](Self::io_backend)); on epoll it changes nothing.
+    /// Default: off.
+    ///
+    /// What it prevents: a `recv` system call per read (a keep-alive
+    /// request costs about 1.1 system calls instead of 2.2). Why it is
+    /// off: a read on the ring never completes at once, even when bytes
+    /// wait in the socket, so code that polls a read once and moves on
+    /// (a last look at a connection before closing it, a drain that must
+    /// not wait) finds nothing where a readiness read would find the
+    /// bytes; and it has not yet shown less CPU a request than readiness
+    /// (see BENCHMARKS.md).
+    pub fn ring_receives(&mut self, on: bool) -> &mut Builder {
+        self.ring_receives = on;
         self
     }
 
@@ -653,6 +675,7 @@ impl Builder {
         let nanos = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
         Ok(Config {
             io_backend,
+            ring_receives: self.ring_receives,
             urgent_lane: self.urgent_lane.clone(),
             workers,
             io_interval: nanos(self.io_interval),

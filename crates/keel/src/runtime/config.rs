@@ -49,6 +49,8 @@ pub(crate) struct Config {
     pub(crate) tokio_on_workers: bool,
     /// The IO driver asked for (see `Builder::io_backend`).
     pub(crate) io_backend: crate::io::IoBackend,
+    /// TCP reads complete on the ring (see `Builder::ring_receives`).
+    pub(crate) ring_receives: bool,
     /// Why `workers` and `spin` are what they are, for `Stats`.
     pub(crate) sizing: crate::stats::SizingStats,
 }

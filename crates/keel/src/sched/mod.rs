@@ -299,7 +299,15 @@ impl Shared {
     {
         let id = self.next_task_id();
         // Stamped when scheduled, just below.
-        let meta = TaskMeta::named(TaskId(id), class, 0, name);
+        let span = crate::task::task_span(
+            TaskId(id),
+            name.as_deref(),
+            self.config
+                .classes
+                .get(class.index())
+                .map_or("?", |c| c.name.as_str()),
+        );
+        let meta = TaskMeta::named(TaskId(id), class, 0, name, span);
         let shared = self.clone();
         let schedule = WithInfo(move |runnable: Runnable, info: ScheduleInfo| {
             let placement = if info.woken_while_running {

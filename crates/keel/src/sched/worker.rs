@@ -479,8 +479,9 @@ impl Worker {
         let class = meta.class;
         let scheduled_at = meta.scheduled_at.load(Ordering::Relaxed);
         // What a stall report needs, kept past the poll (which may free the
-        // task): the name is cloned only for tasks that have one.
-        let (id, name) = (meta.id, meta.name.clone());
+        // task): the name is cloned only for tasks that have one, the span
+        // is a copy of nothing unless a subscriber enabled it.
+        let (id, name, span) = (meta.id, meta.name.clone(), meta.span.clone());
 
         // A poll that follows the last one with only a pick between them
         // starts where that one ended: the pick's tens of nanoseconds are
@@ -509,7 +510,7 @@ impl Worker {
         }
         let took = end.saturating_sub(start);
         if took >= self.shared.config.stall_threshold {
-            self.report_stall(id, class, name.as_deref(), took);
+            span.in_scope(|| self.report_stall(id, class, name.as_deref(), took));
             self.chained = false;
         }
         // A poll the kernel preempted is charged the time it was on a core
@@ -568,7 +569,7 @@ impl Worker {
     }
 
     /// Counts and reports a poll of `took` nanoseconds, past the stall
-    /// threshold.
+    /// threshold (inside the task's span, so the report carries it).
     #[cold]
     fn report_stall(&mut self, id: TaskId, class: Class, name: Option<&str>, took: u64) {
         self.account.stall(class.index());

@@ -82,20 +82,47 @@ pub(crate) struct TaskMeta {
     /// Set once by `JoinHandle::abort`; read by workers before polling,
     /// and by [`Guarded`] at the start of each poll.
     pub(crate) aborted: AtomicBool,
+    /// The task's `keel::task` span (see [`task_span`]), entered around
+    /// each of its polls; disabled (and free) when no subscriber wants it.
+    pub(crate) span: tracing::Span,
+}
+
+/// The span a task's polls run in: target `keel::task`, level `TRACE`,
+/// name `task`, with the fields `task.id`, `task.name` (empty when the
+/// task has none) and `task.class`. Events a task emits then carry them,
+/// and so does the stall report of a poll that held its worker. With no
+/// subscriber that enables it, the span is disabled: creating it costs a
+/// check of the callsite's cached interest, entering it a branch.
+pub(crate) fn task_span(id: TaskId, name: Option<&str>, class: &str) -> tracing::Span {
+    tracing::trace_span!(
+        target: "keel::task",
+        "task",
+        task.id = id.as_u64(),
+        task.name = name.unwrap_or(""),
+        task.class = class,
+    )
 }
 
 impl TaskMeta {
+    /// The metadata of a task without a span (a blocking job's).
     pub(crate) fn new(id: TaskId, class: Class, now: u64) -> TaskMeta {
-        TaskMeta::named(id, class, now, None)
+        TaskMeta::named(id, class, now, None, tracing::Span::none())
     }
 
-    pub(crate) fn named(id: TaskId, class: Class, now: u64, name: Option<Arc<str>>) -> TaskMeta {
+    pub(crate) fn named(
+        id: TaskId,
+        class: Class,
+        now: u64,
+        name: Option<Arc<str>>,
+        span: tracing::Span,
+    ) -> TaskMeta {
         TaskMeta {
             id,
             class,
             name,
             scheduled_at: AtomicU64::new(now),
             aborted: AtomicBool::new(false),
+            span,
         }
     }
 
@@ -218,6 +245,7 @@ impl<F: Future> Future for Guarded<F> {
         // place), neither `Guarded` nor `DropGuard` is `Unpin` unless `F`
         // is, and `Guarded` has no `Drop` impl of its own.
         let future = unsafe { Pin::new_unchecked(future) };
+        let _in_span = meta.span.enter();
         let output = match catch_unwind(AssertUnwindSafe(|| future.poll(cx))) {
             Ok(Poll::Pending) => return Poll::Pending,
             Ok(Poll::Ready(output)) => Ok(output),

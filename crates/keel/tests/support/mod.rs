@@ -397,9 +397,22 @@ pub fn runtime() -> Runtime {
 /// (and the probe's answer) where the ring is refused.
 #[cfg(target_os = "linux")]
 pub fn on_the_ring(workers: usize) -> Runtime {
+    ring_runtime(workers, false)
+}
+
+/// A runtime of `workers` on the io_uring driver whose TCP reads
+/// complete on the ring (`Builder::ring_receives`).
+#[cfg(target_os = "linux")]
+pub fn receiving_on_the_ring(workers: usize) -> Runtime {
+    ring_runtime(workers, true)
+}
+
+#[cfg(target_os = "linux")]
+fn ring_runtime(workers: usize, ring_receives: bool) -> Runtime {
     Runtime::builder()
         .workers(workers)
         .io_backend(keel::io::IoBackend::Uring)
+        .ring_receives(ring_receives)
         .build()
         .unwrap_or_else(|error| {
             panic!(
