@@ -131,6 +131,10 @@ fn a_tasks_events_carry_its_id_name_and_class() {
                 tracing::info!("span test: from the named task");
                 keel::yield_now().await;
                 tracing::info!("span test: after a yield");
+                // A task spawned here is not inside this one's span.
+                keel::spawn(async { tracing::info!("span test: from a child") })
+                    .await
+                    .unwrap();
             });
         let id = named.id();
         named.await.unwrap();
@@ -150,6 +154,11 @@ fn a_tasks_events_carry_its_id_name_and_class() {
         assert_eq!(fields["task.name"], "fetcher");
         assert_eq!(fields["task.class"], "bulk");
     }
+    let child = &events_with("span test: from a child")[0];
+    assert_eq!(child.spans.len(), 1, "{child:?}");
+    // It inherits the class it was spawned from.
+    assert_eq!(child.spans[0].1["task.class"], "bulk");
+    assert_ne!(child.spans[0].1["task.id"], id.as_u64().to_string());
     let unnamed = &events_with("span test: from an unnamed task")[0];
     assert_eq!(
         unnamed.spans[0].1["task.id"],

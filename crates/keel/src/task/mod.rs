@@ -88,14 +88,19 @@ pub(crate) struct TaskMeta {
 }
 
 /// The span a task's polls run in: target `keel::task`, level `TRACE`,
-/// name `task`, with the fields `task.id`, `task.name` (empty when the
-/// task has none) and `task.class`. Events a task emits then carry them,
+/// name `task`, no parent (a task spawned by another is a task of its
+/// own), with the fields `task.id`, `task.name` (empty when the task has
+/// none) and `task.class`. Events a task emits then carry them,
 /// and so does the stall report of a poll that held its worker. With no
 /// subscriber that enables it, the span is disabled: creating it costs a
 /// check of the callsite's cached interest, entering it a branch.
 pub(crate) fn task_span(id: TaskId, name: Option<&str>, class: &str) -> tracing::Span {
+    // No parent: a task spawned inside another is not part of it, and a
+    // parent span would stay open (held by its children) after its own
+    // task ended.
     tracing::trace_span!(
         target: "keel::task",
+        parent: None,
         "task",
         task.id = id.as_u64(),
         task.name = name.unwrap_or(""),
