@@ -926,7 +926,9 @@ fn stats_json_has_the_documented_fields() {
             );
             assert!(number(w, "utilization_pct") <= 100.0);
             // What should have cost CPU is the states that run on a core,
-            // the CPU of parking and the blocking pool's run time.
+            // the CPU of parking, the blocking pool's run time, and the CPU
+            // of the tokio side's and the lane's threads where there are
+            // any (null otherwise).
             let parts: f64 = [
                 "busy_s",
                 "search_s",
@@ -936,7 +938,11 @@ fn stats_json_has_the_documented_fields() {
             ]
             .iter()
             .map(|f| number(w, f))
-            .sum();
+            .sum::<f64>()
+                + ["tokio_cpu_s", "lane_cpu_s"]
+                    .iter()
+                    .map(|f| w[*f].as_f64().unwrap_or(0.0))
+                    .sum::<f64>();
             let accounted = number(w, "accounted_cpu_s");
             assert!((parts - accounted).abs() < 1e-6, "{window}: {w}");
         }
