@@ -198,6 +198,15 @@ impl View {
             Some(b) => now.uptime_s - b.uptime_s,
             None => now.uptime_s,
         };
+        // A cumulative figure's growth over the span, per second (from
+        // zero when there is no sample before).
+        let per_span = |now: f64, then: Option<f64>| {
+            if span_s > 0.0 {
+                (now - then.unwrap_or(0.0)).max(0.0) / span_s
+            } else {
+                0.0
+            }
+        };
         let per_s = |count: u64| {
             if span_s > 0.0 {
                 count as f64 / span_s
@@ -324,13 +333,6 @@ impl View {
             },
             tokio: now.tokio.as_ref().map(|tokio| {
                 let then = before.and_then(|b| b.tokio.as_ref());
-                let per_span = |now: f64, then: Option<f64>| {
-                    if span_s > 0.0 {
-                        (now - then.unwrap_or(0.0)).max(0.0) / span_s
-                    } else {
-                        0.0
-                    }
-                };
                 TokioRow {
                     workers: tokio.workers,
                     threads: tokio.threads,
@@ -341,13 +343,6 @@ impl View {
             }),
             lane: now.lane.as_ref().map(|lane| {
                 let then = before.and_then(|b| b.lane.as_ref());
-                let per_span = |now: f64, then: Option<f64>| {
-                    if span_s > 0.0 {
-                        (now - then.unwrap_or(0.0)).max(0.0) / span_s
-                    } else {
-                        0.0
-                    }
-                };
                 LaneRow {
                     priority: lane.priority.clone(),
                     polls_per_s: per_span(lane.polls as f64, then.map(|t| t.polls as f64)),

@@ -54,3 +54,10 @@ pub(crate) struct Config {
     /// Why `workers` and `spin` are what they are, for `Stats`.
     pub(crate) sizing: crate::stats::SizingStats,
 }
+
+impl Config {
+    /// The name of `class`, if this runtime has it.
+    pub(crate) fn class_name(&self, class: crate::Class) -> Option<&str> {
+        self.classes.get(class.index()).map(|c| c.name.as_str())
+    }
+}

@@ -109,8 +109,7 @@ impl Handle {
 
     /// The name of `class`, if it exists in this runtime.
     pub fn class_name(&self, class: Class) -> Option<&str> {
-        let config = self.shared.config.classes.get(class.index())?;
-        Some(&config.name)
+        self.shared.config.class_name(class)
     }
 
     /// Number of worker threads.

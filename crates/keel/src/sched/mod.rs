@@ -302,10 +302,7 @@ impl Shared {
         let span = crate::task::task_span(
             TaskId(id),
             name.as_deref(),
-            self.config
-                .classes
-                .get(class.index())
-                .map_or("?", |c| c.name.as_str()),
+            self.config.class_name(class).unwrap_or("?"),
         );
         let meta = TaskMeta::named(TaskId(id), class, 0, name, span);
         let shared = self.clone();

@@ -573,12 +573,7 @@ impl Worker {
     #[cold]
     fn report_stall(&mut self, id: TaskId, class: Class, name: Option<&str>, took: u64) {
         self.account.stall(class.index());
-        let class_name = self
-            .shared
-            .config
-            .classes
-            .get(class.index())
-            .map_or("?", |c| c.name.as_str());
+        let class_name = self.shared.config.class_name(class).unwrap_or("?");
         tracing::warn!(
             task.id = id.as_u64(),
             task.class = class_name,

@@ -303,11 +303,10 @@ impl Uring {
             // points at no memory.
             let pushed = unsafe { self.ring.submission_shared().push(entry) }.is_ok();
             // The view is dropped: the tail is published before entering.
-            match self.ring.submitter().submit() {
-                Ok(_) if pushed => return Ok(()),
-                Ok(_) => continue,
-                Err(error) if error.kind() == io::ErrorKind::Interrupted => continue,
-                Err(error) => return Err(error),
+            // A full queue was submitted to make room: push again.
+            self.submit_queue()?;
+            if pushed {
+                return Ok(());
             }
         }
     }
@@ -519,10 +518,9 @@ impl Uring {
             }
             if token & OPERATION_BIT != 0 {
                 self.in_flight.fetch_sub(1, Ordering::Relaxed);
-                // SAFETY: an operation's user data is a pointer made by
-                // `Arc::into_raw` in `push_queued`, and a receive has one
-                // completion: this takes that reference back, once.
-                let slot = unsafe { Arc::from_raw((token & !OPERATION_BIT) as *const RecvSlot) };
+                // SAFETY: a receive has one completion: this is the one
+                // call for its user data.
+                let slot = unsafe { operation_slot(token) };
                 slot.complete(completion.result(), wake);
                 continue;
             }
@@ -631,11 +629,25 @@ impl Drop for Uring {
         for completion in unsafe { self.ring.completion_shared() } {
             let token = completion.user_data();
             if token != self.wake_token && token & OPERATION_BIT != 0 {
-                // SAFETY: as in `reap`: the operation's one reference.
-                drop(unsafe { Arc::from_raw((token & !OPERATION_BIT) as *const RecvSlot) });
+                // SAFETY: as in `reap`: the completion's one call.
+                drop(unsafe { operation_slot(token) });
             }
         }
     }
+}
+
+/// The slot whose receive the user data `token` names, taking back the
+/// reference `push_queued` gave the operation.
+///
+/// # Safety
+///
+/// `token` is the user data of a receive's completion (an `Arc<RecvSlot>`
+/// made into a pointer by `Arc::into_raw`, with [`OPERATION_BIT`] set),
+/// and this is called once for it.
+unsafe fn operation_slot(token: u64) -> Arc<RecvSlot> {
+    // SAFETY: per the contract above, the pointer came from
+    // `Arc::into_raw` and its reference has not been taken back.
+    unsafe { Arc::from_raw((token & !OPERATION_BIT) as *const RecvSlot) }
 }
 
 /// Stops `fd` listening, if it is a listening socket.

@@ -282,10 +282,15 @@ impl TcpStream {
         copy: &mut dyn FnMut(&[u8]) -> usize,
     ) -> Poll<io::Result<usize>> {
         let result = self.io.poll_ring_read(cx, slot, len, copy);
-        if let Poll::Ready(Ok(n)) = result {
-            self.io.runtime().deliveries.record(BatchMode::Off, n);
-        }
+        self.delivered_unbatched(&result);
         result
+    }
+
+    /// Counts a read that delivered at once, outside any batch policy.
+    fn delivered_unbatched(&self, result: &Poll<io::Result<usize>>) {
+        if let Poll::Ready(Ok(n)) = result {
+            self.io.runtime().deliveries.record(BatchMode::Off, *n);
+        }
     }
 
     /// A read into memory that may be uninitialised (hyper's read
@@ -347,10 +352,7 @@ impl TcpStream {
             }
         }
         let result = self.io.poll_stream_read(cx, len, read);
-        if let Poll::Ready(Ok(n)) = result {
-            let deliveries = &self.io.runtime().deliveries;
-            deliveries.record(BatchMode::Off, n);
-        }
+        self.delivered_unbatched(&result);
         result
     }
 
