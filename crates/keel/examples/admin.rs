@@ -11,6 +11,16 @@
 //! picks one), how many seconds to run (default 60), and `lane` to run the
 //! urgent class on the urgent lane (`keel top` and `/metrics` then show
 //! it). The first line printed names the endpoint's address.
+//!
+//! Built with `--cfg console_without_tokio_unstable`, it also serves
+//! tokio-console (on `127.0.0.1:6669`, or `TOKIO_CONSOLE_BIND`), which
+//! then lists keel's tasks, their classes among their fields:
+//!
+//! ```text
+//! RUSTFLAGS="--cfg console_without_tokio_unstable" CARGO_TARGET_DIR=target/console \
+//!     cargo run -p keel --example admin --features admin -- 127.0.0.1:9090 600
+//! tokio-console                                 # cargo install tokio-console
+//! ```
 
 use std::io::Write;
 use std::time::{Duration, Instant};
@@ -18,6 +28,8 @@ use std::time::{Duration, Instant};
 use keel::{Class, Runtime};
 
 fn main() -> std::io::Result<()> {
+    #[cfg(console_without_tokio_unstable)]
+    console_subscriber::init();
     let mut args = std::env::args().skip(1);
     let addr = args.next().unwrap_or_else(|| "127.0.0.1:9090".to_owned());
     let seconds: u64 = match args.next() {
@@ -55,16 +67,23 @@ fn main() -> std::io::Result<()> {
         let tasks: Vec<_> = [Class::URGENT, Class::NORMAL, Class::BULK]
             .into_iter()
             .map(|class| {
-                keel::spawn_in(class, async move {
-                    let mut sum = 0u64;
-                    while Instant::now() < end {
-                        for i in 0..20_000u64 {
-                            sum = sum.wrapping_add(i * i);
+                let name = format!(
+                    "work-{}",
+                    keel::Handle::current().class_name(class).unwrap_or("?")
+                );
+                keel::TaskBuilder::new()
+                    .name(name)
+                    .class(class)
+                    .spawn(async move {
+                        let mut sum = 0u64;
+                        while Instant::now() < end {
+                            for i in 0..20_000u64 {
+                                sum = sum.wrapping_add(i * i);
+                            }
+                            keel::time::sleep(Duration::from_millis(10)).await;
                         }
-                        keel::time::sleep(Duration::from_millis(10)).await;
-                    }
-                    sum
-                })
+                        sum
+                    })
             })
             .collect();
         while Instant::now() < end {

@@ -1,7 +1,9 @@
-//! Each task's polls run inside its `keel::task` span (id, name, class):
-//! what a task logs carries them, and so does the stall report of a poll
-//! that held its worker. A subscriber that does not enable the span gets
-//! the events without it.
+//! Each task's polls run inside its `runtime.spawn` span (target
+//! `keel::task`; id, name, class): what a task logs carries them, and so
+//! does the stall report of a poll that held its worker. A subscriber that
+//! does not enable the span gets the events without it. (What
+//! tokio-console reads of the span and of the task's waker is checked in
+//! `task_console.rs`.)
 //!
 //! One subscriber serves the whole binary (the workers are threads of
 //! their own, so it must be the global one); each test finds its own
@@ -14,7 +16,6 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use keel::{Class, Runtime, TaskBuilder};
-use tracing::field::{Field, Visit};
 use tracing::span::{Attributes, Id};
 use tracing::{Event, Subscriber};
 use tracing_subscriber::layer::{Context, Layer};
@@ -30,17 +31,7 @@ struct Seen {
 }
 
 /// A span's fields, kept in its extensions.
-#[derive(Debug, Clone, Default)]
-struct Fields(BTreeMap<String, String>);
-
-impl Visit for Fields {
-    fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
-        self.0.insert(
-            field.name().to_owned(),
-            format!("{value:?}").trim_matches('"').to_owned(),
-        );
-    }
-}
+use support::FieldText as Fields;
 
 struct Recorder(Arc<Mutex<Vec<Seen>>>);
 
@@ -149,7 +140,7 @@ fn a_tasks_events_carry_its_id_name_and_class() {
         let events = events_with(&format!("span test: {message}"));
         assert_eq!(events.len(), 1, "{events:?}");
         let (name, fields) = &events[0].spans[0];
-        assert_eq!(name, "task");
+        assert_eq!(name, "runtime.spawn");
         assert_eq!(fields["task.id"], id.as_u64().to_string(), "{fields:?}");
         assert_eq!(fields["task.name"], "fetcher");
         assert_eq!(fields["task.class"], "bulk");

@@ -47,6 +47,7 @@ impl Handle {
 
     /// Spawns a task in the class of the calling task when called from a
     /// task of this runtime, and in [`Class::NORMAL`] otherwise.
+    #[track_caller]
     pub fn spawn<F>(&self, future: F) -> JoinHandle<F::Output>
     where
         F: Future + Send + 'static,

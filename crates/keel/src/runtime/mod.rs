@@ -167,6 +167,7 @@ impl Runtime {
 
     /// Spawns a task in the calling task's class, or in [`Class::NORMAL`]
     /// outside this runtime's tasks; see [`Handle::spawn`].
+    #[track_caller]
     pub fn spawn<F>(&self, future: F) -> JoinHandle<F::Output>
     where
         F: Future + Send + 'static,

@@ -278,6 +278,7 @@ impl Shared {
     }
 
     /// Spawns `future` as a task of `class`.
+    #[track_caller]
     pub(crate) fn spawn<F>(self: &Arc<Self>, class: Class, future: F) -> JoinHandle<F::Output>
     where
         F: Future + Send + 'static,
@@ -286,7 +287,10 @@ impl Shared {
         self.spawn_named(class, None, future)
     }
 
-    /// Spawns `future` as a task of `class` with an optional `name`.
+    /// Spawns `future` as a task of `class` with an optional `name`. The
+    /// caller's location (through `#[track_caller]` on every public way to
+    /// spawn) is the task's spawn location in its span.
+    #[track_caller]
     pub(crate) fn spawn_named<F>(
         self: &Arc<Self>,
         class: Class,
@@ -299,10 +303,11 @@ impl Shared {
     {
         let id = self.next_task_id();
         // Stamped when scheduled, just below.
-        let span = crate::task::task_span(
+        let span = crate::task::trace::task_span(
             TaskId(id),
             name.as_deref(),
-            self.config.class_name(class).unwrap_or("?"),
+            || self.config.class_name(class).unwrap_or("?"),
+            std::panic::Location::caller(),
         );
         let meta = TaskMeta::named(TaskId(id), class, 0, name, span);
         let shared = self.clone();

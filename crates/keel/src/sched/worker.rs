@@ -480,7 +480,7 @@ impl Worker {
         let scheduled_at = meta.scheduled_at.load(Ordering::Relaxed);
         // What a stall report needs, kept past the poll (which may free the
         // task): the name is cloned only for tasks that have one, the span
-        // is a copy of nothing unless a subscriber enabled it.
+        // only when there is one (a subscriber wants `TRACE`).
         let (id, name, span) = (meta.id, meta.name.clone(), meta.span.clone());
 
         // A poll that follows the last one with only a pick between them
@@ -510,7 +510,8 @@ impl Worker {
         }
         let took = end.saturating_sub(start);
         if took >= self.shared.config.stall_threshold {
-            span.in_scope(|| self.report_stall(id, class, name.as_deref(), took));
+            let _in_span = span.as_ref().map(tracing::Span::enter);
+            self.report_stall(id, class, name.as_deref(), took);
             self.chained = false;
         }
         // A poll the kernel preempted is charged the time it was on a core

@@ -125,6 +125,7 @@ impl<T: Send + 'static> JoinSet<T> {
     }
 
     /// Spawns `future` on `handle`'s runtime, into the set.
+    #[track_caller]
     pub fn spawn_on<F>(&mut self, handle: &Handle, future: F) -> TaskId
     where
         F: Future<Output = T> + Send + 'static,

@@ -30,6 +30,7 @@ pub(crate) mod coop;
 mod join;
 mod join_set;
 pub(crate) mod registry;
+pub(crate) mod trace;
 mod yield_now;
 
 pub use builder::TaskBuilder;
@@ -82,36 +83,16 @@ pub(crate) struct TaskMeta {
     /// Set once by `JoinHandle::abort`; read by workers before polling,
     /// and by [`Guarded`] at the start of each poll.
     pub(crate) aborted: AtomicBool,
-    /// The task's `keel::task` span (see [`task_span`]), entered around
-    /// each of its polls; disabled (and free) when no subscriber wants it.
-    pub(crate) span: tracing::Span,
-}
-
-/// The span a task's polls run in: target `keel::task`, level `TRACE`,
-/// name `task`, no parent (a task spawned by another is a task of its
-/// own), with the fields `task.id`, `task.name` (empty when the task has
-/// none) and `task.class`. Events a task emits then carry them,
-/// and so does the stall report of a poll that held its worker. With no
-/// subscriber that enables it, the span is disabled: creating it costs a
-/// check of the callsite's cached interest, entering it a branch.
-pub(crate) fn task_span(id: TaskId, name: Option<&str>, class: &str) -> tracing::Span {
-    // No parent: a task spawned inside another is not part of it, and a
-    // parent span would stay open (held by its children) after its own
-    // task ended.
-    tracing::trace_span!(
-        target: "keel::task",
-        parent: None,
-        "task",
-        task.id = id.as_u64(),
-        task.name = name.unwrap_or(""),
-        task.class = class,
-    )
+    /// The task's `runtime.spawn` span (see [`trace::task_span`]), entered
+    /// around each of its polls; `None` (one branch to skip) when no
+    /// subscriber wants it.
+    pub(crate) span: Option<tracing::Span>,
 }
 
 impl TaskMeta {
     /// The metadata of a task without a span (a blocking job's).
     pub(crate) fn new(id: TaskId, class: Class, now: u64) -> TaskMeta {
-        TaskMeta::named(id, class, now, None, tracing::Span::none())
+        TaskMeta::named(id, class, now, None, None)
     }
 
     pub(crate) fn named(
@@ -119,7 +100,7 @@ impl TaskMeta {
         class: Class,
         now: u64,
         name: Option<Arc<str>>,
-        span: tracing::Span,
+        span: Option<tracing::Span>,
     ) -> TaskMeta {
         TaskMeta {
             id,
@@ -184,6 +165,9 @@ pub(crate) struct Guarded<F> {
     future: DropGuard<F>,
     _entry: registry::Entry,
     meta: OwnMeta,
+    /// The traced waker the future is polled with while a subscriber
+    /// listens for waker events; empty (a null pointer) otherwise.
+    waker_trace: trace::WakerTrace,
 }
 
 /// The metadata of the task whose future holds this pointer.
@@ -208,6 +192,7 @@ impl<F> Guarded<F> {
             future: DropGuard::new(future),
             _entry: entry,
             meta: OwnMeta(NonNull::from(meta)),
+            waker_trace: trace::WakerTrace::default(),
         }
     }
 }
@@ -250,8 +235,16 @@ impl<F: Future> Future for Guarded<F> {
         // place), neither `Guarded` nor `DropGuard` is `Unpin` unless `F`
         // is, and `Guarded` has no `Drop` impl of its own.
         let future = unsafe { Pin::new_unchecked(future) };
-        let _in_span = meta.span.enter();
-        let output = match catch_unwind(AssertUnwindSafe(|| future.poll(cx))) {
+        let _in_span = meta.span.as_ref().map(tracing::Span::enter);
+        // One call site for the poll, so that the future's code is not
+        // laid out twice: with no traced waker, a new context around the
+        // same waker.
+        let traced = meta
+            .span
+            .as_ref()
+            .and_then(|span| this.waker_trace.waker_for(span, cx.waker()));
+        let mut cx = Context::from_waker(traced.as_deref().unwrap_or(cx.waker()));
+        let output = match catch_unwind(AssertUnwindSafe(|| future.poll(&mut cx))) {
             Ok(Poll::Pending) => return Poll::Pending,
             Ok(Poll::Ready(output)) => Ok(output),
             Err(panic) => Err(JoinError::panicked(panic)),

@@ -434,3 +434,17 @@ pub fn with_each_tokio_side(workers: usize) -> [Runtime; 2] {
             .unwrap()
     })
 }
+
+/// The fields of a `tracing` span or event, each as text (a string's
+/// quotes trimmed): what the tests of task spans compare.
+#[derive(Debug, Clone, Default)]
+pub struct FieldText(pub std::collections::BTreeMap<String, String>);
+
+impl tracing::field::Visit for FieldText {
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+        self.0.insert(
+            field.name().to_owned(),
+            format!("{value:?}").trim_matches('"').to_owned(),
+        );
+    }
+}
