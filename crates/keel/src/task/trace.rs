@@ -26,12 +26,18 @@
 //! one load of `tracing`'s global level filter at spawn, and each poll one
 //! branch; the waker a task's future sees is the one `async_task` made,
 //! untouched. With a subscriber at `TRACE` that does not enable the span,
-//! it costs a check of the callsite's cached interest at spawn as well. The waker events need a wrapper around
-//! that waker ([`WakerTrace`]), made only while the span is enabled and a
-//! subscriber listens for `runtime::waker`: one allocation per task, kept
-//! until the task's future is dropped, and remade only when the runtime
-//! hands the poll a different waker. It keeps its identity across polls,
-//! so `Waker::will_wake` (which readiness and timer registrations use to
+//! it costs a check of the callsite's cached interest at spawn as well.
+//! The two fields that hold the span and the traced waker are not free
+//! even when empty: counted in instructions, a spawned and joined task
+//! costs about 8% more than before they existed (their drop glue and the
+//! larger task allocation; BENCHMARKS.md, 2026-11-26 09:45).
+//!
+//! The waker events need a wrapper around the task's waker
+//! ([`WakerTrace`]), made only while the span is enabled and a subscriber
+//! listens for `runtime::waker`: one allocation per task, kept until the
+//! task's future is dropped, and remade only when the runtime hands the
+//! poll a different waker. It keeps its identity across polls, so
+//! `Waker::will_wake` (which readiness and timer registrations use to
 //! replace a waker rather than add one) still holds.
 
 use std::marker::PhantomData;
