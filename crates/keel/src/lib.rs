@@ -150,6 +150,7 @@ use std::future::Future;
 ///
 /// Outside a keel runtime; use [`Handle::spawn`] there.
 #[track_caller]
+#[inline]
 pub fn spawn<F>(future: F) -> JoinHandle<F::Output>
 where
     F: Future + Send + 'static,

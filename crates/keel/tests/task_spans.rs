@@ -35,6 +35,12 @@ use support::FieldText as Fields;
 
 struct Recorder(Arc<Mutex<Vec<Seen>>>);
 
+/// The `task.name` of every `runtime.spawn` span closed so far.
+fn closed_spans() -> &'static Mutex<Vec<String>> {
+    static CLOSED: Mutex<Vec<String>> = Mutex::new(Vec::new());
+    &CLOSED
+}
+
 impl<S: Subscriber + for<'a> LookupSpan<'a>> Layer<S> for Recorder {
     fn on_new_span(&self, attrs: &Attributes<'_>, id: &Id, ctx: Context<'_, S>) {
         let mut fields = Fields::default();
@@ -42,6 +48,19 @@ impl<S: Subscriber + for<'a> LookupSpan<'a>> Layer<S> for Recorder {
         if let Some(span) = ctx.span(id) {
             span.extensions_mut().insert(fields);
         }
+    }
+
+    fn on_close(&self, id: Id, ctx: Context<'_, S>) {
+        let Some(span) = ctx.span(&id) else { return };
+        if span.name() != "runtime.spawn" {
+            return;
+        }
+        let name = span
+            .extensions()
+            .get::<Fields>()
+            .and_then(|f| f.0.get("task.name").cloned())
+            .unwrap_or_default();
+        closed_spans().lock().unwrap().push(name);
     }
 
     fn on_event(&self, event: &Event<'_>, ctx: Context<'_, S>) {
@@ -212,4 +231,50 @@ fn with_the_span_disabled_events_come_without_it() {
     let events = events_with("span test: spans off");
     assert_eq!(events.len(), 1);
     assert!(events[0].spans.is_empty(), "{events:?}");
+}
+
+/// A task's span closes exactly once whichever way the task ends: run to
+/// completion, aborted (both while the runtime runs), or cancelled by
+/// shutdown while it waited. (The span and the task's traced waker live
+/// outside the task allocation; a traced waker kept past the task's end
+/// would keep the task, and so its span, alive.)
+#[test]
+fn every_tasks_span_closes_once_however_it_ends() {
+    let _serial = serial();
+    seen();
+    let name = "close-test";
+    let rt = Runtime::builder().workers(1).build().unwrap();
+    rt.block_on(async {
+        let mut handles = Vec::new();
+        for i in 0..30 {
+            handles.push(TaskBuilder::new().name(name).spawn(async move {
+                if i % 3 != 0 {
+                    std::future::pending::<()>().await;
+                }
+            }));
+        }
+        // A third completes; a third is aborted; a third is still waiting
+        // when the runtime drops.
+        for (i, handle) in handles.into_iter().enumerate() {
+            match i % 3 {
+                0 => handle.await.unwrap(),
+                1 => handle.abort(),
+                _ => drop(handle),
+            }
+        }
+    });
+    let closed = || {
+        closed_spans()
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|n| *n == name)
+            .count()
+    };
+    // Those that completed or were aborted close while the runtime runs
+    // (their last handle is gone once the worker is done with them).
+    support::wait_until("the ended tasks' spans close", || closed() >= 20);
+    assert_eq!(closed(), 20);
+    drop(rt);
+    assert_eq!(closed(), 30);
 }

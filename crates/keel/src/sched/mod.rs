@@ -302,14 +302,9 @@ impl Shared {
         F::Output: Send + 'static,
     {
         let id = self.next_task_id();
+        let wants_span = crate::task::trace::wants_spans();
         // Stamped when scheduled, just below.
-        let span = crate::task::trace::task_span(
-            TaskId(id),
-            name.as_deref(),
-            || self.config.class_name(class).unwrap_or("?"),
-            std::panic::Location::caller(),
-        );
-        let meta = TaskMeta::named(TaskId(id), class, 0, name, span);
+        let meta = TaskMeta::named(TaskId(id), class, 0, name, wants_span);
         let shared = self.clone();
         let schedule = WithInfo(move |runnable: Runnable, info: ScheduleInfo| {
             let placement = if info.woken_while_running {
@@ -327,6 +322,16 @@ impl Shared {
         };
         match self.registry.insert(id, make) {
             Ok((runnable, task)) => {
+                // Filed under the metadata's final address, before the
+                // task's first poll can look for it.
+                if wants_span {
+                    crate::task::trace::attach(
+                        runnable.metadata(),
+                        Arc::as_ptr(self) as usize,
+                        self.config.class_name(class).unwrap_or("?"),
+                        std::panic::Location::caller(),
+                    );
+                }
                 let handle = JoinHandle::new(task, runnable.waker());
                 self.schedule(runnable, Placement::Event);
                 handle
@@ -621,6 +626,8 @@ impl Shared {
         // Timers filed by futures outside any task (held by the user) still
         // hold wakers; drop them outside the wheel's lock.
         drop(self.timer_driver.clear());
+        // So do the traced wakers of tasks cancelled unpolled.
+        crate::task::trace::release_runtime(std::ptr::from_ref(self) as usize);
     }
 
     /// Drops what `queues` (an exiting worker's own) still hold, if the

@@ -40,6 +40,10 @@ pub(crate) fn run_poll(
     }
     let _ = catch_unwind(AssertUnwindSafe(|| {
         if aborted {
+            // Its traced waker (if any) would keep it alive past the drop.
+            if runnable.metadata().has_span() {
+                crate::task::trace::release_waker(runnable.metadata());
+            }
             drop(runnable);
         } else {
             runnable.run();

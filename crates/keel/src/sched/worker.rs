@@ -481,7 +481,8 @@ impl Worker {
         // What a stall report needs, kept past the poll (which may free the
         // task): the name is cloned only for tasks that have one, the span
         // only when there is one (a subscriber wants `TRACE`).
-        let (id, name, span) = (meta.id, meta.name.clone(), meta.span.clone());
+        let (id, name) = (meta.id, meta.name.clone());
+        let span = crate::task::trace::span_of(meta);
 
         // A poll that follows the last one with only a pick between them
         // starts where that one ended: the pick's tens of nanoseconds are

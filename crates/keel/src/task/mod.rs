@@ -83,16 +83,19 @@ pub(crate) struct TaskMeta {
     /// Set once by `JoinHandle::abort`; read by workers before polling,
     /// and by [`Guarded`] at the start of each poll.
     pub(crate) aborted: AtomicBool,
-    /// The task's `runtime.spawn` span (see [`trace::task_span`]), entered
-    /// around each of its polls; `None` (one branch to skip) when no
-    /// subscriber wants it.
-    pub(crate) span: Option<tracing::Span>,
+    /// Whether the task has a `runtime.spawn` span (see [`trace::attach`]),
+    /// entered around each of its polls. The span itself lives beside the
+    /// runtime, not here ([`trace`] says why); `false` (one branch to
+    /// skip) when no subscriber wants it. Set before the task is first
+    /// scheduled and cleared at most once, at that point, so `std`'s
+    /// atomic (not modelled under loom) with relaxed loads suffices.
+    pub(crate) has_span: std::sync::atomic::AtomicBool,
 }
 
 impl TaskMeta {
     /// The metadata of a task without a span (a blocking job's).
     pub(crate) fn new(id: TaskId, class: Class, now: u64) -> TaskMeta {
-        TaskMeta::named(id, class, now, None, None)
+        TaskMeta::named(id, class, now, None, false)
     }
 
     pub(crate) fn named(
@@ -100,7 +103,7 @@ impl TaskMeta {
         class: Class,
         now: u64,
         name: Option<Arc<str>>,
-        span: Option<tracing::Span>,
+        has_span: bool,
     ) -> TaskMeta {
         TaskMeta {
             id,
@@ -108,12 +111,29 @@ impl TaskMeta {
             name,
             scheduled_at: AtomicU64::new(now),
             aborted: AtomicBool::new(false),
-            span,
+            has_span: std::sync::atomic::AtomicBool::new(has_span),
         }
     }
 
     pub(crate) fn is_aborted(&self) -> bool {
         self.aborted.load(Ordering::Acquire)
+    }
+
+    /// See `has_span`.
+    #[inline]
+    pub(crate) fn has_span(&self) -> bool {
+        self.has_span.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
+impl Drop for TaskMeta {
+    /// The span goes with the task allocation: the metadata drops when the
+    /// task has ended (completed, aborted or cancelled) and its last handle
+    /// (`JoinHandle`, waker) is gone.
+    fn drop(&mut self) {
+        if self.has_span() {
+            trace::detach(self);
+        }
     }
 }
 
@@ -165,9 +185,6 @@ pub(crate) struct Guarded<F> {
     future: DropGuard<F>,
     _entry: registry::Entry,
     meta: OwnMeta,
-    /// The traced waker the future is polled with while a subscriber
-    /// listens for waker events; empty (a null pointer) otherwise.
-    waker_trace: trace::WakerTrace,
 }
 
 /// The metadata of the task whose future holds this pointer.
@@ -192,7 +209,6 @@ impl<F> Guarded<F> {
             future: DropGuard::new(future),
             _entry: entry,
             meta: OwnMeta(NonNull::from(meta)),
-            waker_trace: trace::WakerTrace::default(),
         }
     }
 }
@@ -200,6 +216,9 @@ impl<F> Guarded<F> {
 impl<F: Future> Future for Guarded<F> {
     type Output = Output<F::Output>;
 
+    // Always: its one caller is `async_task`'s `run`, and a call between
+    // them costs every poll.
+    #[inline(always)]
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         // Never reborrow `self` as `&Guarded`: a shared reference to the
         // wrapper covers the future's bytes, and creating one is a read of
@@ -223,6 +242,9 @@ impl<F: Future> Future for Guarded<F> {
             // lies, never moving it.
             let guard = &mut this.future;
             let _ = catch_unwind(AssertUnwindSafe(|| guard.0 = None));
+            if meta.has_span() {
+                trace::release_waker(meta);
+            }
             return Poll::Ready(DropGuard::new(Err(JoinError::cancelled(meta.id))));
         }
         let Some(future) = this.future.0.as_mut() else {
@@ -234,17 +256,20 @@ impl<F: Future> Future for Guarded<F> {
         // called on it; the guard's `Drop` and the abort above drop it in
         // place), neither `Guarded` nor `DropGuard` is `Unpin` unless `F`
         // is, and `Guarded` has no `Drop` impl of its own.
-        let future = unsafe { Pin::new_unchecked(future) };
-        let _in_span = meta.span.as_ref().map(tracing::Span::enter);
-        // One call site for the poll, so that the future's code is not
-        // laid out twice: with no traced waker, a new context around the
-        // same waker.
-        let traced = meta
-            .span
-            .as_ref()
-            .and_then(|span| this.waker_trace.waker_for(span, cx.waker()));
-        let mut cx = Context::from_waker(traced.as_deref().unwrap_or(cx.waker()));
-        let output = match catch_unwind(AssertUnwindSafe(|| future.poll(&mut cx))) {
+        let mut future = unsafe { Pin::new_unchecked(future) };
+        let mut poll_once =
+            |cx: &mut Context<'_>| catch_unwind(AssertUnwindSafe(|| future.as_mut().poll(cx)));
+        // A task with a span is polled inside it, through the same closure
+        // (out of line: the common path stays as small as a task without
+        // tracing).
+        let polled = if meta.has_span() {
+            trace::poll_in_span(meta, cx, &mut poll_once, |polled| {
+                !matches!(polled, Ok(Poll::Pending))
+            })
+        } else {
+            poll_once(cx)
+        };
+        let output = match polled {
             Ok(Poll::Pending) => return Poll::Pending,
             Ok(Poll::Ready(output)) => Ok(output),
             Err(panic) => Err(JoinError::panicked(panic)),

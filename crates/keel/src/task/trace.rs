@@ -10,8 +10,9 @@
 //!   `TRACE`, no parent) with the fields `task.id`, `task.name`,
 //!   `task.class`, `kind` and the spawn location `loc.file`, `loc.line`,
 //!   `loc.col`. The console counts a poll for each time the span is
-//!   entered, and the task as finished when the span closes: when the task
-//!   has finished and its last handle (`JoinHandle`, waker) is gone;
+//!   entered, and the task as finished when the span closes: when the
+//!   task has ended (completed, aborted, or cancelled by shutdown) and its
+//!   last handle (`JoinHandle`, waker) is gone;
 //! - each clone, wake and drop of the task's waker emits an event of target
 //!   `runtime::waker` with `op` (`waker.clone`, `waker.wake`,
 //!   `waker.wake_by_ref`, `waker.drop`) and `task.id`, the *span's* id, by
@@ -19,66 +20,69 @@
 //!   console's "scheduled" time; clones minus drops are the task's live
 //!   wakers, and an idle task with none has lost its waker.
 //!
-//! # Cost
+//! # Where they live, and what they cost
+//!
+//! Neither lives in the task allocation: a task with a span is marked by
+//! one flag in its metadata (`TaskMeta::has_span`, in what was padding),
+//! and its span and traced waker sit in a process-wide table keyed by the
+//! address of that metadata (unique while the task allocation lives: the
+//! entry is removed when the metadata drops, before the allocation is
+//! freed). A field in the task header or the wrapper would cost every
+//! task, traced or not: its drop glue, a larger allocation, and code the
+//! compiler no longer inlines (BENCHMARKS.md, 2026-11-26: two such fields,
+//! never used, cost a spawned and joined task about 7% more
+//! instructions). So does making the span at spawn before the task
+//! exists: the span is made by [`attach`], out of line, once the task is
+//! built.
 //!
 //! With no subscriber that wants `TRACE` from anything (the default, and
 //! the usual `info` or `debug` logging), a task has no span: deciding so is
 //! one load of `tracing`'s global level filter at spawn, and each poll one
-//! branch; the waker a task's future sees is the one `async_task` made,
-//! untouched. With a subscriber at `TRACE` that does not enable the span,
-//! it costs a check of the callsite's cached interest at spawn as well.
-//! The two fields that hold the span and the traced waker are not free
-//! even when empty: counted in instructions, a spawned and joined task
-//! costs about 8% more than before they existed (their drop glue and the
-//! larger task allocation; BENCHMARKS.md, 2026-11-26 09:45).
+//! branch on the flag; the waker a task's future sees is the one
+//! `async_task` made, untouched. With a subscriber at `TRACE` that does not
+//! enable the span, it costs a check of the callsite's cached interest at
+//! spawn as well. A task that has a span pays a lock of one of the
+//! table's shards per poll, which a subscriber that records every enter
+//! and exit dwarfs. Counted in instructions, a build with all of this
+//! costs a spawned and joined task about 1.5%, and a poll about 1%, more
+//! than the same tree with it (and `#[track_caller]` on the spawn path)
+//! taken out (BENCHMARKS.md, 2026-11-26, "what the task span costs").
 //!
 //! The waker events need a wrapper around the task's waker
 //! ([`WakerTrace`]), made only while the span is enabled and a subscriber
-//! listens for `runtime::waker`: one allocation per task, kept until the
-//! task's future is dropped, and remade only when the runtime hands the
+//! listens for `runtime::waker`: one allocation per task, kept in the
+//! table until the task ends, and remade only when the runtime hands the
 //! poll a different waker. It keeps its identity across polls, so
 //! `Waker::will_wake` (which readiness and timer registrations use to
-//! replace a waker rather than add one) still holds.
+//! replace a waker rather than add one) still holds. It holds the task's
+//! own waker, so it must go when the task ends, or it would keep the task
+//! allocation (and the span) alive: it is released after the poll that
+//! completes the task, when an aborted task is dropped, and, for tasks
+//! cancelled by shutdown without a last poll, when the runtime has dropped
+//! all its tasks ([`release_runtime`]).
 
-use std::marker::PhantomData;
+use std::collections::BTreeMap;
 use std::mem::ManuallyDrop;
 use std::ops::Deref;
 use std::panic::Location;
-use std::sync::Arc;
-use std::task::{RawWaker, RawWakerVTable, Waker};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::task::{Context, RawWaker, RawWakerVTable, Waker};
 
 use tracing::span::Id;
 use tracing::Span;
 
-use super::TaskId;
+use super::{TaskId, TaskMeta};
 
-/// The span a task's polls run in (see the module documentation for its
-/// name and fields), or `None` when no subscriber wants it. Events the
-/// task emits carry it, and so does the stall report of a poll that held
-/// its worker.
-///
-/// Below `TRACE` no subscriber can want the span (every callsite is
-/// checked against that level first), so one load decides it, and
-/// `class_name` is not even looked up. A span that `tracing` made disabled
-/// is dropped for `None` as well: it would carry its metadata, and with
-/// the `log` feature of `tracing` on (some common crates turn it on) ask
-/// whether `log` wants a line at each enter, exit, copy and drop.
+/// Whether a task spawned now may get a span: `false` when no subscriber
+/// wants anything at `TRACE`, the level of the span (every callsite is
+/// checked against it first), which one load decides. A task spawned
+/// with `true` gets its span from [`attach`].
 #[inline]
-pub(crate) fn task_span<'a>(
-    id: TaskId,
-    name: Option<&str>,
-    class_name: impl FnOnce() -> &'a str,
-    spawned_at: &'static Location<'static>,
-) -> Option<Span> {
-    if tracing::level_filters::LevelFilter::current() < tracing::Level::TRACE {
-        return None;
-    }
-    let span = make_task_span(id, name, class_name(), spawned_at);
-    (!span.is_disabled()).then_some(span)
+pub(crate) fn wants_spans() -> bool {
+    tracing::level_filters::LevelFilter::current() >= tracing::Level::TRACE
 }
 
-#[cold]
-#[inline(never)]
 fn make_task_span(
     id: TaskId,
     name: Option<&str>,
@@ -102,7 +106,169 @@ fn make_task_span(
     )
 }
 
-/// The traced waker of one task, kept by its future between polls (empty
+/// Shards of the table, so that workers polling traced tasks rarely meet
+/// on one lock.
+const SHARDS: usize = 16;
+
+/// The span and traced waker of every live task that has a span, by the
+/// address of its metadata (see the module documentation). Empty unless a
+/// subscriber wants `TRACE`.
+static TABLE: [Mutex<BTreeMap<usize, TaskTrace>>; SHARDS] =
+    [const { Mutex::new(BTreeMap::new()) }; SHARDS];
+
+/// What the table holds for one task.
+struct TaskTrace {
+    span: Span,
+    waker: WakerTrace,
+    /// The runtime that spawned the task (the address of its shared
+    /// state), for [`release_runtime`].
+    owner: usize,
+}
+
+/// The key of `meta`'s task, and the shard that holds it.
+fn slot(meta: &TaskMeta) -> (usize, MutexGuard<'static, BTreeMap<usize, TaskTrace>>) {
+    let key = std::ptr::from_ref(meta) as usize;
+    // Task allocations are larger than 64 bytes: the low bits say nothing.
+    let shard = &TABLE[(key >> 6) % SHARDS];
+    // Nothing that can panic runs under these locks but the map's own
+    // code, which leaves it consistent.
+    (key, shard.lock().unwrap_or_else(PoisonError::into_inner))
+}
+
+/// Makes the span of the task whose metadata is `meta` (see the module
+/// documentation for its name and fields; `class` is its class's name,
+/// `spawned_at` where it was spawned, `owner` the address of the spawning
+/// runtime's shared state) and files it under the metadata's
+/// final address. Called once, for a task spawned when
+/// [`wants_spans`] said so, built but not yet scheduled (so that no poll
+/// reads `has_span` before it settles). Events the task emits carry the
+/// span, and so does the stall report of a poll that held its worker.
+///
+/// A span that `tracing` made disabled is not kept, and the task is
+/// polled as one without a span: it would carry its metadata, and with
+/// the `log` feature of `tracing` on (some common crates turn it on) ask
+/// whether `log` wants a line at each enter, exit, copy and drop.
+#[cold]
+#[inline(never)]
+pub(crate) fn attach(
+    meta: &TaskMeta,
+    owner: usize,
+    class: &str,
+    spawned_at: &'static Location<'static>,
+) {
+    let span = make_task_span(meta.id, meta.name.as_deref(), class, spawned_at);
+    if span.is_disabled() {
+        meta.has_span.store(false, Ordering::Relaxed);
+        return;
+    }
+    let (key, mut table) = slot(meta);
+    table.insert(
+        key,
+        TaskTrace {
+            span,
+            waker: WakerTrace::default(),
+            owner,
+        },
+    );
+}
+
+/// Removes the span of `meta`'s task, closing it unless a copy is still
+/// held (a stall report's). Called when the metadata drops.
+#[cold]
+pub(crate) fn detach(meta: &TaskMeta) {
+    let (key, mut table) = slot(meta);
+    let trace = table.remove(&key);
+    // The span closes outside the lock: a subscriber's `on_close` may
+    // spawn, and so reach this table.
+    drop(table);
+    drop(trace);
+}
+
+/// A copy of the span of `meta`'s task, if it has one.
+#[inline]
+pub(crate) fn span_of(meta: &TaskMeta) -> Option<Span> {
+    if !meta.has_span() {
+        return None;
+    }
+    copy_span(meta)
+}
+
+#[cold]
+#[inline(never)]
+fn copy_span(meta: &TaskMeta) -> Option<Span> {
+    let (key, table) = slot(meta);
+    table.get(&key).map(|trace| trace.span.clone())
+}
+
+/// Runs `poll` (one poll of the future of `meta`'s task) inside the task's
+/// span, with a traced waker in place of `cx`'s while a subscriber listens
+/// for waker events; just `poll(cx)` if the span is gone. When `done` says
+/// the poll ended the task, the traced waker is released (see
+/// [`release_waker`]).
+#[cold]
+#[inline(never)]
+pub(crate) fn poll_in_span<R>(
+    meta: &TaskMeta,
+    cx: &mut Context<'_>,
+    poll: &mut dyn FnMut(&mut Context<'_>) -> R,
+    done: impl FnOnce(&R) -> bool,
+) -> R {
+    let (key, mut table) = slot(meta);
+    let Some(trace) = table.get_mut(&key) else {
+        drop(table);
+        return poll(cx);
+    };
+    let span = trace.span.clone();
+    let traced = trace.waker.waker_for(&span, cx.waker());
+    drop(table);
+    let polled = {
+        let _entered = span.enter();
+        match &traced {
+            Some(waker) => poll(&mut Context::from_waker(waker)),
+            None => poll(cx),
+        }
+    };
+    drop(traced);
+    if done(&polled) {
+        release_waker(meta);
+    }
+    polled
+}
+
+/// Drops the traced waker kept for `meta`'s task, once its future can no
+/// longer be polled (it completed or was aborted; [`release_runtime`] for
+/// tasks cancelled by shutdown). The traced waker holds the task's own
+/// waker, so kept past that point it would keep the task allocation (and
+/// with it the span) alive forever.
+#[cold]
+#[inline(never)]
+pub(crate) fn release_waker(meta: &TaskMeta) {
+    let (key, mut table) = slot(meta);
+    let waker = table.get_mut(&key).and_then(|trace| trace.waker.0.take());
+    // The task may be freed by this drop, and its metadata's drop locks
+    // this shard.
+    drop(table);
+    drop(waker);
+}
+
+/// Drops the traced wakers of every task of the runtime `owner` (see
+/// [`attach`]), once its shutdown has dropped the futures of all its
+/// tasks: those cancelled without a last poll release theirs here.
+pub(crate) fn release_runtime(owner: usize) {
+    for shard in &TABLE {
+        let wakers: Vec<_> = shard
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .values_mut()
+            .filter(|trace| trace.owner == owner)
+            .filter_map(|trace| trace.waker.0.take())
+            .collect();
+        // Outside the lock, as in `release_waker`.
+        drop(wakers);
+    }
+}
+
+/// The traced waker of one task, kept in the table between polls (empty
 /// until a subscriber wants waker events).
 #[derive(Default)]
 pub(crate) struct WakerTrace(Option<Arc<Traced>>);
@@ -118,10 +284,7 @@ impl WakerTrace {
     /// The waker to poll the task's future with instead of `waker`, when
     /// `span` is enabled and a subscriber listens for waker events; `None`
     /// otherwise (the future is then polled with `waker` itself).
-    ///
-    /// The result borrows `self`: it holds no reference count of its own,
-    /// exactly like the `&Waker` of a `Context`; clones of it do.
-    pub(crate) fn waker_for(&mut self, span: &Span, waker: &Waker) -> Option<Borrowed<'_>> {
+    fn waker_for(&mut self, span: &Span, waker: &Waker) -> Option<Borrowed> {
         let span = span.id()?;
         // An event's interest, not a hint's: console-subscriber's filter
         // passes events of target `runtime*` and nothing else by target.
@@ -129,33 +292,41 @@ impl WakerTrace {
             return None;
         }
         let traced = match &mut self.0 {
-            Some(traced) if traced.inner.will_wake(waker) && traced.span == span => traced,
+            Some(traced) if traced.inner.will_wake(waker) => traced,
             slot => slot.insert(Arc::new(Traced {
                 inner: waker.clone(),
                 span,
             })),
         };
-        let raw = RawWaker::new(Arc::as_ptr(traced).cast(), &VTABLE);
-        Some(Borrowed {
-            // SAFETY: the vtable's contract holds for `raw`: its data
-            // pointer came from `Arc::as_ptr` of a live `Arc<Traced>`
-            // (kept alive by `self` for as long as the result borrows
-            // it), which is what every vtable function expects. The
-            // waker is never dropped (`ManuallyDrop`), so it releases no
-            // reference count it does not own.
-            waker: ManuallyDrop::new(unsafe { Waker::from_raw(raw) }),
-            _owner: PhantomData,
-        })
+        Some(Borrowed::new(traced.clone()))
     }
 }
 
-/// A traced waker borrowed from a [`WakerTrace`], for one poll.
-pub(crate) struct Borrowed<'a> {
+/// A traced waker for one poll: a reference count of the wrapper, and a
+/// waker made from it that owns no count of its own (exactly like the
+/// `&Waker` of a `Context`; clones of it own theirs).
+pub(crate) struct Borrowed {
     waker: ManuallyDrop<Waker>,
-    _owner: PhantomData<&'a Arc<Traced>>,
+    _owner: Arc<Traced>,
 }
 
-impl Deref for Borrowed<'_> {
+impl Borrowed {
+    fn new(owner: Arc<Traced>) -> Borrowed {
+        let raw = RawWaker::new(Arc::as_ptr(&owner).cast(), &VTABLE);
+        Borrowed {
+            // SAFETY: the vtable's contract holds for `raw`: its data
+            // pointer came from `Arc::as_ptr` of a live `Arc<Traced>`
+            // (`owner`, kept alive beside the waker for as long as the
+            // waker is), which is what every vtable function expects. The
+            // waker is never dropped (`ManuallyDrop`), so it releases no
+            // reference count it does not own.
+            waker: ManuallyDrop::new(unsafe { Waker::from_raw(raw) }),
+            _owner: owner,
+        }
+    }
+}
+
+impl Deref for Borrowed {
     type Target = Waker;
 
     fn deref(&self) -> &Waker {
@@ -169,9 +340,9 @@ fn emit(op: &'static str, span: &Id) {
 }
 
 /// Every function receives a data pointer made by `Arc::as_ptr` of an
-/// `Arc<Traced>` that owns one strong count for the waker being used
-/// (or, for the borrowed waker of [`WakerTrace::waker_for`], that the
-/// `WakerTrace` keeps alive): so the pointer is valid, and a function that
+/// `Arc<Traced>` that owns one strong count for the waker being used (or,
+/// for a [`Borrowed`] waker, that the `Borrowed` keeps alive): so the
+/// pointer is valid, and a function that
 /// consumes the waker may release one count.
 static VTABLE: RawWakerVTable = RawWakerVTable::new(clone, wake, wake_by_ref, drop_waker);
 
@@ -234,18 +405,17 @@ mod tests {
             span: Id::from_u64(7),
         });
         let trace = WakerTrace(Some(traced.clone()));
-        let raw = RawWaker::new(Arc::as_ptr(&traced).cast(), &VTABLE);
-        // SAFETY: as in `waker_for`: the pointer is a live Arc's, and the
-        // borrowed waker is never dropped.
-        let borrowed = ManuallyDrop::new(unsafe { Waker::from_raw(raw) });
+        let borrowed = Borrowed::new(traced.clone());
         borrowed.wake_by_ref();
         let first = (*borrowed).clone();
         let second = first.clone();
-        assert_eq!(Arc::strong_count(&traced), 4);
+        assert_eq!(Arc::strong_count(&traced), 5);
         first.wake();
         second.wake_by_ref();
         drop(second);
         assert_eq!(counter.0.load(Ordering::SeqCst), 3);
+        assert_eq!(Arc::strong_count(&traced), 3);
+        drop(borrowed);
         assert_eq!(Arc::strong_count(&traced), 2);
         drop(trace);
         assert_eq!(Arc::strong_count(&traced), 1);
