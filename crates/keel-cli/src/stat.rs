@@ -5,7 +5,10 @@
 //!
 //! Each line covers the interval since the one before: the wall-clock
 //! time (UTC) at its end, the workers' utilization and spin, the process
-//! CPU, each class's share of the polling and its queue-delay p99 (since
+//! CPU, the host's CPU stolen by the hypervisor (sar's `%steal`: on a
+//! virtual machine the workers' utilization, being wall-clock time,
+//! includes it, and compares with sar's user + system + steal), each
+//! class's share of the polling and its queue-delay p99 (since
 //! the server started: `/stats` keeps one histogram per class), the
 //! deliveries per second, the blocking pool's queue, the tokio side's
 //! CPU (in CPUs) when the server has one, and the urgent lane's polls per
@@ -115,6 +118,7 @@ fn header(document: &StatsDocument) -> String {
         format!("{:>6}", "util%"),
         format!("{:>6}", "spin%"),
         format!("{:>6}", "cpu%"),
+        format!("{:>6}", "steal%"),
     ];
     for class in &document.classes {
         columns.push(format!("{:>9}", format!("{}%", class.name)));
@@ -144,6 +148,10 @@ fn text_line(view: &View, unix_s: f64) -> String {
         format!(
             "{:>6}",
             optional(view.process_cpu_pct, |p| format!("{p:.1}"))
+        ),
+        format!(
+            "{:>6}",
+            optional(view.host_steal_pct, |p| format!("{p:.1}"))
         ),
     ];
     for class in &view.classes {
@@ -190,6 +198,7 @@ fn json_line(view: &View, unix_s: f64) -> String {
         "utilization_pct": view.utilization_pct,
         "spin_pct": view.spin_pct,
         "process_cpu_pct": view.process_cpu_pct,
+        "host_steal_pct": view.host_steal_pct,
         "accounted_cpu_pct": view.accounted_cpu_pct,
         "classes": classes,
         "deliveries_per_s": view.deliveries_per_s,

@@ -65,6 +65,9 @@ pub struct View {
     pub accounted_cpu_pct: f64,
     /// Process CPU over worker wall time, in percent, if reported.
     pub process_cpu_pct: Option<f64>,
+    /// The host's CPU time stolen by the hypervisor, in percent of all its
+    /// CPU time (sar's `%steal`), if reported.
+    pub host_steal_pct: Option<f64>,
     /// One row per worker.
     pub workers: Vec<WorkerRow>,
     /// One row per class.
@@ -288,6 +291,18 @@ impl View {
             _ => None,
         };
 
+        let host_steal_pct = match (window.host_cpu_s, window.host_steal_s) {
+            (Some(total), Some(steal)) => match then_window.map(|t| (t.host_cpu_s, t.host_steal_s))
+            {
+                None => Some(ratio_pct(steal, total)),
+                Some((Some(then_total), Some(then_steal))) => {
+                    Some(ratio_pct(steal - then_steal, total - then_total))
+                }
+                Some(_) => None,
+            },
+            _ => None,
+        };
+
         let blocking = &now.blocking;
         let then_blocking = before.map(|b| &b.blocking);
         let blocking_busy = blocking.busy_s - then_blocking.map_or(0.0, |t| t.busy_s);
@@ -305,6 +320,7 @@ impl View {
                 then_window.map(|t| t.accounted_cpu_s),
             ),
             process_cpu_pct,
+            host_steal_pct,
             workers,
             classes,
             deliveries_per_s: per_s(total.count),
@@ -477,7 +493,10 @@ pub mod tests {
                     "spin_s": {spin}, "parked_s": 0.0, "blocking_busy_s": 0.0,
                     "accounted_cpu_s": {acc}, "process_user_s": null, "process_system_s": null,
                     "process_cpu_s": {proc}, "utilization_pct": 0.0, "spin_pct": 0.0,
-                    "accounted_cpu_pct": 0.0, "process_cpu_pct": null}}"#,
+                    "accounted_cpu_pct": 0.0, "process_cpu_pct": null,
+                    "host_cpu_s": {host}, "host_steal_s": {steal}}}"#,
+                host = 2.0 * t,
+                steal = 0.1 * t,
                 ww = 2.0 * t,
                 busy = 1.2 * t,
                 spin = 0.1 * t,
@@ -581,6 +600,7 @@ pub mod tests {
         assert!((view.utilization_pct - 60.0).abs() < 1e-6);
         assert!((view.accounted_cpu_pct - 70.0).abs() < 1e-6);
         assert!((view.process_cpu_pct.unwrap() - 75.0).abs() < 1e-6);
+        assert!((view.host_steal_pct.unwrap() - 5.0).abs() < 1e-6);
         assert!((view.blocking.completed_per_s - 10.0).abs() < 1e-6);
         assert!((view.blocking.busy_threads - 0.5).abs() < 1e-6);
         assert_eq!(view.io_poll_gap_max_us, None);

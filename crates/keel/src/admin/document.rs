@@ -652,6 +652,22 @@ pub struct WindowFigures {
     /// `accounted_cpu_pct`; it also counts threads that are neither
     /// workers nor the blocking pool. `None` where unavailable.
     pub process_cpu_pct: Option<f64>,
+    /// The host's CPU time in the span, every CPU and state (idle
+    /// included), from `/proc/stat`; `None` where unavailable, and from a
+    /// server that predates it.
+    #[serde(default)]
+    pub host_cpu_s: Option<f64>,
+    /// The part of `host_cpu_s` the hypervisor gave to other guests
+    /// (`steal`); `None` where unavailable.
+    #[serde(default)]
+    pub host_steal_s: Option<f64>,
+    /// `host_steal_s` / `host_cpu_s`, sar's `%steal`: on a virtual machine,
+    /// time the workers' wall-clock accounting counts as theirs although
+    /// no CPU ran them, so `utilization_pct` is comparable with sar's
+    /// user + system + steal rather than user + system. `None` where
+    /// unavailable.
+    #[serde(default)]
+    pub host_steal_pct: Option<f64>,
 }
 
 impl StatsDocument {
@@ -825,6 +841,9 @@ mod tests {
             "accounted_cpu_pct",
             "workers_cpu_pct",
             "process_cpu_pct",
+            "host_cpu_s",
+            "host_steal_s",
+            "host_steal_pct",
         ];
         let mut expected = vec![
             "uptime_s",

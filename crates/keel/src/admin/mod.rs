@@ -213,6 +213,8 @@
 //! | `accounted_cpu_pct` | number | `accounted_cpu_s` / `worker_wall_s` |
 //! | `workers_cpu_pct` | number | `workers_cpu_s` / `worker_wall_s` |
 //! | `process_cpu_pct` | number or null | `process_cpu_s` / `worker_wall_s`: comparable with `accounted_cpu_pct`; it also counts threads that are not workers nor the blocking pool, such as `block_on`'s caller |
+//! | `host_cpu_s`, `host_steal_s` | number or null | the host's CPU time in the span (every CPU and state, idle included) and the part the hypervisor gave to other guests, from `/proc/stat`; `null` where it is unavailable |
+//! | `host_steal_pct` | number or null | `host_steal_s` / `host_cpu_s`, sar's `%steal`: on a virtual machine, time the workers' wall-clock accounting counts as theirs although no CPU ran them; `utilization_pct` compares with sar's user + system + steal |
 //!
 //! `since_last` is shared by every client of one endpoint: two clients
 //! polling `/stats` shorten each other's windows. A benchmark that wants

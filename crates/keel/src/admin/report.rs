@@ -26,6 +26,61 @@ pub(super) struct Sample {
     lane_cpu: Option<Duration>,
     /// User and system CPU of the process, if `getrusage` answered.
     process: Option<(Duration, Duration)>,
+    /// The host's CPU time, all states, and its steal, if `/proc/stat`
+    /// answered.
+    host: Option<HostCpu>,
+}
+
+/// The host's CPU time (all CPUs, all states) and the part of it stolen by
+/// the hypervisor, since boot.
+#[derive(Debug, Clone, Copy)]
+struct HostCpu {
+    total: Duration,
+    steal: Duration,
+}
+
+/// The host's CPU times from the first line of `/proc/stat` (`cpu  user
+/// nice system idle iowait irq softirq steal ...`, in clock ticks), as
+/// sar reads them; `None` where the file or the tick rate is missing.
+#[cfg(target_os = "linux")]
+fn host_cpu() -> Option<HostCpu> {
+    // SAFETY: `sysconf` reads a configuration value and touches no memory
+    // of ours.
+    let ticks_per_s = u64::try_from(unsafe { libc::sysconf(libc::_SC_CLK_TCK) }).ok()?;
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    parse_host_cpu(&stat, ticks_per_s)
+}
+
+/// Host CPU times are read on Linux only.
+#[cfg(not(target_os = "linux"))]
+fn host_cpu() -> Option<HostCpu> {
+    None
+}
+
+/// The `cpu` line of a `/proc/stat` text, with `ticks_per_s` clock ticks
+/// a second. `guest` and `guest_nice` are left out: the kernel counts
+/// them in `user` and `nice` already.
+fn parse_host_cpu(stat: &str, ticks_per_s: u64) -> Option<HostCpu> {
+    if ticks_per_s == 0 {
+        return None;
+    }
+    let line = stat.lines().next()?;
+    let mut fields = line.split_whitespace();
+    if fields.next()? != "cpu" {
+        return None;
+    }
+    let ticks: Vec<u64> = fields
+        .take(8)
+        .map(str::parse)
+        .collect::<Result<_, _>>()
+        .ok()?;
+    let steal = *ticks.get(7)?;
+    let total: u64 = ticks.iter().sum();
+    let duration = |ticks: u64| Duration::from_secs_f64(ticks as f64 / ticks_per_s as f64);
+    Some(HostCpu {
+        total: duration(total),
+        steal: duration(steal),
+    })
 }
 
 impl Sample {
@@ -37,6 +92,7 @@ impl Sample {
             tokio_cpu: stats.tokio.map(|tokio| tokio.cpu),
             lane_cpu: stats.lane.as_ref().map(|lane| lane.cpu),
             process: process_cpu(),
+            host: host_cpu(),
         }
     }
 }
@@ -110,6 +166,13 @@ fn window(before: &Sample, after: &Sample) -> WindowFigures {
         _ => None,
     };
     let process_cpu = process.map(|(user, system)| user + system);
+    let host = match (before.host, after.host) {
+        (Some(then), Some(now)) => Some((
+            now.total.saturating_sub(then.total),
+            now.steal.saturating_sub(then.steal),
+        )),
+        _ => None,
+    };
     WindowFigures {
         wall_s: secs(after.elapsed.saturating_sub(before.elapsed)),
         worker_wall_s: secs(worker_wall),
@@ -132,6 +195,9 @@ fn window(before: &Sample, after: &Sample) -> WindowFigures {
         accounted_cpu_pct: pct(accounted, worker_wall),
         workers_cpu_pct: Some(pct(workers_cpu, worker_wall)),
         process_cpu_pct: process_cpu.map(|cpu| pct(cpu, worker_wall)),
+        host_cpu_s: host.map(|(total, _)| secs(total)),
+        host_steal_s: host.map(|(_, steal)| secs(steal)),
+        host_steal_pct: host.map(|(total, steal)| pct(steal, total)),
     }
 }
 
@@ -256,4 +322,38 @@ fn short_duration(d: Duration) -> String {
 
 fn pct(part: Duration, whole: Duration) -> f64 {
     ratio_pct(part.as_secs_f64(), whole.as_secs_f64())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The `cpu` line as sar reads it: every state counted once (`guest`
+    /// is inside `user` already), steal the eighth figure, in ticks.
+    #[test]
+    fn the_hosts_cpu_line_reads_as_sar_reads_it() {
+        let stat = "cpu  100 5 50 800 10 1 2 32 7 0\ncpu0 50 2 25 400 5 0 1 16 3 0\n";
+        let host = parse_host_cpu(stat, 100).expect("a cpu line");
+        assert_eq!(host.total, Duration::from_secs(10));
+        assert_eq!(host.steal, Duration::from_millis(320));
+        // A kernel that lists fewer states, or a line that is not the
+        // aggregate, or not numbers, or no tick rate: no figure, no panic.
+        for bad in [
+            "cpu  100 5 50 800 10 1 2\n",
+            "cpu0 100 5 50 800 10 1 2 32\n",
+            "cpu  100 5 50 800 ten 1 2 32\n",
+            "",
+        ] {
+            assert!(parse_host_cpu(bad, 100).is_none(), "{bad:?}");
+        }
+        assert!(parse_host_cpu(stat, 0).is_none());
+    }
+
+    /// On this machine the file answers, and steal is part of the total.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn the_host_cpu_is_read_here() {
+        let host = host_cpu().expect("/proc/stat answers on Linux");
+        assert!(host.steal <= host.total && host.total > Duration::ZERO);
+    }
 }
