@@ -18,7 +18,7 @@
 //! Queue delays are cumulative histograms whose percentiles cannot be
 //! subtracted; they are shown as they are, since the start.
 
-use keel::admin::{CountBytes, DeliveryFigures, StatsDocument, WorkerFigures};
+use keel::admin::{CountBytes, DeliveryFigures, StatsDocument, WindowFigures, WorkerFigures};
 
 use crate::error::Error;
 
@@ -285,23 +285,17 @@ impl View {
         let then_window = before.map(|b| &b.since_start);
         let wall = window.worker_wall_s - then_window.map_or(0.0, |t| t.worker_wall_s);
         let of_wall = |now: f64, then: Option<f64>| ratio_pct(now - then.unwrap_or(0.0), wall);
-        let process_cpu_pct = match (window.process_cpu_s, then_window.map(|t| t.process_cpu_s)) {
-            (Some(now), None) => Some(of_wall(now, None)),
-            (Some(now), Some(Some(then))) => Some(of_wall(now, Some(then))),
-            _ => None,
+        // A figure the server may not report: its growth over the span, or
+        // its value since the start without an earlier snapshot; `None`
+        // if either end lacks it.
+        let grown = |figure: fn(&WindowFigures) -> Option<f64>| match then_window {
+            None => figure(window),
+            Some(then) => Some(figure(window)? - figure(then)?),
         };
-
-        let host_steal_pct = match (window.host_cpu_s, window.host_steal_s) {
-            (Some(total), Some(steal)) => match then_window.map(|t| (t.host_cpu_s, t.host_steal_s))
-            {
-                None => Some(ratio_pct(steal, total)),
-                Some((Some(then_total), Some(then_steal))) => {
-                    Some(ratio_pct(steal - then_steal, total - then_total))
-                }
-                Some(_) => None,
-            },
-            _ => None,
-        };
+        let process_cpu_pct = grown(|w| w.process_cpu_s).map(|cpu| of_wall(cpu, None));
+        let host_steal_pct = grown(|w| w.host_steal_s)
+            .zip(grown(|w| w.host_cpu_s))
+            .map(|(steal, total)| ratio_pct(steal, total));
 
         let blocking = &now.blocking;
         let then_blocking = before.map(|b| &b.blocking);

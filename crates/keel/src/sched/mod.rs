@@ -327,7 +327,7 @@ impl Shared {
                 if wants_span {
                     crate::task::trace::attach(
                         runnable.metadata(),
-                        Arc::as_ptr(self) as usize,
+                        self.trace_owner(),
                         self.config.class_name(class).unwrap_or("?"),
                         std::panic::Location::caller(),
                     );
@@ -343,6 +343,12 @@ impl Shared {
                 handle
             }
         }
+    }
+
+    /// This runtime as the owner of its tasks' traces (see
+    /// `task::trace::release_runtime`): the address of its shared state.
+    fn trace_owner(&self) -> usize {
+        std::ptr::from_ref(self) as usize
     }
 
     /// A fresh task id (for async tasks and blocking jobs alike).
@@ -627,7 +633,7 @@ impl Shared {
         // hold wakers; drop them outside the wheel's lock.
         drop(self.timer_driver.clear());
         // So do the traced wakers of tasks cancelled unpolled.
-        crate::task::trace::release_runtime(std::ptr::from_ref(self) as usize);
+        crate::task::trace::release_runtime(self.trace_owner());
     }
 
     /// Drops what `queues` (an exiting worker's own) still hold, if the

@@ -342,8 +342,8 @@ fn emit(op: &'static str, span: &Id) {
 /// Every function receives a data pointer made by `Arc::as_ptr` of an
 /// `Arc<Traced>` that owns one strong count for the waker being used (or,
 /// for a [`Borrowed`] waker, that the `Borrowed` keeps alive): so the
-/// pointer is valid, and a function that
-/// consumes the waker may release one count.
+/// pointer is valid, and a function that consumes the waker may release
+/// one count.
 static VTABLE: RawWakerVTable = RawWakerVTable::new(clone, wake, wake_by_ref, drop_waker);
 
 unsafe fn clone(data: *const ()) -> RawWaker {
