@@ -535,9 +535,16 @@ fn measure(
         let spent = counter(&end.mark, name) - counter(&start.mark, name);
         ratio(Some(spent * 1e6), Some(syncs)).filter(|us| us.is_finite())
     };
+    let regroups = counter(&end.mark, "regroups") - counter(&start.mark, "regroups");
+    let expired = counter(&end.mark, "regroups_expired") - counter(&start.mark, "regroups_expired");
+    let regroups_expired_pct = ratio(Some(expired * 100.0), Some(regroups)).unwrap_or(f64::NAN);
     let log_batch_us = per_sync_us("write_s")
         .zip(per_sync_us("sync_s"))
-        .map(|(write, sync)| LogBatchTimes { write, sync });
+        .map(|(write, sync)| LogBatchTimes {
+            write,
+            sync,
+            regroups_expired_pct,
+        });
     let batch_sync = match mode {
         Some(_) if records_per_sync.is_finite() => {
             bar.step("timing the batch's sync");
@@ -677,6 +684,7 @@ fn round_metrics(
             ("log_fdatasync_us", times.sync),
             ("log_cycle_us", cycle_us),
             ("log_cycle_rest_us", cycle_us - times.write - times.sync),
+            ("log_regroups_expired_pct", times.regroups_expired_pct),
         ]);
     }
     metrics
@@ -689,6 +697,9 @@ struct LogBatchTimes {
     write: f64,
     /// Its `fdatasync`, µs.
     sync: f64,
+    /// Of the writer's waits for the appenders it had answered, the share
+    /// that its window ended before they were all back, %.
+    regroups_expired_pct: f64,
 }
 
 /// The S5 verdicts, from one round's figures;

@@ -68,6 +68,8 @@ pub fn start(opts: &S5Opts) -> Result<Running, Error> {
         log_counters["syncs"] = json!(log_stats.batches);
         log_counters["write_s"] = json!(log_stats.write_time.as_secs_f64());
         log_counters["sync_s"] = json!(log_stats.sync_time.as_secs_f64());
+        log_counters["regroups"] = json!(log_stats.regroups);
+        log_counters["regroups_expired"] = json!(log_stats.regroups_expired);
         value["log"] = log_counters;
         value
     });

@@ -100,6 +100,15 @@ pub struct LogStats {
     pub last_lsn: Option<Lsn>,
     /// Segment files in the log.
     pub segments: usize,
+    /// Times the writer waited for the appenders it had just answered
+    /// to come back before it wrote the next batch (see
+    /// [`Options::regroup`](super::Options::regroup)).
+    pub regroups: u64,
+    /// Those of the `regroups` whose window ended before all of them were
+    /// back: the batch was written with fewer records than expected, after
+    /// the whole wait. Most of the regroups expiring means the appenders
+    /// take longer to come back than the window allows.
+    pub regroups_expired: u64,
 }
 
 impl Log {

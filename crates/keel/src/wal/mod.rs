@@ -44,7 +44,7 @@
 //! can make every batch wait for more records; its default is not to wait.
 //! [`Options::regroup`] (on by default) waits only after a batch of more
 //! than one record, for the appenders it just answered to come back, for
-//! at most the last write-and-sync time and never more than
+//! at most twice the last write-and-sync time and never more than
 //! [`MAX_REGROUP_WAIT`].
 //!
 //! # Why a failed sync closes the log

@@ -101,11 +101,13 @@ impl Options {
     /// rate the disk allows. Regrouping merges them: after a batch of `n`
     /// records is durable, the writer expects those `n` appenders back and
     /// waits until that many more records are pending (on top of those
-    /// already queued), but never longer than the last write and sync took
-    /// (at most [`MAX_REGROUP_WAIT`]) counted from the end of that sync. A
-    /// record arriving after that window is written at once.
+    /// already queued), but never longer than twice what the last write
+    /// and sync took (at most [`MAX_REGROUP_WAIT`]) counted from the end of
+    /// that sync. A record arriving after that window is written at once.
+    /// [`LogStats::regroups_expired`](super::LogStats::regroups_expired)
+    /// counts the windows that ran out.
     ///
-    /// The cost: an append may wait up to one sync time longer when the
+    /// The cost: an append may wait up to two sync times longer when the
     /// appenders answered last do not come back (they went idle). Turn it
     /// off when appends come from many unrelated sources that never wait
     /// for their acknowledgement.

@@ -119,6 +119,9 @@ pub(crate) struct Counters {
     pub(crate) sync_ns: AtomicU64,
     /// The last durable LSN, 0 for none.
     pub(crate) last_lsn: AtomicU64,
+    /// Regroup waits begun, and those that their deadline ended.
+    pub(crate) regroups: AtomicU64,
+    pub(crate) regroups_expired: AtomicU64,
 }
 
 impl Shared {
@@ -235,6 +238,10 @@ impl Shared {
             Gather::Regroup { target, until } => (target, Some(until)),
         };
         if target > queue.pending.len() && (deadline.is_some() || target == usize::MAX) {
+            let regroup = matches!(gather, Gather::Regroup { .. });
+            if regroup {
+                self.counters.regroups.fetch_add(1, Ordering::Relaxed);
+            }
             queue.target = target;
             while queue.pending.len() < target
                 && queue.pending_bytes < self.batch_limit
@@ -245,6 +252,11 @@ impl Shared {
                     Some(deadline) => {
                         let left = deadline.saturating_duration_since(Instant::now());
                         if left.is_zero() {
+                            if regroup {
+                                self.counters
+                                    .regroups_expired
+                                    .fetch_add(1, Ordering::Relaxed);
+                            }
                             break;
                         }
                         wait_timeout(&self.wake, queue, left)
@@ -294,6 +306,8 @@ impl Shared {
             sync_time: Duration::from_nanos(c.sync_ns.load(Ordering::Relaxed)),
             last_lsn: Lsn::new(c.last_lsn.load(Ordering::Acquire)),
             segments: lock(&self.segments).len(),
+            regroups: c.regroups.load(Ordering::Relaxed),
+            regroups_expired: c.regroups_expired.load(Ordering::Relaxed),
         }
     }
 }

@@ -333,6 +333,8 @@ fn regroup_waits_for_its_target_or_its_deadline() {
         started.elapsed() < Duration::from_secs(30),
         "it did not wait out the deadline"
     );
+    let stats = shared.stats();
+    assert_eq!((stats.regroups, stats.regroups_expired), (1, 0));
     let _late = pusher.join().unwrap();
     batch.clear();
 
@@ -351,11 +353,38 @@ fn regroup_waits_for_its_target_or_its_deadline() {
         "nobody came back; the deadline ended the wait"
     );
     assert!(Instant::now() >= soon);
+    let stats = shared.stats();
+    assert_eq!(
+        (stats.regroups, stats.regroups_expired),
+        (2, 1),
+        "the wait that ran out is counted as expired"
+    );
     batch.clear();
 
     let _now = shared.push(vec![6]);
     assert!(shared.next_batch(Gather::Now, &mut batch));
     assert_eq!(batch.len(), 1);
+    assert_eq!(
+        shared.stats().regroups,
+        2,
+        "a gather without a wait is no regroup"
+    );
+}
+
+/// The regroup window is twice the last write and sync, capped.
+#[test]
+fn regroup_window_is_two_syncs_and_capped() {
+    use super::writer::regroup_window;
+    use super::MAX_REGROUP_WAIT;
+    use std::time::Duration;
+
+    assert_eq!(
+        regroup_window(Duration::from_micros(250)),
+        Duration::from_micros(500)
+    );
+    assert_eq!(regroup_window(Duration::ZERO), Duration::ZERO);
+    assert_eq!(regroup_window(Duration::from_millis(5)), MAX_REGROUP_WAIT);
+    assert_eq!(regroup_window(Duration::MAX), MAX_REGROUP_WAIT);
 }
 
 /// A disk that records the inode of every file it syncs.

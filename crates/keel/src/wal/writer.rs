@@ -245,6 +245,25 @@ impl Current {
     }
 }
 
+/// How long a regrouping writer waits for the appenders it answered, after
+/// a write and sync that took `took`: [`REGROUP_WINDOW_SYNCS`] times that,
+/// and never more than [`MAX_REGROUP_WAIT`].
+///
+/// An appender comes back after a wake of its task, its acknowledgement's
+/// trip to its client and the client's next record's trip back, which on a
+/// local network takes about as long as an SSD's sync. A window of one
+/// sync ended before the last of eight closed-loop clients was back in
+/// about a fifth of S5's cycles (`LogStats::regroups_expired`), and every
+/// such cycle both waited out its window and left one record for the next
+/// sync; with two syncs, about one in seventy did.
+pub(crate) fn regroup_window(took: Duration) -> Duration {
+    took.saturating_mul(REGROUP_WINDOW_SYNCS)
+        .min(MAX_REGROUP_WAIT)
+}
+
+/// The regroup window in syncs (see [`regroup_window`]).
+pub(crate) const REGROUP_WINDOW_SYNCS: u32 = 2;
+
 impl Writer {
     /// The thread's body: batches until the log is closed and drained, or
     /// a fatal error closes it.
@@ -282,10 +301,9 @@ impl Writer {
             return Gather::Now;
         }
         let now = Instant::now();
-        let took = now.duration_since(started).min(MAX_REGROUP_WAIT);
         Gather::Regroup {
             target: self.queued_at_answer.saturating_add(records),
-            until: now + took,
+            until: now + regroup_window(now.duration_since(started)),
         }
     }
 
