@@ -330,9 +330,11 @@ impl Builder {
     /// `Pending` and it is rescheduled. Default [500 µs](DEFAULT_TASK_QUOTA).
     ///
     /// Prevents one task whose sockets are always ready (a bulk download
-    /// on a fast link) from holding a worker: past the quota, its next
-    /// read or write yields instead. A poll that computes without IO is not
-    /// interrupted; only cooperative points can be.
+    /// on a fast link) from holding a worker: past the quota, one of its
+    /// next four reads or writes yields instead (the clock is looked at
+    /// before every fourth operation of a poll, which spares most polls a
+    /// read of it). A poll that computes without IO is not interrupted;
+    /// only cooperative points can be.
     pub fn task_quota(&mut self, quota: Duration) -> &mut Builder {
         self.task_quota = quota;
         self
