@@ -21,14 +21,14 @@
 //! thread's context, which every IO type can reach.
 //!
 //! The clock is read before every [`CLOCK_STRIDE`]th operation of a poll,
-//! not before each: a read of it (the thread's context, the time-stamp
-//! counter and its scaling) cost about 65 instructions, some 1.6% of
-//! what a keep-alive HTTP request costs S0's server in user space, where
-//! a poll reads a request, writes its answer and finds the next read
-//! blocked, so that two of its three operations paid for a read. Most
-//! polls do fewer than [`CLOCK_STRIDE`] operations and never read it; a
-//! poll that streams may overrun its quota by at most
-//! `CLOCK_STRIDE - 1` operations and the work between them.
+//! not before each. In S0's server a poll reads a request, writes its
+//! answer and finds the next read blocked: two of its three operations
+//! read the clock (the thread's context, the time-stamp counter and its
+//! scaling), about 65 instructions of the 8,300 a keep-alive request
+//! cost the server in user space. Most polls do fewer than
+//! [`CLOCK_STRIDE`] operations and never read it; a poll that streams may
+//! overrun its quota by at most `CLOCK_STRIDE - 1` operations and the
+//! work between them.
 //!
 //! [`Builder::task_io_budget`]: crate::Builder::task_io_budget
 //! [`Builder::task_quota`]: crate::Builder::task_quota
