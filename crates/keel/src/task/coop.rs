@@ -64,7 +64,7 @@ pub(crate) const CLOCK_STRIDE: u32 = 4;
 /// before its next one: after every [`CLOCK_STRIDE`]th, never before its
 /// first.
 fn clock_due(done: u32) -> bool {
-    done != 0 && done % CLOCK_STRIDE == 0
+    done != 0 && done.is_multiple_of(CLOCK_STRIDE)
 }
 
 /// `Ready` if the current poll may perform one more IO operation;
