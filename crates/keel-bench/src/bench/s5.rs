@@ -528,16 +528,17 @@ fn measure(
 
     let measured = start.to(&end, &config.run.placement.server);
     let counter = |mark: &Mark, name: &str| mark.runtime["log"][name].as_f64().unwrap_or(f64::NAN);
-    let acked = counter(&end.mark, "acked") - counter(&start.mark, "acked");
-    let syncs = counter(&end.mark, "syncs") - counter(&start.mark, "syncs");
-    let records_per_sync = ratio(Some(acked), Some(syncs)).unwrap_or(f64::NAN);
-    let per_sync_us = |name: &str| {
-        let spent = counter(&end.mark, name) - counter(&start.mark, name);
-        ratio(Some(spent * 1e6), Some(syncs)).filter(|us| us.is_finite())
-    };
-    let regroups = counter(&end.mark, "regroups") - counter(&start.mark, "regroups");
-    let expired = counter(&end.mark, "regroups_expired") - counter(&start.mark, "regroups_expired");
-    let regroups_expired_pct = ratio(Some(expired * 100.0), Some(regroups)).unwrap_or(f64::NAN);
+    // How much a log counter grew between the marks.
+    let grown = |name: &str| counter(&end.mark, name) - counter(&start.mark, name);
+    let syncs = grown("syncs");
+    let records_per_sync = ratio(Some(grown("acked")), Some(syncs)).unwrap_or(f64::NAN);
+    let per_sync_us =
+        |name: &str| ratio(Some(grown(name) * 1e6), Some(syncs)).filter(|us| us.is_finite());
+    let regroups_expired_pct = ratio(
+        Some(grown("regroups_expired") * 100.0),
+        Some(grown("regroups")),
+    )
+    .unwrap_or(f64::NAN);
     let log_batch_us = per_sync_us("write_s")
         .zip(per_sync_us("sync_s"))
         .map(|(write, sync)| LogBatchTimes {
@@ -690,7 +691,8 @@ fn round_metrics(
     metrics
 }
 
-/// What keel's log spent writing and syncing a batch, on average.
+/// What keel's log spent writing and syncing a batch, on average, and how
+/// often its writer's wait for returning appenders ran out.
 #[derive(Debug, Clone, Copy, Serialize)]
 struct LogBatchTimes {
     /// Its write (and any zeros written ahead with it), µs.
