@@ -261,10 +261,19 @@ impl<E: Source + AsRawFd> IoSource<E> {
     /// loop that logs and goes on) still yields within its budget: a
     /// stopping worker ends between two polls, and would otherwise poll
     /// that task for ever, and the runtime's drop wait for it for ever.
+    /// Inlined: it runs before every operation, and only its first line
+    /// runs while the runtime is up.
+    #[inline]
     fn poll_stopped(&self, cx: &mut Context<'_>) -> Poll<Option<io::Error>> {
         if !self.shared.is_stopping() {
             return Poll::Ready(None);
         }
+        Self::poll_failing(cx)
+    }
+
+    /// [`poll_stopped`](Self::poll_stopped) once the runtime is stopping.
+    #[cold]
+    fn poll_failing(cx: &mut Context<'_>) -> Poll<Option<io::Error>> {
         ready!(coop::poll_proceed(cx));
         coop::spend();
         Poll::Ready(Some(runtime_gone()))

@@ -28,6 +28,13 @@
 //! - **Rescue** every [`RESCUE_CHECK_NS`], of a sibling that has not
 //!   changed state for [`STUCK_NS`]: the kernel preempted it, or it is in a
 //!   poll that blocks, and its queue would wait for it.
+//! - **Classes ahead of the slot** looked at every [`AHEAD_CHECK_NS`] while
+//!   the worker takes its LIFO slot's task without a plan: a class with
+//!   less virtual time than the slot task's, and queued work, gets the next
+//!   pick. Not on every pick: the look reads two deques and an injector per
+//!   class ahead, and an idle class is always ahead (see
+//!   [`class`](super::class)), so looking at every hand-off of a message
+//!   cost more than the rest of the pick.
 
 use super::class::MAX_CLASSES;
 use super::lanes::EVENT_STREAK;
@@ -67,6 +74,14 @@ pub(crate) const STUCK_NS: u64 = 1_000_000;
 /// time). Each look reads every sibling's state word, a cache line the
 /// sibling writes twice a poll: not on every pick.
 pub(crate) const RESCUE_CHECK_NS: u64 = 250_000;
+
+/// How long (20 µs) a worker may keep taking its LIFO slot's task without
+/// looking whether a class ahead of that task's has queued work: a task
+/// of a class owed the CPU waits at most one poll more than that behind a
+/// chain of message hand-offs, and the look, some 40 ns, is paid once per
+/// 20 µs instead of once per hand-off (a few hundred nanoseconds each in a
+/// ping-pong of two tasks). Every plan looks too, as it orders all classes.
+pub(crate) const AHEAD_CHECK_NS: u64 = 20_000;
 
 /// Most LIFO-slot tasks a worker runs in a row before it moves the slot's
 /// task to the back of its deque (see the LIFO slot in `sched`). Small: the
@@ -123,6 +138,9 @@ pub(crate) struct PickPolicy {
     /// When the worker next looks for a stuck sibling; never when it has
     /// no sibling.
     next_rescue: u64,
+    /// When the worker last looked at every class's queues in the order
+    /// of virtual time (a plan, or a slot pick that looked ahead).
+    last_ahead_look: u64,
 }
 
 impl PickPolicy {
@@ -135,6 +153,7 @@ impl PickPolicy {
             event_streak: 0,
             last_steal_look: now,
             next_rescue: if rescues { now } else { u64::MAX },
+            last_ahead_look: now,
         }
     }
 
@@ -163,6 +182,7 @@ impl PickPolicy {
             self.last_steal_look = now;
         }
         let rescue = now >= self.next_rescue;
+        self.last_ahead_look = now;
         Plan {
             order,
             classes,
@@ -185,15 +205,17 @@ impl PickPolicy {
     /// streak goes on, so the flush comes at the first pick that finds
     /// another task queued. When false, nothing changes and the caller
     /// makes a plan.
+    /// `others_queued` is asked only when the streak is long enough for
+    /// its answer to matter.
     pub(crate) fn lifo_without_plan(
         &mut self,
         yielded: bool,
         now: u64,
-        others_queued: bool,
+        others_queued: impl FnOnce() -> bool,
     ) -> bool {
         let tick = self.ticks.wrapping_add(1);
         let due = yielded
-            || (others_queued && self.lifo_streak >= LIFO_STREAK)
+            || (self.lifo_streak >= LIFO_STREAK && others_queued())
             || self.event_streak >= EVENT_STREAK
             || tick.is_multiple_of(STEAL_INTERVAL)
             || tick.is_multiple_of(INJECTOR_INTERVAL)
@@ -203,6 +225,18 @@ impl PickPolicy {
             self.ticks = tick;
         }
         !due
+    }
+
+    /// Whether a pick at `now` that takes the slot's task without a plan
+    /// must first look at the classes ahead of that task's
+    /// ([`AHEAD_CHECK_NS`] since the last look).
+    pub(crate) fn ahead_look_due(&self, now: u64) -> bool {
+        now.saturating_sub(self.last_ahead_look) >= AHEAD_CHECK_NS
+    }
+
+    /// A slot pick at `now` looked at the classes ahead of its task's.
+    pub(crate) fn ahead_looked(&mut self, now: u64) {
+        self.last_ahead_look = now;
     }
 
     /// The rescue look of a plan began at `now`; the next one is due
@@ -401,7 +435,7 @@ mod tests {
                 || plan.yields_first
                 || plan.steal_first);
             let before = policy.clone();
-            let source = if policy.lifo_without_plan(yielded, now, others) {
+            let source = if policy.lifo_without_plan(yielded, now, || others) {
                 assert!(quiet, "pick {pick} skipped a plan with a duty: {plan:?}");
                 skipped += 1;
                 Source::Lifo
@@ -417,6 +451,25 @@ mod tests {
             policy.picked(source, draw & (1 << 20) != 0);
         }
         assert!(skipped > 5_000, "only {skipped} picks skipped their plan");
+    }
+
+    #[test]
+    fn the_classes_ahead_of_the_slot_are_looked_at_every_check_interval() {
+        let mut policy = PickPolicy::new(0, false);
+        let mut looks = Vec::new();
+        // A slot pick every 3 µs for 60 µs, each looking when it is due.
+        for step in 0..=20 {
+            let now = step * 3 * US;
+            if policy.ahead_look_due(now) {
+                policy.ahead_looked(now);
+                looks.push(now / US);
+            }
+        }
+        assert_eq!(looks, [21, 42]);
+        // A plan orders every class: it is a look, and restarts the wait.
+        policy.plan(&[0, 0], false, 50 * US);
+        assert!(!policy.ahead_look_due(50 * US + AHEAD_CHECK_NS - 1));
+        assert!(policy.ahead_look_due(50 * US + AHEAD_CHECK_NS));
     }
 
     #[test]

@@ -22,7 +22,9 @@
 //!    plan would have no duty and no class ahead of the LIFO slot's task
 //!    has queued work, the pick takes that task without making one (see
 //!    `Worker::pick_lifo`): the hand-off of a message is what the slot is
-//!    for, and a plan costs a fifth of it.
+//!    for, and a plan costs a fifth of it. Whether a class ahead has
+//!    queued work is looked at every [`AHEAD_CHECK_NS`], not at every
+//!    hand-off (see the [`policy`](super::policy)).
 //! 3. **Run.** Poll the task once (or drop it if it was aborted), with
 //!    panics contained and a fresh coop budget (see
 //!    [`coop`](crate::task::coop); the poll itself is `sched::poll`'s,
@@ -75,7 +77,9 @@ use super::class::CHARGE_WINDOW_NS;
 use super::lanes::Lane;
 use super::policy::{PickPolicy, Plan, Source};
 #[cfg(doc)]
-use super::policy::{INJECTOR_INTERVAL, RESCUE_CHECK_NS, STEAL_CHECK_NS, STEAL_INTERVAL, STUCK_NS};
+use super::policy::{
+    AHEAD_CHECK_NS, INJECTOR_INTERVAL, RESCUE_CHECK_NS, STEAL_CHECK_NS, STEAL_INTERVAL, STUCK_NS,
+};
 use super::{Deques, Local, Shared, Watch, MAX_CLASSES};
 use crate::loom::lock;
 use crate::loom::sync::atomic::{fence, Ordering};
@@ -257,26 +261,25 @@ impl Worker {
     ///
     /// Two passes keep the common case cheap. The first looks only where
     /// looking costs no fence: the LIFO slot, this worker's deques and the
-    /// injectors. The second also steals from siblings; it runs when the
-    /// first found nothing, and every [`STEAL_INTERVAL`] picks (or
-    /// [`STEAL_CHECK_NS`], whichever comes first) so that work
-    /// of a class that is owed time but queued on a busy sibling is taken
-    /// here too, which keeps the split global rather than per worker.
+    /// injectors. The second steals from siblings, and only there; it runs
+    /// when the first found nothing (so what the first just looked at is
+    /// not looked at twice). Every [`STEAL_INTERVAL`] picks (or
+    /// [`STEAL_CHECK_NS`], whichever comes first) one pass looks at both,
+    /// class by class, so that work of a class that is owed time but
+    /// queued on a busy sibling is taken here too, which keeps the split
+    /// global rather than per worker.
     fn pick(&mut self) -> Option<Runnable> {
         if self.local.lifo_unstamped.get() {
             // Woken into the slot outside a task's poll (a destructor
             // run by the worker, say): stamped now.
             self.stamp_lifo(self.shared.clock.now());
         }
-        let classes = self.shared.clocks.len();
-        let mut vtime = [u64::MAX; MAX_CLASSES];
-        for (class, slot) in vtime.iter_mut().enumerate().take(classes) {
-            let clocks = &self.shared.clocks;
-            *slot = clocks.vtime(class) + self.pending[class];
-        }
-        if let Some(runnable) = self.pick_lifo(&vtime[..classes]) {
+        let mut looked = None;
+        if let Some(runnable) = self.pick_lifo(&mut looked) {
             return Some(runnable);
         }
+        let classes = self.shared.clocks.len();
+        let vtime = looked.unwrap_or_else(|| self.vtimes());
         let yielded = self.local.yielded.take();
         let plan = self.policy.plan(&vtime[..classes], yielded, self.last_now);
         if plan.flush_lifo {
@@ -291,20 +294,25 @@ impl Worker {
                 return Some(runnable);
             }
         }
-        let passes: &[bool] = if plan.steal_first {
-            &[true]
+        // With siblings first, one pass looks everywhere; otherwise the
+        // first looks here, and the second, once nothing was found here,
+        // at the siblings alone (a worker without one has no second).
+        let passes: &[Look] = if self.shared.config.workers == 1 {
+            &[Look::Here]
+        } else if plan.steal_first {
+            &[Look::Everywhere]
         } else {
-            &[false, true]
+            &[Look::Here, Look::Siblings]
         };
-        for &steal in passes {
+        for &look in passes {
             // The first sibling to steal from; drawn only when stealing.
-            let start = if steal {
-                self.next_random() as usize
-            } else {
+            let start = if look == Look::Here {
                 0
+            } else {
+                self.next_random() as usize
             };
             for (rank, &class) in plan.order().iter().enumerate() {
-                let Some((runnable, source)) = self.find(class, &plan, steal, start) else {
+                let Some((runnable, source)) = self.find(class, &plan, look, start) else {
                     continue;
                 };
                 let yields_waiting = !self.local.queues[class].yields.is_empty();
@@ -319,33 +327,56 @@ impl Worker {
         None
     }
 
+    /// Each class's virtual time as this worker sees it: the shared clock
+    /// plus this worker's unflushed charge (`u64::MAX` past the last
+    /// class).
+    #[inline(always)]
+    fn vtimes(&self) -> [u64; MAX_CLASSES] {
+        let clocks = &self.shared.clocks;
+        let mut vtime = [u64::MAX; MAX_CLASSES];
+        for (class, slot) in vtime.iter_mut().enumerate().take(clocks.len()) {
+            *slot = clocks.vtime(class) + self.pending[class];
+        }
+        vtime
+    }
+
     /// The short way of a pick: the LIFO slot's task, when the policy has
     /// no duty due (see `PickPolicy::lifo_without_plan`; the slot's streak
-    /// counts only while other tasks of its class are queued) and no class
-    /// ahead of the task's in the order of `vtime` (ties by index, as a
-    /// plan orders them) has work in this worker's lanes or its injector.
-    /// A plan would pick the same task: it tries the classes in that
-    /// order, and with no duty due it looks at the slot first and at
-    /// siblings only once local work ran out.
-    fn pick_lifo(&mut self, vtime: &[u64]) -> Option<Runnable> {
+    /// counts only while other tasks of its class are queued) and, when a
+    /// look ahead is due (every [`AHEAD_CHECK_NS`]), no class ahead of the
+    /// task's in the order of virtual time (ties by index, as a plan
+    /// orders them) has work in this worker's lanes or its injector. With
+    /// a look, a plan would pick the same task: it tries the classes in
+    /// that order, and with no duty due it looks at the slot first and at
+    /// siblings only once local work ran out. Between looks, the slot's
+    /// task may go ahead of a class that queued work since the last one.
+    /// A look leaves the virtual times it read in `looked`, for the plan
+    /// of a pick that does not take the slot.
+    fn pick_lifo(&mut self, looked: &mut Option<[u64; MAX_CLASSES]>) -> Option<Runnable> {
         let runnable = self.local.lifo.take()?;
         let class = runnable.metadata().class.index();
-        let ahead = |k: usize| (vtime[k], k) < (vtime[class], class);
-        let clear = (0..vtime.len())
-            .filter(|&k| ahead(k))
-            .all(|k| !self.has_queued_work(k));
+        let look = self.policy.ahead_look_due(self.last_now).then(|| {
+            let vtime = *looked.insert(self.vtimes());
+            let ahead = classes_ahead(&vtime[..self.shared.clocks.len()], class);
+            (vtime[class], ahead)
+        });
+        let clear =
+            look.is_none_or(|(_, ahead)| ahead_iter(ahead).all(|k| !self.has_queued_work(k)));
         if !clear
-            || !self.policy.lifo_without_plan(
-                self.local.yielded.get(),
-                self.last_now,
-                self.has_queued_work(class),
-            )
+            || !self
+                .policy
+                .lifo_without_plan(self.local.yielded.get(), self.last_now, || {
+                    queued_work(&self.local, class)
+                })
         {
             self.local.lifo.set(Some(runnable));
             return None;
         }
-        for k in (0..vtime.len()).filter(|&k| ahead(k)) {
-            self.shared.clocks.pull_up(k, vtime[class]);
+        if let Some((floor, ahead)) = look {
+            for k in ahead_iter(ahead) {
+                self.shared.clocks.pull_up(k, floor);
+            }
+            self.policy.ahead_looked(self.last_now);
         }
         let yields_waiting = !self.local.queues[class].yields.is_empty();
         self.policy.picked(Source::Lifo, yields_waiting);
@@ -422,19 +453,42 @@ impl Worker {
 
     /// Whether this worker's lanes or the injector hold a task of `class`.
     fn has_queued_work(&self, class: usize) -> bool {
-        self.local.queues[class].has_work() || !self.shared.injectors[class].is_empty()
+        queued_work(&self.local, class)
     }
 
-    /// A task of `class` from this worker's LIFO slot, its lanes or the
-    /// injector, and with `steal` from a sibling; and where it came from.
-    /// `start` picks the first sibling to steal from.
+    /// A task of `class`, and where it came from: with `look` at
+    /// [`Look::Here`] or [`Look::Everywhere`], from this worker's LIFO
+    /// slot, its lanes or the injector; with [`Look::Siblings`] or
+    /// [`Look::Everywhere`], stolen from a sibling. `start` picks the
+    /// first sibling to steal from.
     fn find(
         &self,
         class: usize,
         plan: &Plan,
-        steal: bool,
+        look: Look,
         start: usize,
     ) -> Option<(Runnable, Source)> {
+        let shared = &*self.shared;
+        let lanes = &self.local.queues[class];
+        if look != Look::Siblings {
+            if let Some(found) = self.find_here(class, plan) {
+                return Some(found);
+            }
+        }
+        if look == Look::Here {
+            return None;
+        }
+        let workers = shared.config.workers;
+        (0..workers)
+            .map(|i| start.wrapping_add(i) % workers)
+            .filter(|&victim| victim != self.index)
+            .find_map(|victim| shared.steal_from(victim, class, lanes))
+            .map(|runnable| (runnable, Source::Other))
+    }
+
+    /// A task of `class` from this worker's LIFO slot, its lanes or the
+    /// injector, in the order `plan` sets; and where it came from.
+    fn find_here(&self, class: usize, plan: &Plan) -> Option<(Runnable, Source)> {
         let shared = &*self.shared;
         let lanes = &self.local.queues[class];
         if plan.yields_first {
@@ -459,18 +513,10 @@ impl Worker {
         if let Some(runnable) = shared.steal_injector(class, lanes) {
             return Some((runnable, Source::Other));
         }
-        if let Some(runnable) = lanes.yields.pop() {
-            return Some((runnable, Source::Yields));
-        }
-        if !steal {
-            return None;
-        }
-        let workers = shared.config.workers;
-        (0..workers)
-            .map(|i| start.wrapping_add(i) % workers)
-            .filter(|&victim| victim != self.index)
-            .find_map(|victim| shared.steal_from(victim, class, lanes))
-            .map(|runnable| (runnable, Source::Other))
+        lanes
+            .yields
+            .pop()
+            .map(|runnable| (runnable, Source::Yields))
     }
 
     /// Step 3: polls `runnable` once and accounts for it.
@@ -871,6 +917,12 @@ impl Drop for StopBlocking<'_> {
     }
 }
 
+/// Whether the lanes of `local`'s worker or the injector hold a task of
+/// `class`.
+fn queued_work(local: &Local, class: usize) -> bool {
+    local.queues[class].has_work() || !local.shared.injectors[class].is_empty()
+}
+
 /// Wakes the tasks a reactor poll collected into `woken`, into the events
 /// lanes of `local`'s worker.
 fn wake_collected(local: &Local, at: u64, woken: &mut Vec<Waker>) {
@@ -905,5 +957,70 @@ fn dispatching(local: &Local, at: u64, wake: impl FnOnce()) {
     local.dispatching.set(None);
     if local.dispatch_surplus.take() {
         local.shared.notify_one();
+    }
+}
+
+/// Where one pass of a pick looks for a task of a class.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Look {
+    /// This worker's LIFO slot, its lanes and the injector.
+    Here,
+    /// The siblings' lanes.
+    Siblings,
+    /// Both, here first.
+    Everywhere,
+}
+
+/// The classes ahead of `class` in the order of `vtime` (ties by index, as
+/// a plan orders them), as a bit set: one pass over the clocks, read by
+/// [`ahead_iter`] as often as the caller needs.
+fn classes_ahead(vtime: &[u64], class: usize) -> u32 {
+    const _: () = assert!(MAX_CLASSES <= 32, "a class set is a u32");
+    let own = vtime[class];
+    let mut ahead = 0;
+    for (k, &v) in vtime.iter().enumerate() {
+        if v < own || (v == own && k < class) {
+            ahead |= 1 << k;
+        }
+    }
+    ahead
+}
+
+/// The class indices in a set made by [`classes_ahead`], lowest first.
+fn ahead_iter(mut set: u32) -> impl Iterator<Item = usize> {
+    std::iter::from_fn(move || {
+        (set != 0).then(|| {
+            let k = set.trailing_zeros() as usize;
+            set &= set - 1;
+            k
+        })
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_classes_ahead_are_those_a_plan_orders_first() {
+        let cases: &[&[u64]] = &[
+            &[30, 10, 20],
+            &[0, 0, 0],
+            &[5, 5, 1],
+            &[7],
+            &[u64::MAX, 0, 9, 9],
+        ];
+        for &vtime in cases {
+            for class in 0..vtime.len() {
+                let want: Vec<usize> = (0..vtime.len())
+                    .filter(|&k| (vtime[k], k) < (vtime[class], class))
+                    .collect();
+                let got: Vec<usize> = ahead_iter(classes_ahead(vtime, class)).collect();
+                assert_eq!(got, want, "vtime {vtime:?}, class {class}");
+            }
+        }
+        let all = [0; MAX_CLASSES];
+        let got: Vec<usize> = ahead_iter(classes_ahead(&all, MAX_CLASSES - 1)).collect();
+        assert_eq!(got, (0..MAX_CLASSES - 1).collect::<Vec<_>>());
     }
 }
