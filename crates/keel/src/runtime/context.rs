@@ -159,6 +159,26 @@ pub(crate) fn set_class(class: Option<Class>) {
     let _ = CONTEXT.try_with(|c| c.class.set(class));
 }
 
+/// Sets this thread up for the poll of a task of `class` with `budget`:
+/// one access to the thread-local for both, as a poll makes one on
+/// either side of every task it runs.
+pub(crate) fn enter_poll(class: Class, budget: Budget) {
+    let _ = CONTEXT.try_with(|c| {
+        c.class.set(Some(class));
+        c.budget.set(Some(budget));
+    });
+}
+
+/// Undoes [`enter_poll`] once the poll has ended: what runs on the thread
+/// between polls (waking the tasks of IO events) is not a task's poll,
+/// and has no class and no budget.
+pub(crate) fn leave_poll() {
+    let _ = CONTEXT.try_with(|c| {
+        c.class.set(None);
+        c.budget.set(None);
+    });
+}
+
 /// Installs a worker's local queues on this thread.
 pub(crate) fn set_local(local: Option<Rc<Local>>) {
     let _ = CONTEXT.try_with(|c| *c.local.borrow_mut() = local);

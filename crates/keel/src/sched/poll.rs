@@ -33,8 +33,7 @@ pub(crate) fn run_poll(
     start: u64,
 ) {
     let aborted = runnable.metadata().is_aborted();
-    context::set_class(Some(class));
-    coop::reset(shared, start);
+    context::enter_poll(class, coop::full_budget(shared, start));
     if let Some(meter) = meter {
         meter.mark();
     }
@@ -49,8 +48,7 @@ pub(crate) fn run_poll(
             runnable.run();
         }
     }));
-    context::set_class(None);
-    coop::clear();
+    context::leave_poll();
 }
 
 /// How much of a poll that took `took` ns the kernel held the thread off

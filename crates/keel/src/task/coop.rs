@@ -38,22 +38,16 @@ use std::task::{Context, Poll};
 use crate::runtime::context::{self, Budget};
 use crate::sched::Shared;
 
-/// Gives the task about to be polled on this thread (a worker or an
-/// urgent lane of `shared`) a full budget; `start` is when its poll
-/// begins.
-pub(crate) fn reset(shared: &Shared, start: u64) {
+/// The full budget of a poll that begins at `start` on a worker or an
+/// urgent lane of `shared` (installed with the poll's class, see
+/// `context::enter_poll`).
+pub(crate) fn full_budget(shared: &Shared, start: u64) -> Budget {
     let config = &shared.config;
-    context::set_budget(Some(Budget {
+    Budget {
         ops: config.task_io_budget,
         full: config.task_io_budget,
         deadline: start.saturating_add(config.task_quota),
-    }));
-}
-
-/// Lifts the budget once the poll has ended: what runs on the thread
-/// between polls (waking the tasks of IO events) is not a task's poll.
-pub(crate) fn clear() {
-    context::set_budget(None);
+    }
 }
 
 /// Operations of a poll between two looks at the clock (see the module
