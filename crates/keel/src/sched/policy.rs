@@ -205,6 +205,7 @@ impl PickPolicy {
     /// streak goes on, so the flush comes at the first pick that finds
     /// another task queued. When false, nothing changes and the caller
     /// makes a plan.
+    ///
     /// `others_queued` is asked only when the streak is long enough for
     /// its answer to matter.
     pub(crate) fn lifo_without_plan(

@@ -361,7 +361,7 @@ impl Worker {
             (vtime[class], ahead)
         });
         let clear =
-            look.is_none_or(|(_, ahead)| ahead_iter(ahead).all(|k| !self.has_queued_work(k)));
+            look.is_none_or(|(_, ahead)| ahead_iter(ahead).all(|k| !queued_work(&self.local, k)));
         if !clear
             || !self
                 .policy
@@ -448,12 +448,7 @@ impl Worker {
             self.local.lifo.set(slot);
             here
         };
-        in_slot || self.has_queued_work(class)
-    }
-
-    /// Whether this worker's lanes or the injector hold a task of `class`.
-    fn has_queued_work(&self, class: usize) -> bool {
-        queued_work(&self.local, class)
+        in_slot || queued_work(&self.local, class)
     }
 
     /// A task of `class`, and where it came from: with `look` at
@@ -468,8 +463,6 @@ impl Worker {
         look: Look,
         start: usize,
     ) -> Option<(Runnable, Source)> {
-        let shared = &*self.shared;
-        let lanes = &self.local.queues[class];
         if look != Look::Siblings {
             if let Some(found) = self.find_here(class, plan) {
                 return Some(found);
@@ -478,6 +471,8 @@ impl Worker {
         if look == Look::Here {
             return None;
         }
+        let shared = &*self.shared;
+        let lanes = &self.local.queues[class];
         let workers = shared.config.workers;
         (0..workers)
             .map(|i| start.wrapping_add(i) % workers)
@@ -918,7 +913,8 @@ impl Drop for StopBlocking<'_> {
 }
 
 /// Whether the lanes of `local`'s worker or the injector hold a task of
-/// `class`.
+/// `class` (a free function, so that a closure can ask it while the
+/// worker's policy is borrowed).
 fn queued_work(local: &Local, class: usize) -> bool {
     local.queues[class].has_work() || !local.shared.injectors[class].is_empty()
 }
