@@ -546,3 +546,83 @@ fn no_data_is_lost_or_reordered() {
             .unwrap();
     });
 }
+
+/// Keeps the calling thread busy for `d` (a task that holds its worker).
+fn spin_for(d: Duration) {
+    let until = Instant::now() + d;
+    while Instant::now() < until {
+        std::hint::spin_loop();
+    }
+}
+
+/// Deliveries that batch deadlines release together queue behind a task
+/// that waited for an event: a request that arrives while the first of
+/// them runs is answered next, not after the rest of the burst.
+///
+/// One worker, 16 batched streams with a few bytes each and a 20 ms
+/// delay, and a plain stream standing for an API connection. A task holds
+/// the worker past every deadline, so one turn of the wheel releases all
+/// 16; the first delivery's handler writes the API's request and holds
+/// the worker past the IO interval, so the request is seen at the end of
+/// that poll, with 15 deliveries still queued.
+#[test]
+fn deadline_batches_queue_behind_events() {
+    const STREAMS: usize = 16;
+    let rt = keel::Runtime::builder().workers(1).build().unwrap();
+    let order = rt.block_on(async {
+        let order = Arc::new(std::sync::Mutex::new(Vec::<&'static str>::new()));
+        let mut streams = Vec::new();
+        let mut peers = Vec::new();
+        for _ in 0..STREAMS {
+            let (stream, mut peer) = pair().await;
+            stream
+                .set_batch(BatchPolicy::fixed(64 * 1024, ms(20)))
+                .unwrap();
+            peer.write_all(&[7; 10]).unwrap();
+            streams.push(stream);
+            peers.push(peer);
+        }
+        let (mut api, api_peer) = pair().await;
+        let trigger = Arc::new(std::sync::Mutex::new(Some(api_peer)));
+        let mut tasks = Vec::new();
+        for mut stream in streams {
+            let (order, trigger) = (Arc::clone(&order), Arc::clone(&trigger));
+            tasks.push(keel::spawn(async move {
+                let mut buf = [0u8; 64];
+                let n = stream.read(&mut buf).await.unwrap();
+                assert_eq!(n, 10);
+                order.lock().unwrap().push("batch");
+                let first = trigger.lock().unwrap().take();
+                if let Some(mut api_peer) = first {
+                    api_peer.write_all(b"GET").unwrap();
+                    spin_for(ms(3));
+                    *trigger.lock().unwrap() = None;
+                    drop(api_peer);
+                }
+            }));
+        }
+        let api_order = Arc::clone(&order);
+        tasks.push(keel::spawn(async move {
+            let mut buf = [0u8; 64];
+            assert!(api.read(&mut buf).await.unwrap() > 0);
+            api_order.lock().unwrap().push("api");
+        }));
+        // Holds the worker until every deadline has passed.
+        tasks.push(keel::spawn(async { spin_for(ms(60)) }));
+        for task in tasks {
+            timeout(PROMPT, task)
+                .await
+                .expect("every task ends")
+                .unwrap();
+        }
+        drop(peers);
+        let order = order.lock().unwrap().clone();
+        order
+    });
+    assert_eq!(order.len(), STREAMS + 1, "{order:?}");
+    assert_eq!(
+        order.iter().position(|&o| o == "api"),
+        Some(1),
+        "the request waited behind the released batches: {order:?}"
+    );
+}

@@ -4,7 +4,11 @@
 //! readiness, a timer, a message, or a fresh spawn) from tasks that *woke
 //! themselves* while running (a `yield_now`, a spent coop budget). The first
 //! go to the `events` lane, the second to the `yields` lane, and a worker
-//! takes from the events lane first.
+//! takes from the events lane first. A batched read released by its
+//! deadline (a deferred timer, `TimerWake::Deferred`) also joins the yields
+//! lane: it chose to wait, and deadlines that share a timer tick release
+//! many streams at once, a burst that would otherwise queue ahead of a task
+//! that waited for an event.
 //!
 //! # Why
 //!
@@ -54,7 +58,7 @@ pub(crate) const EVENT_STREAK: u32 = 16;
 pub(crate) enum Lane {
     /// It waited for an event, or is new.
     Events,
-    /// It woke itself while running.
+    /// It woke itself while running, or a deferred timer woke it.
     Yields,
 }
 

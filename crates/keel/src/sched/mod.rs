@@ -107,6 +107,10 @@ pub(crate) struct Local {
     /// stamped as scheduled at the instant held here (when the reactor
     /// poll began, or the timers fired), which the worker read anyway.
     pub(crate) dispatching: Cell<Option<u64>>,
+    /// The lane a task woken while dispatching joins: the events lane,
+    /// except while a worker wakes the task of a deferred timer (see
+    /// `TimerWake::Deferred`), which joins the yields lane.
+    pub(crate) dispatch_lane: Cell<Lane>,
     /// Set when a task queued while dispatching found work already queued:
     /// a sibling is notified once the whole dispatch is queued, not in the
     /// middle of it (see `dispatching` in the worker module).
@@ -390,10 +394,11 @@ impl Shared {
             let lanes = &local.queues[class];
             match (placement, local.dispatching.get()) {
                 // Woken by the reactor or a timer, including while it was
-                // being polled elsewhere: it waited for an event.
+                // being polled elsewhere: it waited for an event (or, for
+                // a deferred timer, chose to wait until then).
                 (_, Some(at)) => {
                     self.stamp(&runnable, at);
-                    if lanes.push(runnable, Lane::Events) {
+                    if lanes.push(runnable, local.dispatch_lane.get()) {
                         local.dispatch_surplus.set(true);
                     }
                     Some(false)

@@ -16,6 +16,7 @@ use std::task::Waker;
 use std::time::Instant;
 
 use super::Shared;
+use crate::time::driver::TimerWake;
 use crate::time::wheel::TimerKey;
 
 /// A runtime's timers, borrowed from its shared state (see the module
@@ -31,10 +32,16 @@ impl<'a> TimerHandle<'a> {
     }
 
     /// Files (or re-files, under `key`) a timer due at `deadline_ns` on
-    /// the timers' clock that wakes `waker`, and makes sure a worker will
-    /// fire it. Returns its key.
-    pub(crate) fn file(self, key: Option<TimerKey>, deadline_ns: u64, waker: &Waker) -> TimerKey {
-        let (key, earliest) = self.shared.timer_driver.file(key, deadline_ns, waker);
+    /// the timers' clock that wakes `waker` (its task queued as `wake`
+    /// says), and makes sure a worker will fire it. Returns its key.
+    pub(crate) fn file(
+        self,
+        key: Option<TimerKey>,
+        deadline_ns: u64,
+        waker: &Waker,
+        wake: TimerWake,
+    ) -> TimerKey {
+        let (key, earliest) = self.shared.timer_driver.file(key, deadline_ns, waker, wake);
         if earliest {
             self.shared.timer_filed();
         }

@@ -86,7 +86,7 @@ use crate::loom::sync::atomic::{fence, Ordering};
 use crate::runtime::context;
 use crate::stats::account::{Account, State};
 use crate::task::{Runnable, TaskId};
-use crate::time::driver::{tick_start, NEVER};
+use crate::time::driver::{tick_start, TimerWake, NEVER};
 use crate::util::preempt::PreemptMeter;
 use crate::util::rng::xorshift64;
 use crate::Class;
@@ -124,6 +124,7 @@ pub(crate) fn run_worker(
         lifo: Cell::new(None),
         yielded: Cell::new(false),
         dispatching: Cell::new(None),
+        dispatch_lane: Cell::new(Lane::Events),
         dispatch_surplus: Cell::new(false),
         yielded_task: Cell::new(None),
         lifo_unstamped: Cell::new(false),
@@ -693,11 +694,22 @@ impl Worker {
         false
     }
 
-    /// Fires due timers, accounted as timer time from `now`.
+    /// Fires due timers, accounted as timer time from `now`. A deferred
+    /// timer's task joins the yields lane (see `TimerWake::Deferred`).
     fn fire_timers(&mut self, now: u64) {
         self.account.switch(State::Timers, now);
-        dispatching(&self.local, now, || {
-            self.shared.timer_driver.fire_due();
+        let local = &*self.local;
+        dispatching(local, now, || {
+            self.shared.timer_driver.fire_due(|waker, wake| {
+                local.dispatch_lane.set(match wake {
+                    TimerWake::Event => Lane::Events,
+                    TimerWake::Deferred => Lane::Yields,
+                });
+                // As at a reactor poll: a foreign waker's panic must not
+                // end the worker.
+                let _ = catch_unwind(AssertUnwindSafe(|| waker.wake()));
+            });
+            local.dispatch_lane.set(Lane::Events);
         });
         self.account.switch(State::Search, self.shared.clock.now());
     }

@@ -53,12 +53,34 @@ pub(crate) fn tick_start(tick: u64) -> u64 {
     tick.saturating_mul(TICK_NS)
 }
 
+/// How the task a timer wakes is queued, when a worker fires it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum TimerWake {
+    /// As a task that waited for an event (a sleep, a timeout): ahead of
+    /// tasks that woke themselves.
+    Event,
+    /// Behind the tasks that waited for events, in the yields lane: work
+    /// that chose to wait until then, and is not made later by a few
+    /// polls more. A batch released by its deadline: the batch policy's
+    /// deadlines of many streams fall on one tick, by design, and a burst
+    /// of their deliveries queued ahead of an event would hold up the task
+    /// that waited for it (an API request behind a few hundred handlers).
+    Deferred,
+}
+
+/// A filed timer: whom it wakes, and how the task is queued.
+#[derive(Debug)]
+struct Filed {
+    waker: Waker,
+    wake: TimerWake,
+}
+
 /// The timer wheel of one runtime and its earliest deadline.
 #[derive(Debug)]
 pub(crate) struct TimerDriver {
     /// Time zero of every deadline, on the OS monotonic clock.
     origin: Instant,
-    wheel: Mutex<Wheel<Waker>>,
+    wheel: Mutex<Wheel<Filed>>,
     /// The earliest pending tick, or [`NEVER`]. Written under the wheel's
     /// lock; read without it by workers deciding how long to park.
     next: AtomicU64,
@@ -83,7 +105,7 @@ impl TimerDriver {
 
     /// Publishes the wheel's earliest tick (called with the wheel locked).
     /// Returns it and the previous one.
-    fn publish_next(&self, wheel: &Wheel<Waker>) -> (u64, u64) {
+    fn publish_next(&self, wheel: &Wheel<Filed>) -> (u64, u64) {
         let next = wheel.next_deadline().unwrap_or(NEVER);
         let hint = if next == NEVER {
             NEVER
@@ -110,7 +132,8 @@ impl TimerDriver {
         self.next.load(SeqCst)
     }
 
-    /// Files (or re-files) a timer due at `deadline_ns` that wakes `waker`.
+    /// Files (or re-files) a timer due at `deadline_ns` that wakes `waker`,
+    /// its task queued as `wake` says.
     /// Returns its key, and whether the earliest pending tick moved earlier
     /// (then a worker must be made to watch it: `TimerHandle::file`, the
     /// only caller outside the scheduler's own, does that). That includes a timer already overdue, which
@@ -120,23 +143,31 @@ impl TimerDriver {
         key: Option<TimerKey>,
         deadline_ns: u64,
         waker: &Waker,
+        wake: TimerWake,
     ) -> (TimerKey, bool) {
         let tick = tick_at_or_after(deadline_ns);
         let mut wheel = lock(&self.wheel);
         if let Some(key) = key {
             // Polled again with the same deadline (a timeout around a future
             // that wakes often): keep the timer, refresh only its waker.
-            if let Some((filed, filed_waker)) = wheel.get_mut(key) {
-                if filed == tick {
-                    if !filed_waker.will_wake(waker) {
-                        filed_waker.clone_from(waker);
+            if let Some((filed_tick, filed)) = wheel.get_mut(key) {
+                if filed_tick == tick {
+                    if !filed.waker.will_wake(waker) {
+                        filed.waker.clone_from(waker);
                     }
+                    filed.wake = wake;
                     return (key, false);
                 }
             }
             wheel.cancel(key);
         }
-        let key = wheel.insert(tick, waker.clone());
+        let key = wheel.insert(
+            tick,
+            Filed {
+                waker: waker.clone(),
+                wake,
+            },
+        );
         let (earliest, previous) = self.publish_next(&wheel);
         (key, earliest < previous)
     }
@@ -156,19 +187,20 @@ impl TimerDriver {
         self.next_hint.load(Relaxed) <= now
     }
 
-    /// Fires every timer due now. Returns how many fired.
-    pub(crate) fn fire_due(&self) -> usize {
+    /// Fires every timer due now: hands each one's waker to `wake`, with
+    /// how its task is to be queued. Returns how many fired.
+    pub(crate) fn fire_due(&self, mut wake: impl FnMut(Waker, TimerWake)) -> usize {
         let now_ns = self.now();
         let mut due = Vec::new();
         {
             let mut wheel = lock(&self.wheel);
-            wheel.advance(tick_before(now_ns), |waker| due.push(waker));
+            wheel.advance(tick_before(now_ns), |filed| due.push(filed));
             self.publish_next(&wheel);
         }
         // Wake outside the lock: a woken task may file a timer at once.
         let fired = due.len();
-        for waker in due {
-            waker.wake();
+        for filed in due {
+            wake(filed.waker, filed.wake);
         }
         fired
     }
@@ -177,7 +209,7 @@ impl TimerDriver {
     pub(crate) fn clear(&self) -> Vec<Waker> {
         let mut wheel = lock(&self.wheel);
         let mut all = Vec::new();
-        wheel.advance(u64::MAX >> 1, |waker| all.push(waker));
+        wheel.advance(u64::MAX >> 1, |filed| all.push(filed.waker));
         self.publish_next(&wheel);
         all
     }

@@ -6,6 +6,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
+use super::driver::TimerWake;
 use super::wheel::TimerKey;
 use crate::Handle;
 
@@ -113,7 +114,7 @@ impl Future for Sleep {
         let shared = self.runtime().shared.clone();
         let timers = shared.timers();
         let deadline = timers.ns_at(self.deadline);
-        self.key = Some(timers.file(self.key, deadline, cx.waker()));
+        self.key = Some(timers.file(self.key, deadline, cx.waker(), TimerWake::Event));
         Poll::Pending
     }
 }

@@ -55,7 +55,11 @@
 //!    *gathering*.
 //! 3. *Gathering*: the read wakes when the kernel signals (a full batch,
 //!    end-of-file, an error, or pressure) or at the deadline. At the
-//!    deadline it reads whatever is queued. If nothing came at all, the
+//!    deadline it reads whatever is queued; the task the deadline wakes
+//!    queues behind tasks that waited for events (the timer is deferred,
+//!    see `sched::lanes`), since the deadlines of many streams share a
+//!    timer tick and would otherwise release a burst ahead of them. If
+//!    nothing came at all, the
 //!    stream is idle: the read lowers `SO_RCVLOWAT` to 1 and waits, with no
 //!    timer, for the first byte (*idle*).
 //! 4. *Idle*: the first byte wakes the read, which goes back to gathering

@@ -28,6 +28,7 @@ use crate::io::lock;
 use crate::io::readiness::Ready;
 use crate::io::source::IoSource;
 use crate::sched::Shared;
+use crate::time::driver::TimerWake;
 use crate::time::wheel::TimerKey;
 
 /// A stream's batching (see the module docs).
@@ -344,7 +345,14 @@ impl BatchReader {
     /// batch size, the timer at the deadline.
     fn gather(&mut self, socket: &TcpStream, deadline: u64, waker: &Waker) -> io::Result<()> {
         self.set_low_water(socket, self.target)?;
-        self.timer = Some(self.shared.timers().file(self.timer, deadline, waker));
+        // A batch released by its deadline queues behind the tasks that
+        // waited for events (see `TimerWake::Deferred`).
+        self.timer = Some(self.shared.timers().file(
+            self.timer,
+            deadline,
+            waker,
+            TimerWake::Deferred,
+        ));
         Ok(())
     }
 
