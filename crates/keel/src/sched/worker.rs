@@ -536,9 +536,8 @@ impl Worker {
             self.account.maybe_publish(now);
             now
         };
-        self.account.switch(State::Task(class.index()), start);
         self.account
-            .poll(class.index(), start.saturating_sub(scheduled_at));
+            .poll_started(class.index(), start, start.saturating_sub(scheduled_at));
 
         super::poll::run_poll(&self.shared, &mut self.meter, runnable, class, start);
 
@@ -561,11 +560,9 @@ impl Worker {
         // (and any time it blocked); a read that lost records charges it
         // all.
         let preempted = super::poll::preempted_in(&mut self.meter, took);
-        self.account.preempted(preempted);
-        self.account.charge(class.index(), took - preempted);
+        self.account
+            .poll_ended(class.index(), end, took - preempted, preempted);
         self.charge(class.index(), took - preempted, end);
-        self.account.switch(State::Search, end);
-        self.account.maybe_publish(end);
         self.polls_since_io += 1;
         if self.polls_since_io >= self.shared.config.io_every || self.io_interval_passed(end) {
             self.poll_io(Some(end));

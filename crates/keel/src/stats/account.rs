@@ -436,6 +436,7 @@ impl Account {
     /// The state word is stored even with the accounting off: the
     /// scheduler's rescue reads it (see [`WorkerMetrics::busy_since`]), and
     /// switching the accounting off must not change the scheduler.
+    #[inline]
     pub(crate) fn switch(&mut self, state: State, now: u64) {
         self.shared.current.store(encode(state, now), Relaxed);
         if !self.enabled {
@@ -446,8 +447,11 @@ impl Account {
         self.since = now;
     }
 
-    /// Counts one poll of `class` that waited `delay_ns` in its queue.
-    pub(crate) fn poll(&mut self, class: usize, delay_ns: u64) {
+    /// Enters the task state of `class` at `start` for a poll of a task
+    /// that waited `delay_ns` in its queue, and counts the poll.
+    #[inline]
+    pub(crate) fn poll_started(&mut self, class: usize, start: u64, delay_ns: u64) {
+        self.switch(State::Task(class), start);
         if !self.enabled {
             return;
         }
@@ -457,6 +461,24 @@ impl Account {
         if pending.len() >= MAX_PENDING_DELAYS {
             self.publish_delays();
         }
+    }
+
+    /// Ends the poll of `class` that [`poll_started`](Self::poll_started)
+    /// began: adds `preempted` ns that the kernel held the worker off its
+    /// core during it and `charged` ns charged to the class (both before
+    /// the worker leaves the task state, so the publication that carries
+    /// the charge carries the poll's time too), returns to the search
+    /// state at `end`, and publishes if the last publication is old.
+    #[inline]
+    pub(crate) fn poll_ended(&mut self, class: usize, end: u64, charged: u64, preempted: u64) {
+        if let Some(total) = &mut self.preempted_in_polls {
+            *total += preempted;
+        }
+        if self.enabled {
+            self.charged[class] += charged;
+        }
+        self.switch(State::Search, end);
+        self.maybe_publish(end);
     }
 
     /// Records a gap of `ns` between two of the worker's looks at the
@@ -469,23 +491,6 @@ impl Account {
     /// [`preempted`](Self::preempted)).
     pub(crate) fn meter_preemption(&mut self) {
         self.preempted_in_polls.get_or_insert(0);
-    }
-
-    /// Adds `ns` the kernel held the worker off its core during a poll.
-    pub(crate) fn preempted(&mut self, ns: u64) {
-        if let Some(total) = &mut self.preempted_in_polls {
-            *total += ns;
-        }
-    }
-
-    /// Adds `ns` charged to `class` for a poll that has ended (the worker
-    /// has not yet left its task state, so the publication that carries
-    /// this charge carries the poll's time too).
-    pub(crate) fn charge(&mut self, class: usize, ns: u64) {
-        if !self.enabled {
-            return;
-        }
-        self.charged[class] += ns;
     }
 
     /// Counts one takeover of a stuck sibling's tasks.
@@ -546,6 +551,7 @@ impl Account {
     }
 
     /// Publishes if the last publication is older than [`PUBLISH_NS`].
+    #[inline]
     pub(crate) fn maybe_publish(&mut self, now: u64) {
         if !self.enabled {
             return;
@@ -706,11 +712,9 @@ mod tests {
     fn a_charge_is_published_with_the_polls_time() {
         let shared = Arc::new(WorkerMetrics::new(Arc::new(ClassDelays::new(2)), 2));
         let mut account = Account::start(Arc::clone(&shared), 2, 0, true);
-        account.switch(State::Task(1), 10);
+        account.poll_started(1, 10, 0);
         // A 20 ns poll, 5 ns of which the kernel held the worker off.
-        account.preempted(5);
-        account.charge(1, 15);
-        account.switch(State::Search, 30);
+        account.poll_ended(1, 30, 15, 5);
         let (published, _) = shared.read();
         assert_eq!(&*published.charged, &[0, 0], "nothing published yet");
         assert_eq!(Published::task_ns(&published.times), &[0, 0]);
