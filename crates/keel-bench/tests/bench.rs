@@ -149,6 +149,9 @@ fn quick_bench_writes_a_report_for_both_runtimes() {
             "api_p99_ms",
             "api_storm_p99_ms",
             "api_alone_p99_ms",
+            "api_beyond_job_p50_ms",
+            "api_beyond_job_p99_ms",
+            "api_beyond_job_alone_p99_ms",
         ] {
             let value = metrics[name].as_f64().unwrap_or(0.0);
             assert!(value > 0.0, "{name} = {value} in {run}");

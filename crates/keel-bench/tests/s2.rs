@@ -11,9 +11,10 @@ use std::time::{Duration, Instant};
 
 use support::{connect, keel_bench, padded_request, read_answer, Node};
 
-/// Starts `keel-bench serve s2` with 2 workers, a small job and a 20 ms delay.
-fn s2_node(runtime: &str, mode: &str) -> Node {
-    Node::start(&[
+/// Starts `keel-bench serve s2` with 2 workers, a small job, a 20 ms
+/// delay and `extra` arguments.
+fn s2_node(runtime: &str, mode: &str, extra: &[&str]) -> Node {
+    let mut args = vec![
         "s2",
         "--runtime",
         runtime,
@@ -25,17 +26,20 @@ fn s2_node(runtime: &str, mode: &str) -> Node {
         "2000",
         "--max-delay-ms",
         "20",
-    ])
+    ];
+    args.extend_from_slice(extra);
+    Node::start(&args)
 }
 
 /// The node's limit on an API request, bytes (up to and including its
 /// blank line).
 const MAX_REQUEST: usize = 8 * 1024;
 
-/// A node of `runtime` in `mode` counts every byte the streams send, and
-/// answers `GET /job` (twice on one connection) with the job's time.
-fn serves(runtime: &str, mode: &str) {
-    let mut node = s2_node(runtime, mode);
+/// A node of `runtime` in `mode` (started with `extra` arguments) counts
+/// every byte the streams send, and answers `GET /job` (twice on one
+/// connection) with the job's time.
+fn serves(runtime: &str, mode: &str, extra: &[&str]) {
+    let mut node = s2_node(runtime, mode, extra);
     let mut streams: Vec<TcpStream> = (0..3).map(|_| connect(node.addr("addr"))).collect();
     for stream in &mut streams {
         for _ in 0..10 {
@@ -94,27 +98,35 @@ fn serves(runtime: &str, mode: &str) {
 
 #[test]
 fn keel_off_serves() {
-    serves("keel", "off");
+    serves("keel", "off", &[]);
 }
 
 #[test]
 fn keel_fixed_serves() {
-    serves("keel", "fixed");
+    serves("keel", "fixed", &[]);
 }
 
 #[test]
 fn keel_adaptive_serves() {
-    serves("keel", "adaptive");
+    serves("keel", "adaptive", &[]);
 }
 
 #[test]
 fn tokio_read_1460_serves() {
-    serves("tokio", "read-1460");
+    serves("tokio", "read-1460", &[]);
 }
 
 #[test]
 fn tokio_read_64k_serves() {
-    serves("tokio", "read-64k");
+    serves("tokio", "read-64k", &[]);
+}
+
+/// Handlers that work on every delivery (`--handler-lines`) still count
+/// every byte and leave the API answering, on both runtimes.
+#[test]
+fn handlers_with_work_serve() {
+    serves("keel", "fixed", &["--handler-lines", "200"]);
+    serves("tokio", "read-1460", &["--handler-lines", "200"]);
 }
 
 /// Each runtime refuses the other's modes, as a usage error.

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use super::http::{self, Limits};
-use super::summary::{new_histogram, ProbeSummary};
+use super::summary::{new_histogram, ProbeSummary, Quantiles};
 use crate::error::Error;
 
 /// Threads the storm's connections are spread over.
@@ -207,6 +207,12 @@ pub struct ApiSummary {
     pub latency: ProbeSummary,
     /// Median time of the job itself, inside the server, µs.
     pub job_p50_us: f64,
+    /// What each call took beyond its own job (its latency less the job
+    /// time the server reported for it): the wait for the node to read
+    /// the request, start the job and write the answer, without the job's
+    /// own variation. Absent when no call was recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub beyond_job: Option<Quantiles>,
 }
 
 /// Calls the API on its grid and summarises the latencies.
@@ -228,6 +234,7 @@ pub fn api(opts: &ApiOpts) -> Result<ApiSummary, Error> {
     let mut stream =
         connect().map_err(|e| Error::new(format!("connecting to {}: {e}", opts.addr)))?;
     let mut hist = new_histogram();
+    let mut beyond_job = new_histogram();
     let mut jobs = Vec::new();
     let mut errors = 0u64;
     let start = Instant::now();
@@ -249,8 +256,9 @@ pub fn api(opts: &ApiOpts) -> Result<ApiSummary, Error> {
         match call_job(&mut stream) {
             Ok(job_us) => {
                 if sent >= measure_from {
-                    let ns = sent.elapsed().as_nanos();
-                    hist.saturating_record(u64::try_from(ns).unwrap_or(u64::MAX));
+                    let ns = u64::try_from(sent.elapsed().as_nanos()).unwrap_or(u64::MAX);
+                    hist.saturating_record(ns);
+                    beyond_job.saturating_record(beyond_job_ns(ns, job_us));
                     jobs.push(job_us);
                 }
             }
@@ -272,7 +280,17 @@ pub fn api(opts: &ApiOpts) -> Result<ApiSummary, Error> {
     Ok(ApiSummary {
         latency: ProbeSummary::from_histogram(&hist, errors).with_scheduling(scheduling),
         job_p50_us,
+        beyond_job: Quantiles::of(&beyond_job),
     })
+}
+
+/// What a call of `latency_ns` took beyond its job of `job_us` (as the
+/// server reported it), ns. The job ran inside the call, so it cannot be
+/// longer; one reported longer is the two clocks' rounding, and the call
+/// waited nothing.
+fn beyond_job_ns(latency_ns: u64, job_us: f64) -> u64 {
+    let job_ns = (job_us * 1e3).max(0.0) as u64;
+    latency_ns.saturating_sub(job_ns)
 }
 
 /// The longest answer to `GET /job` the probe reads, head and body, bytes
@@ -343,6 +361,16 @@ mod tests {
         let no_job = parse_answer(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n");
         assert!(no_job.unwrap_err().to_string().contains("X-Job-Us"));
         assert!(parse_answer(b"SSH-2.0-OpenSSH_9.6\r\n").is_err());
+    }
+
+    /// A call's wait beyond its job is its latency less the job's time;
+    /// a job reported longer than the call waited nothing.
+    #[test]
+    fn waits_beyond_the_job() {
+        assert_eq!(beyond_job_ns(5_300_000, 5_000.0), 300_000);
+        assert_eq!(beyond_job_ns(5_000_000, 5_000.4), 0);
+        assert_eq!(beyond_job_ns(1_000, -3.0), 1_000);
+        assert_eq!(beyond_job_ns(1_000, f64::NAN), 1_000);
     }
 
     /// Options off this machine or without work are refused.

@@ -157,6 +157,11 @@ pub struct ServeS2Args {
     /// calibrates it to about 20 ms).
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..=100_000_000))]
     pub job_lines: u64,
+    /// Lines of the same work a stream handler does per delivery, on top
+    /// of summing its bytes (see `keel-bench bench --handler-us`); 0 for
+    /// none.
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=100_000_000))]
+    pub handler_lines: u64,
     /// Batching: bytes a delivery waits for (fixed mode).
     #[arg(long, default_value_t = 64 * 1024, value_parser = clap::value_parser!(u64).range(1..=64 * 1024 * 1024))]
     pub min_bytes: u64,
@@ -363,6 +368,7 @@ pub fn run(command: &ServeCommand) -> Result<(), Error> {
                 api_addr: args.api_addr,
                 mode: args.mode,
                 job_lines: args.job_lines,
+                handler_lines: args.handler_lines,
                 min_bytes: usize::try_from(args.min_bytes).unwrap_or(usize::MAX),
                 max_delay: std::time::Duration::from_millis(args.max_delay_ms),
                 spin: None,
@@ -387,6 +393,7 @@ pub fn run(command: &ServeCommand) -> Result<(), Error> {
                     RuntimeKind::Tokio => s2::S2Mode::Read64k,
                 },
                 job_lines: 1,
+                handler_lines: 0,
                 min_bytes: 64 * 1024,
                 max_delay: std::time::Duration::from_millis(100),
                 spin: args.spin.map(Spin::policy),

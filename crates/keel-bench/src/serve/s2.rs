@@ -82,6 +82,9 @@ pub struct S2Opts {
     pub mode: S2Mode,
     /// Size of the API job (see [`super::job`]).
     pub job_lines: u64,
+    /// Size of the work a stream handler does per delivery, in the API
+    /// job's lines; 0 for none.
+    pub handler_lines: u64,
     /// Batching: the bytes a delivery waits for (fixed mode).
     pub min_bytes: usize,
     /// Batching: the longest a byte waits (fixed and adaptive modes).
@@ -106,10 +109,22 @@ pub struct S2Counters {
     /// CPU time the API jobs took, ns (their threads' CPU clocks), so that
     /// the stream service's own CPU can be told from the jobs'.
     pub job_cpu_ns: AtomicU64,
+    /// The work each delivery costs beyond the sum, in the API job's
+    /// lines (see [`S2Opts::handler_lines`]).
+    pub handler_lines: u64,
 }
 
 impl S2Counters {
-    /// Processes one delivery: sums its bytes and counts it.
+    /// Counters for handlers that do `handler_lines` of work a delivery.
+    pub fn new(handler_lines: u64) -> S2Counters {
+        S2Counters {
+            handler_lines,
+            ..S2Counters::default()
+        }
+    }
+
+    /// Processes one delivery: sums its bytes, does the handler's work (if
+    /// any) and counts it.
     pub fn deliver(&self, data: &[u8]) {
         let sum = data
             .iter()
@@ -117,6 +132,10 @@ impl S2Counters {
         self.checksum.fetch_add(sum, Ordering::Relaxed);
         self.deliveries.fetch_add(1, Ordering::Relaxed);
         self.bytes.fetch_add(data.len() as u64, Ordering::Relaxed);
+        if self.handler_lines > 0 {
+            let work = super::job::run(self.handler_lines);
+            self.checksum.fetch_add(work, Ordering::Relaxed);
+        }
     }
 
     /// The counters as the `s2` object of a mark.
@@ -265,6 +284,28 @@ mod tests {
         let mut huge = vec![b'a'; MAX_REQUEST + 1];
         assert_eq!(api_step(&mut huge, 1, &counters), ApiStep::Refuse);
         assert_eq!(counters.api_requests.load(Ordering::Relaxed), 1);
+    }
+
+    /// A handler with work to do runs it on every delivery (its result is
+    /// folded into the checksum, so it cannot be skipped); without, a
+    /// delivery only sums its bytes. Both count the delivery alike.
+    #[test]
+    fn handlers_do_their_work_per_delivery() {
+        let plain = S2Counters::new(0);
+        let working = S2Counters::new(50);
+        for counters in [&plain, &working] {
+            counters.deliver(&[1, 2, 3]);
+            counters.deliver(&[4]);
+        }
+        assert_eq!(plain.checksum.load(Ordering::Relaxed), 10);
+        assert_eq!(
+            working.checksum.load(Ordering::Relaxed),
+            10u64.wrapping_add(2u64.wrapping_mul(super::super::job::run(50)))
+        );
+        for counters in [&plain, &working] {
+            assert_eq!(counters.to_json()["deliveries"], 2);
+            assert_eq!(counters.to_json()["bytes"], 4);
+        }
     }
 
     /// `GET /job` runs the job, reports its time and counts its CPU;

@@ -29,7 +29,7 @@ pub fn start(opts: &S2Opts) -> Result<Running, Error> {
     let rt = super::node_keel::runtime(opts.workers, opts.spin)?;
     let (streams, addr) = bind(&rt, opts.addr)?;
     let (api, api_addr) = bind(&rt, opts.api_addr)?;
-    let counters = Arc::new(S2Counters::default());
+    let counters = Arc::new(S2Counters::new(opts.handler_lines));
     let policy = policy(opts);
     rt.spawn(stream_accept_loop(streams, policy, Arc::clone(&counters)));
     rt.spawn(api_accept_loop(api, opts.job_lines, Arc::clone(&counters)));

@@ -30,7 +30,7 @@ pub fn start(opts: &S2Opts) -> Result<Running, Error> {
     let rt = super::node_tokio::runtime(opts.workers)?;
     let (streams, addr) = bind(&rt, opts.addr)?;
     let (api, api_addr) = bind(&rt, opts.api_addr)?;
-    let counters = Arc::new(S2Counters::default());
+    let counters = Arc::new(S2Counters::new(opts.handler_lines));
     rt.spawn(stream_accept_loop(
         streams,
         opts.mode.buffer(),
