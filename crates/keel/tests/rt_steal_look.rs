@@ -1,16 +1,15 @@
 //! A worker busy with long polls of its own class still looks at its
 //! sibling's queues for a class that is owed the CPU, within one poll: an
-//! urgent task queued on a sibling in a long poll does not wait for the
-//! busy worker's eighth pick.
+//! urgent task queued on a sibling in a long poll does not wait for a
+//! count of the busy worker's picks.
 //!
 //! Two workers. Bulk tasks keep one worker busy with 300 µs polls. A task
 //! on the other worker spawns an urgent task (into its own queue) and then
 //! computes for 20 ms, so the urgent task can only run soon if the busy
 //! worker takes it. The bulk tasks count their polls: the urgent task
-//! notes how many began between its spawn and its first poll. Counting
-//! picks alone, the busy worker looks at its sibling's queue every eighth
-//! pick, so that count is up to seven; looking at least every 100 µs of
-//! polling, it is at most one or two.
+//! notes how many began between its spawn and its first poll. Looking at
+//! siblings every eighth pick, that count would be up to seven; looking
+//! every 100 µs of polling, it is at most one or two.
 
 #[macro_use]
 mod support;

@@ -20,9 +20,9 @@
 //!   yielded: a busy local deque cannot starve tasks woken from outside.
 //! - **Yields first** after [`EVENT_STREAK`] picks from elsewhere while the
 //!   yields lane held work: a flood of events cannot starve yielders.
-//! - **Siblings first** every [`STEAL_INTERVAL`] picks or [`STEAL_CHECK_NS`]:
-//!   work of a class that is owed time but queued on a busy sibling is
-//!   taken here too, so the split is global, not per worker.
+//! - **Siblings first** every [`STEAL_CHECK_NS`]: work of a class that is
+//!   owed time but queued on a busy sibling is taken here too, so the
+//!   split is global, not per worker.
 //! - **LIFO flush** after [`LIFO_STREAK`] slot tasks in a row: two tasks
 //!   messaging each other cannot starve the rest.
 //! - **Rescue** every [`RESCUE_CHECK_NS`], of a sibling that has not
@@ -43,23 +43,23 @@ use super::lanes::EVENT_STREAK;
 /// own deque. A prime, so it does not fall in step with periodic workloads.
 pub(crate) const INJECTOR_INTERVAL: u32 = 61;
 
-/// Every this many picks, a worker looks at its siblings' deques for the
-/// classes that are owed time before running local work of a class that is
-/// not. Checking a sibling's deque costs a fence, so not on every pick; 8
-/// keeps the global split within a few polls.
-pub(crate) const STEAL_INTERVAL: u32 = 8;
-
-/// A worker also looks at its siblings' deques first once this long (100
-/// µs) has passed since it last did, however few picks that was.
+/// How often (100 µs) a worker looks at its siblings' deques for the
+/// classes that are owed time before it runs local work of a class that
+/// is not.
 ///
-/// Counting picks alone fails when polls are long: behind eight bulk
-/// polls of a coop quota each, an urgent task queued on a sibling that
-/// the kernel has preempted waits 4 ms, although its class is owed the
-/// CPU. In S3 (a proxy beside its clients on two cores), a worker kept
-/// picking its own bulk and normal tasks while admin tasks of the urgent
-/// class, first in its order, sat on its sibling; their queue delay
-/// reached 2–8 ms. Bounded in time, the wait is one poll; the look costs
-/// a fence per sibling and class at most every 100 µs.
+/// Bounded in time, not in picks. Counting picks fails when polls are
+/// long: behind eight bulk polls of a coop quota each, an urgent task
+/// queued on a sibling that the kernel has preempted waits 4 ms, although
+/// its class is owed the CPU. In S3 (a proxy beside its clients on two
+/// cores), a worker that looked every eight picks kept picking its own
+/// bulk and normal tasks while admin tasks of the urgent class, first in
+/// its order, sat on its sibling; their queue delay reached 2–8 ms. And
+/// when polls are short, a count costs: the look reads two deques per
+/// sibling and class ahead, each behind a fence, and an idle class is
+/// always ahead (see [`class`](super::class)); every eighth hand-off of a
+/// message between two tasks paid some 200 ns for it, a quarter of what
+/// the whole hand-off cost. Every 100 µs, the wait is one poll past that
+/// and the look's cost is nothing.
 pub(crate) const STEAL_CHECK_NS: u64 = 100_000;
 
 /// How long a sibling may stay in one state other than parked before a
@@ -176,8 +176,7 @@ impl PickPolicy {
         if flush_lifo {
             self.lifo_streak = 0;
         }
-        let steal_first = self.ticks.is_multiple_of(STEAL_INTERVAL)
-            || now.saturating_sub(self.last_steal_look) >= STEAL_CHECK_NS;
+        let steal_first = now.saturating_sub(self.last_steal_look) >= STEAL_CHECK_NS;
         if steal_first {
             self.last_steal_look = now;
         }
@@ -196,32 +195,39 @@ impl PickPolicy {
 
     /// Whether the next pick may take the LIFO slot's task without a plan:
     /// true when [`plan`](Self::plan) would set none of its flags (no
-    /// rescue, injector or yields turn, or look at siblings is due), or
-    /// only the flush while `others_queued` is false: a flush lets the
-    /// slot's class's other queued tasks (in the worker's lanes or the
-    /// injector) have a turn, and with none, it would only move the
-    /// slot's task through the deque and back. The pick is then counted as
-    /// `plan` counts one, so every other duty keeps its cadence, and the
-    /// streak goes on, so the flush comes at the first pick that finds
-    /// another task queued. When false, nothing changes and the caller
-    /// makes a plan.
+    /// rescue or yields turn, or look at siblings is due), or only turns
+    /// that would find nothing:
     ///
-    /// `others_queued` is asked only when the streak is long enough for
-    /// its answer to matter.
+    /// - the flush while `others_queued` is false: a flush lets the slot's
+    ///   class's other queued tasks (in the worker's lanes or the
+    ///   injector) have a turn, and with none, it would only move the
+    ///   slot's task through the deque and back. The streak goes on, so
+    ///   the flush comes at the first pick that finds another task queued.
+    /// - the injector's turn (every [`INJECTOR_INTERVAL`] picks) while
+    ///   `injected` is false: with every class's injector empty, the turn
+    ///   would look at them and take the slot's task. The turn is spent,
+    ///   as a plan would spend it.
+    ///
+    /// The pick is then counted as `plan` counts one, so every other duty
+    /// keeps its cadence. When false, nothing changes and the caller
+    /// makes a plan. A turn that follows a yield is always a plan's.
+    ///
+    /// `others_queued` and `injected` are asked only when their answer
+    /// matters.
     pub(crate) fn lifo_without_plan(
         &mut self,
         yielded: bool,
         now: u64,
         others_queued: impl FnOnce() -> bool,
+        injected: impl FnOnce() -> bool,
     ) -> bool {
         let tick = self.ticks.wrapping_add(1);
         let due = yielded
-            || (self.lifo_streak >= LIFO_STREAK && others_queued())
             || self.event_streak >= EVENT_STREAK
-            || tick.is_multiple_of(STEAL_INTERVAL)
-            || tick.is_multiple_of(INJECTOR_INTERVAL)
             || now.saturating_sub(self.last_steal_look) >= STEAL_CHECK_NS
-            || now >= self.next_rescue;
+            || now >= self.next_rescue
+            || (self.lifo_streak >= LIFO_STREAK && others_queued())
+            || (tick.is_multiple_of(INJECTOR_INTERVAL) && injected());
         if !due {
             self.ticks = tick;
         }
@@ -315,24 +321,9 @@ mod tests {
     }
 
     #[test]
-    fn siblings_come_first_every_interval_of_picks() {
-        let mut policy = PickPolicy::new(0, false);
-        let picks = plans_with(&mut policy, 4 * STEAL_INTERVAL, |p| p.steal_first);
-        assert_eq!(
-            picks,
-            [
-                STEAL_INTERVAL,
-                2 * STEAL_INTERVAL,
-                3 * STEAL_INTERVAL,
-                4 * STEAL_INTERVAL
-            ]
-        );
-    }
-
-    #[test]
     fn siblings_come_first_once_the_check_interval_passed() {
-        // (time of the pick, whether it looks at siblings first); picks 1
-        // to 6, none a multiple of STEAL_INTERVAL.
+        // (time of the pick, whether it looks at siblings first): however
+        // few picks came between, only time decides.
         let cases = [
             (0, false),
             (STEAL_CHECK_NS - 1, false),
@@ -420,7 +411,8 @@ mod tests {
         // allowed. At every pick, a copy that plans instead says what the
         // plan would have done: the short way must be allowed exactly when
         // the plan has no duty (a flush counting only with other tasks
-        // queued), and refusing it must leave the policy as it was.
+        // queued, the injector's turn only with a task injected or after a
+        // yield), and refusing it must leave the policy as it was.
         let sources = [Source::Lifo, Source::Lifo, Source::Other, Source::Yields];
         let mut policy = PickPolicy::new(0, true);
         let (mut skipped, mut rng) = (0, 0x2545_F491_4F6C_DD1D_u64);
@@ -428,15 +420,16 @@ mod tests {
             let draw = crate::util::rng::xorshift64(&mut rng);
             let yielded = draw.is_multiple_of(53);
             let others = draw & (1 << 30) != 0;
+            let injected = draw & (1 << 40) != 0;
             let now = pick * 7 * US;
             let plan = policy.clone().plan(&[0, 0], yielded, now);
             let quiet = !((plan.flush_lifo && others)
                 || plan.rescue
-                || plan.injector_first
+                || (plan.injector_first && (injected || yielded))
                 || plan.yields_first
                 || plan.steal_first);
             let before = policy.clone();
-            let source = if policy.lifo_without_plan(yielded, now, || others) {
+            let source = if policy.lifo_without_plan(yielded, now, || others, || injected) {
                 assert!(quiet, "pick {pick} skipped a plan with a duty: {plan:?}");
                 skipped += 1;
                 Source::Lifo

@@ -10,8 +10,8 @@
 //!    yielded, so tasks woken from outside are not starved by a busy local
 //!    deque) or its yields lane (tried first after
 //!    [`EVENT_STREAK`](super::lanes::EVENT_STREAK) picks from elsewhere, see
-//!    [`lanes`](super::lanes)); failing that, and every [`STEAL_INTERVAL`]
-//!    picks or [`STEAL_CHECK_NS`], in a sibling's lanes (steal half).
+//!    [`lanes`](super::lanes)); failing that, and every
+//!    [`STEAL_CHECK_NS`], in a sibling's lanes (steal half).
 //!    Before all that, every [`RESCUE_CHECK_NS`], from a sibling that has
 //!    not changed state for [`STUCK_NS`]: it is preempted or blocked, and
 //!    its queue would wait for it (see `Worker::rescue`). Which of these
@@ -77,9 +77,7 @@ use super::class::CHARGE_WINDOW_NS;
 use super::lanes::Lane;
 use super::policy::{PickPolicy, Plan, Source};
 #[cfg(doc)]
-use super::policy::{
-    AHEAD_CHECK_NS, INJECTOR_INTERVAL, RESCUE_CHECK_NS, STEAL_CHECK_NS, STEAL_INTERVAL, STUCK_NS,
-};
+use super::policy::{AHEAD_CHECK_NS, INJECTOR_INTERVAL, RESCUE_CHECK_NS, STEAL_CHECK_NS, STUCK_NS};
 use super::{Deques, Local, Shared, Watch, MAX_CLASSES};
 use crate::loom::lock;
 use crate::loom::sync::atomic::{fence, Ordering};
@@ -264,9 +262,8 @@ impl Worker {
     /// looking costs no fence: the LIFO slot, this worker's deques and the
     /// injectors. The second steals from siblings, and only there; it runs
     /// when the first found nothing (so what the first just looked at is
-    /// not looked at twice). Every [`STEAL_INTERVAL`] picks (or
-    /// [`STEAL_CHECK_NS`], whichever comes first) one pass looks at both,
-    /// class by class, so that work of a class that is owed time but
+    /// not looked at twice). Every [`STEAL_CHECK_NS`] one pass looks at
+    /// both, class by class, so that work of a class that is owed time but
     /// queued on a busy sibling is taken here too, which keeps the split
     /// global rather than per worker.
     fn pick(&mut self) -> Option<Runnable> {
@@ -343,7 +340,8 @@ impl Worker {
 
     /// The short way of a pick: the LIFO slot's task, when the policy has
     /// no duty due (see `PickPolicy::lifo_without_plan`; the slot's streak
-    /// counts only while other tasks of its class are queued) and, when a
+    /// counts only while other tasks of its class are queued, the
+    /// injector's turn only while an injector holds a task) and, when a
     /// look ahead is due (every [`AHEAD_CHECK_NS`]), no class ahead of the
     /// task's in the order of virtual time (ties by index, as a plan
     /// orders them) has work in this worker's lanes or its injector. With
@@ -364,11 +362,12 @@ impl Worker {
         let clear =
             look.is_none_or(|(_, ahead)| ahead_iter(ahead).all(|k| !queued_work(&self.local, k)));
         if !clear
-            || !self
-                .policy
-                .lifo_without_plan(self.local.yielded.get(), self.last_now, || {
-                    queued_work(&self.local, class)
-                })
+            || !self.policy.lifo_without_plan(
+                self.local.yielded.get(),
+                self.last_now,
+                || queued_work(&self.local, class),
+                || self.shared.injectors.iter().any(|i| !i.is_empty()),
+            )
         {
             self.local.lifo.set(Some(runnable));
             return None;
