@@ -54,8 +54,13 @@ pub fn simple_request(input: &[u8]) -> bool {
     let Some((target, version)) = rest.split_once(' ') else {
         return false;
     };
+    // A query of the characters RFC 3986 allows there (`<`, `"` or `{`,
+    // say, are not, and an HTTP parser may refuse them with a 400).
     let path = target.split_once('?').map_or(target, |(path, query)| {
-        if query.bytes().all(|b| b.is_ascii_graphic()) {
+        if query
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-._~!$&'()*+,;=:@/?%".contains(&b))
+        {
             path
         } else {
             ""
