@@ -182,6 +182,8 @@ fn quick_bench_writes_a_report_for_both_runtimes() {
         ("tokio", "per-record-64"),
         ("tokio", "group-64"),
         ("tokio", "inline-64"),
+        ("keel", "group-paced"),
+        ("tokio", "group-paced"),
         ("disk", "raw"),
     ];
     assert_eq!(
@@ -214,12 +216,28 @@ fn quick_bench_writes_a_report_for_both_runtimes() {
         );
     }
     assert!(
-        s5["runs"][8]["metrics"]["raw_fdatasync_us"]
+        s5["runs"][10]["metrics"]["raw_fdatasync_us"]
             .as_f64()
             .unwrap()
             > 0.0
     );
+    // The paced runs name their rate and how much of it the node took; a
+    // short run on a busy machine may leave a node short of it, and then
+    // (only then) the ping verdict at equal load has no value.
+    let reached: Vec<f64> = s5["runs"].as_array().unwrap()[8..10]
+        .iter()
+        .map(|run| {
+            assert!(run["metrics"]["paced_records_per_s"].as_f64().unwrap() > 0.0);
+            run["metrics"]["pace_reached"].as_f64().unwrap_or(0.0)
+        })
+        .collect();
     for verdict in s5["verdicts"].as_array().unwrap() {
+        if verdict["name"] == "server ping loaded_p99 keel/tokio group, paced"
+            && reached.iter().any(|r| *r < 0.95)
+        {
+            assert!(verdict["value"].is_null(), "{verdict}");
+            continue;
+        }
         assert!(verdict["value"].as_f64().unwrap().is_finite(), "{verdict}");
     }
     check_schema_lists_every_metric(&report);

@@ -7,7 +7,12 @@
 //! (idle), then per durability mode the ping and the record rate under
 //! load, with the eight clients and again with 64. keel runs `wal::Log`;
 //! tokio runs its three usual designs (`spawn_blocking` per record, a
-//! hand-built group committer, and the sync inside the task).
+//! hand-built group committer, and the sync inside the task). Last, each
+//! runtime's group commit runs once more with the eight clients paced to
+//! the same record rate, [`PACE_SHARE`] of the slower group commit's
+//! closed-loop rate in that round: a closed loop loads the quicker node
+//! more (keel acknowledged twice tokio's records on 2026-11-27), so the
+//! ping's p99 of the two nodes is compared at that equal load.
 //!
 //! The record rate is judged against what a closed loop can reach. A
 //! client sends its next record only once the last one is acknowledged,
@@ -37,7 +42,9 @@
 //! [`super::judge`]). `--crash N` runs the durability check instead (see
 //! [`super::crash`]).
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde::Serialize;
@@ -107,6 +114,10 @@ pub struct PhaseRecord {
     mode: Option<LogMode>,
     /// Log clients (0 for the idle phase).
     clients: u32,
+    /// The record rate the clients were paced to; `None` for a closed
+    /// loop.
+    #[serde(default)]
+    paced_rate: Option<f64>,
     /// The ping probe's results.
     ping: ProbeSummary,
     /// The log clients' results (loaded phases).
@@ -133,6 +144,16 @@ pub struct PhaseRecord {
 /// Records/s over the closed-loop ceiling, keel with the first phase's
 /// clients: at least.
 pub const CEILING_SHARE: f64 = 0.9;
+
+/// The paced phase's record rate, over the slower closed-loop group
+/// commit of the round (8 clients): low enough that both nodes reach it
+/// whatever the round's spread, high enough to keep the log busy.
+pub const PACE_SHARE: f64 = 0.8;
+
+/// The share of the paced rate a node must reach for its phase to count
+/// as equally loaded: below it, the ping verdict at equal load has no
+/// value for that round.
+pub const PACE_REACHED: f64 = 0.95;
 
 /// Records/s keel over tokio's group committer, with many clients: at
 /// least.
@@ -163,13 +184,32 @@ const BATCH_SYNC_SAMPLES: usize = 200;
 const BATCH_SYNC_BUDGET: Duration = Duration::from_secs(2);
 
 /// The name of a loaded run: the mode, with the client count when it is
-/// not the first phase's (`group`, `group-64`).
-fn run_mode(mode: LogMode, clients: u32, config: &S5Config) -> String {
-    if clients == config.clients {
-        mode.to_string()
-    } else {
-        format!("{mode}-{clients}")
+/// not the first phase's (`group`, `group-64`), and `-paced` for the paced
+/// phase (`group-paced`).
+fn run_mode(mode: LogMode, clients: u32, paced: bool, config: &S5Config) -> String {
+    let mut name = mode.to_string();
+    if clients != config.clients {
+        name.push_str(&format!("-{clients}"));
     }
+    if paced {
+        name.push_str("-paced");
+    }
+    name
+}
+
+/// One phase of S5: the node's runtime, its durability mode (`None`:
+/// idle, no log load), its log clients (0 when idle), and whether they are
+/// paced.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Phase {
+    /// The node's runtime.
+    runtime: RuntimeKind,
+    /// Its durability mode; `None` for the idle phase.
+    mode: Option<LogMode>,
+    /// Log clients (0 when idle).
+    clients: u32,
+    /// Whether the clients are paced to the round's rate.
+    paced: bool,
 }
 
 /// The client counts of the loaded phases, first phase first.
@@ -192,6 +232,9 @@ pub struct S5 {
     /// Notes about the disk (a tmpfs data directory), first in the
     /// outcome's notes.
     notes: Vec<String>,
+    /// Per round, the closed-loop group commits' record rates (first
+    /// phase's clients), from which the paced phase takes its rate.
+    group_rates: Arc<Mutex<BTreeMap<u32, Vec<f64>>>>,
 }
 
 /// Runs S5's performance phases and judges them.
@@ -219,15 +262,14 @@ pub fn run(config: &S5Config) -> Result<Outcome, Error> {
         config: config.clone(),
         sync,
         notes,
+        group_rates: Arc::default(),
     })?;
     let _ = std::fs::remove_dir_all(&config.data_dir);
     Ok(outcome)
 }
 
 impl Scenario for S5 {
-    /// The node's runtime, its durability mode (`None`: idle, no log
-    /// load) and its log clients (0 when idle).
-    type Phase = (RuntimeKind, Option<LogMode>, u32);
+    type Phase = Phase;
     type Record = PhaseRecord;
     const ID: &'static str = "s5";
     const TITLE: &'static str = TITLE;
@@ -236,23 +278,40 @@ impl Scenario for S5 {
         &self.config.run
     }
 
-    /// Every runtime idle, then per client count every runtime's modes.
+    /// Every runtime idle, then per client count every runtime's modes,
+    /// then every runtime's group commit paced.
     fn stages(&self) -> Vec<Vec<Self::Phase>> {
         let runtimes = &self.config.run.runtimes;
-        let mut stages = vec![runtimes.iter().map(|&r| (r, None, 0)).collect()];
+        let phase = |runtime, mode, clients, paced| Phase {
+            runtime,
+            mode,
+            clients,
+            paced,
+        };
+        let mut stages = vec![runtimes.iter().map(|&r| phase(r, None, 0, false)).collect()];
         for clients in client_counts(&self.config) {
             stages.push(
                 runtimes
                     .iter()
-                    .flat_map(|&r| modes(r).iter().map(move |&m| (r, Some(m), clients)))
+                    .flat_map(|&r| {
+                        modes(r)
+                            .iter()
+                            .map(move |&m| phase(r, Some(m), clients, false))
+                    })
                     .collect(),
             );
         }
+        stages.push(
+            runtimes
+                .iter()
+                .map(|&r| phase(r, Some(LogMode::Group), self.config.clients, true))
+                .collect(),
+        );
         stages
     }
 
-    fn phase_name(&self, (runtime, mode, clients): Self::Phase) -> String {
-        format!("{runtime} {}", what(mode, clients, &self.config))
+    fn phase_name(&self, phase: Self::Phase) -> String {
+        format!("{} {}", phase.runtime, what(phase, &self.config))
     }
 
     fn expected(&self, _: Self::Phase) -> Duration {
@@ -264,25 +323,44 @@ impl Scenario for S5 {
     fn measure(
         &self,
         round: u32,
-        (runtime, mode, clients): Self::Phase,
+        phase: Self::Phase,
         bar: &PhaseBar,
     ) -> Result<PhaseRecord, Error> {
-        let what = what(mode, clients, &self.config);
-        let dir = self
-            .config
-            .data_dir
-            .join(format!("r{round}-{runtime}-{what}"));
+        let rate = if phase.paced {
+            Some(self.paced_rate(round)?)
+        } else {
+            None
+        };
+        let dir = self.config.data_dir.join(format!(
+            "r{round}-{}-{}",
+            phase.runtime,
+            what(phase, &self.config)
+        ));
         let _ = std::fs::remove_dir_all(&dir);
-        let result =
-            measure(&self.config, runtime, mode, clients, &dir, bar).map(|m| PhaseRecord {
-                round,
-                runtime,
-                mode,
-                clients,
-                ..m
-            });
+        let result = measure(&self.config, phase, rate, &dir, bar).map(|m| PhaseRecord {
+            round,
+            runtime: phase.runtime,
+            mode: phase.mode,
+            clients: phase.clients,
+            paced_rate: rate,
+            ..m
+        });
         let _ = std::fs::remove_dir_all(&dir);
-        result
+        let record = result?;
+        if phase.mode == Some(LogMode::Group)
+            && phase.clients == self.config.clients
+            && !phase.paced
+        {
+            if let Some(log) = &record.log {
+                self.group_rates
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .entry(round)
+                    .or_default()
+                    .push(log.records_per_s);
+            }
+        }
+        Ok(record)
     }
 
     fn summary(&self, record: &PhaseRecord) -> String {
@@ -309,21 +387,25 @@ impl Scenario for S5 {
     /// in the round, its metrics; then the disk's own column.
     fn round_runs(&self, records: &[&PhaseRecord]) -> Vec<RunFigures> {
         let config = &self.config;
-        let find = |runtime: RuntimeKind, mode: Option<LogMode>, clients: u32| {
-            records
-                .iter()
-                .find(|r| r.runtime == runtime && r.mode == mode && r.clients == clients)
+        let find = |runtime: RuntimeKind, mode: Option<LogMode>, clients: u32, paced: bool| {
+            records.iter().find(|r| {
+                r.runtime == runtime
+                    && r.mode == mode
+                    && r.clients == clients
+                    && r.paced_rate.is_some() == paced
+            })
         };
         let mut runs = Vec::new();
         for clients in client_counts(config) {
             for &runtime in &config.run.runtimes {
                 for &mode in modes(runtime) {
-                    if let (Some(idle), Some(loaded)) =
-                        (find(runtime, None, 0), find(runtime, Some(mode), clients))
-                    {
+                    if let (Some(idle), Some(loaded)) = (
+                        find(runtime, None, 0, false),
+                        find(runtime, Some(mode), clients, false),
+                    ) {
                         runs.push(RunFigures {
                             runtime: runtime.to_string(),
-                            mode: run_mode(mode, clients, config),
+                            mode: run_mode(mode, clients, false, config),
                             metrics: Pairs(round_metrics(
                                 idle,
                                 loaded,
@@ -333,6 +415,19 @@ impl Scenario for S5 {
                         });
                     }
                 }
+            }
+        }
+        for &runtime in &config.run.runtimes {
+            let group = Some(LogMode::Group);
+            if let (Some(idle), Some(paced)) = (
+                find(runtime, None, 0, false),
+                find(runtime, group, config.clients, true),
+            ) {
+                runs.push(RunFigures {
+                    runtime: runtime.to_string(),
+                    mode: run_mode(LogMode::Group, config.clients, true, config),
+                    metrics: Pairs(paced_metrics(idle, paced, &self.sync)),
+                });
             }
         }
         runs.push(disk_run(&self.sync, config.clients));
@@ -386,7 +481,11 @@ impl Scenario for S5 {
             "S5: ping RTT over time, idle and under log load (round 1)".into(),
             records
                 .iter()
-                .filter(|r| r.round == 1 && (r.mode.is_none() || r.clients == self.config.clients))
+                .filter(|r| {
+                    r.round == 1
+                        && r.paced_rate.is_none()
+                        && (r.mode.is_none() || r.clients == self.config.clients)
+                })
                 .map(|r| {
                     let what = r.mode.map_or("idle", LogMode::name);
                     (format!("{} {what}", r.runtime), r.ping.series.as_slice())
@@ -396,11 +495,31 @@ impl Scenario for S5 {
     }
 }
 
+impl S5 {
+    /// The paced phase's record rate in `round`: [`PACE_SHARE`] of the
+    /// slowest closed-loop group commit the round measured.
+    fn paced_rate(&self, round: u32) -> Result<f64, Error> {
+        let rates = self
+            .group_rates
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        rates
+            .get(&round)
+            .and_then(|r| r.iter().copied().filter(|r| *r > 0.0).reduce(f64::min))
+            .map(|slowest| slowest * PACE_SHARE)
+            .ok_or_else(|| {
+                Error::new(format!(
+                    "round {round} has no closed-loop group commit to pace the clients by"
+                ))
+            })
+    }
+}
+
 /// What a phase is called after its runtime: `idle`, or its run's mode.
-fn what(mode: Option<LogMode>, clients: u32, config: &S5Config) -> String {
-    match mode {
+fn what(phase: Phase, config: &S5Config) -> String {
+    match phase.mode {
         None => "idle".to_string(),
-        Some(mode) => run_mode(mode, clients, config),
+        Some(mode) => run_mode(mode, phase.clients, phase.paced, config),
     }
 }
 
@@ -448,12 +567,17 @@ pub fn ceiling(clients: u32, sync_us: f64, round_trip_us: f64, turn_us: f64) -> 
 /// killed on any early return.
 fn measure(
     config: &S5Config,
-    runtime: RuntimeKind,
-    mode: Option<LogMode>,
-    clients: u32,
+    phase: Phase,
+    rate: Option<f64>,
     dir: &Path,
     bar: &PhaseBar,
 ) -> Result<PhaseRecord, Error> {
+    let Phase {
+        runtime,
+        mode,
+        clients,
+        ..
+    } = phase;
     bar.step("starting the node");
     let node_mode = mode.unwrap_or(LogMode::Group);
     let mut node = config.run.spawn(
@@ -472,10 +596,8 @@ fn measure(
     std::thread::sleep(SETTLE);
 
     let mut load = match mode {
-        Some(_) => Some(config.run.spawn(
-            Role::Load,
-            "keel load s5",
-            &[
+        Some(_) => {
+            let mut args: Vec<String> = vec![
                 "load".into(),
                 "s5".into(),
                 "--addr".into(),
@@ -488,8 +610,12 @@ fn measure(
                 config.run.duration_s.to_string(),
                 "--warmup-ms".into(),
                 config.run.warmup_ms.to_string(),
-            ],
-        )?),
+            ];
+            if let Some(rate) = rate {
+                args.extend(["--rate".into(), format!("{rate:.1}")]);
+            }
+            Some(config.run.spawn(Role::Load, "keel load s5", &args)?)
+        }
         None => None,
     };
     bar.step("pinging");
@@ -567,6 +693,7 @@ fn measure(
         runtime,
         mode,
         clients,
+        paced_rate: rate,
         ping: ping_summary,
         log,
         records_per_sync,
@@ -691,6 +818,28 @@ fn round_metrics(
     metrics
 }
 
+/// The metrics of a paced phase: those of [`round_metrics`] but the
+/// closed-loop ceiling's (a paced loop is not meant to reach it), and the
+/// rate it was paced to with the share of it the node acknowledged.
+fn paced_metrics(
+    idle: &PhaseRecord,
+    paced: &PhaseRecord,
+    sync: &SyncLatency,
+) -> Vec<(&'static str, f64)> {
+    let mut metrics = round_metrics(idle, paced, sync, true);
+    metrics.retain(|(name, _)| !matches!(*name, "ceiling_records_per_s" | "records_over_ceiling"));
+    let target = paced.paced_rate.unwrap_or(f64::NAN);
+    let rate = paced.log.as_ref().map_or(f64::NAN, |l| l.records_per_s);
+    metrics.extend([
+        ("paced_records_per_s", target),
+        (
+            "pace_reached",
+            ratio(Some(rate), Some(target)).unwrap_or(f64::NAN),
+        ),
+    ]);
+    metrics
+}
+
 /// What keel's log spent writing and syncing a batch, on average, and how
 /// often its writer's wait for returning appenders ran out.
 #[derive(Debug, Clone, Copy, Serialize)]
@@ -727,6 +876,18 @@ fn verdicts(runs: &[RunFigures], runtimes: &[RuntimeKind], many: u32) -> Vec<Ver
     let e2e_stretch = |runtime: &str, mode: &str| {
         stretch(runtime, mode, "ping_loaded_p99_us", "ping_idle_p99_us")
     };
+    // The paced runs' ping, only where both nodes took the paced load.
+    let reached = |runtime: &str| {
+        metric(runtime, "group-paced", "pace_reached").is_some_and(|r| r >= PACE_REACHED)
+    };
+    let paced_ping = if reached("keel") && reached("tokio") {
+        ratio(
+            metric("keel", "group-paced", "server_ping_loaded_p99_us"),
+            metric("tokio", "group-paced", "server_ping_loaded_p99_us"),
+        )
+    } else {
+        None
+    };
     let mut out = vec![
         Verdict::new(
             "server ping loaded_p99/idle_p99",
@@ -736,13 +897,20 @@ fn verdicts(runs: &[RunFigures], runtimes: &[RuntimeKind], many: u32) -> Vec<Ver
         )
         .missing_because(missing(&[keel])),
         Verdict::new(
+            "server ping loaded_p99 keel/tokio group, paced",
+            "keel",
+            paced_ping,
+            Some(Goal::AtMost(1.0)),
+        )
+        .missing_because(missing(&both)),
+        Verdict::new(
             "server ping loaded_p99 keel/tokio group",
             "keel",
             ratio(
                 metric("keel", "group", "server_ping_loaded_p99_us"),
                 metric("tokio", "group", "server_ping_loaded_p99_us"),
             ),
-            Some(Goal::AtMost(1.0)),
+            None,
         )
         .missing_because(missing(&both)),
         Verdict::new(
@@ -889,6 +1057,7 @@ mod tests {
             runtime,
             mode,
             clients,
+            paced_rate: None,
             ping: ping(50.0, 100.0, server_p99_us),
             log: mode.map(|_| LogLoadSummary {
                 acked: rate as u64,
@@ -1034,8 +1203,12 @@ mod tests {
     #[test]
     fn run_modes_carry_the_client_count() {
         let config = config();
-        assert_eq!(run_mode(LogMode::Group, 8, &config), "group");
-        assert_eq!(run_mode(LogMode::PerRecord, 64, &config), "per-record-64");
+        assert_eq!(run_mode(LogMode::Group, 8, false, &config), "group");
+        assert_eq!(
+            run_mode(LogMode::PerRecord, 64, false, &config),
+            "per-record-64"
+        );
+        assert_eq!(run_mode(LogMode::Group, 8, true, &config), "group-paced");
         assert_eq!(client_counts(&config), [8, 64]);
         let same = S5Config {
             many_clients: 8,
@@ -1068,6 +1241,12 @@ mod tests {
                 records.push(record(1, tokio, Some(*mode), clients, 3_000.0, 120.0));
             }
         }
+        // Paced to 0.8 of tokio's 3,000 records/s, which both reach.
+        for (runtime, server_p99_us) in [(keel, 90.0), (tokio, 100.0)] {
+            let mut paced = record(1, runtime, Some(LogMode::Group), 8, 2_400.0, server_p99_us);
+            paced.paced_rate = Some(2_400.0);
+            records.push(paced);
+        }
         let sync = SyncLatency {
             samples: 10,
             p50_us: 150.0,
@@ -1077,6 +1256,7 @@ mod tests {
             config,
             sync,
             notes: Vec::new(),
+            group_rates: Arc::default(),
         };
         let rounds = scenario::round_figures(&s5, &records);
         let modes: Vec<String> = rounds[0].runs.iter().map(RunFigures::label).collect();
@@ -1091,6 +1271,8 @@ mod tests {
                 "tokio per-record-64",
                 "tokio group-64",
                 "tokio inline-64",
+                "keel group-paced",
+                "tokio group-paced",
                 "disk raw"
             ]
         );
@@ -1114,6 +1296,10 @@ mod tests {
         let value = |name: &str| v.iter().find(|v| v.name == name).and_then(|v| v.value);
         assert_eq!(value("server ping loaded_p99/idle_p99"), Some(1.5));
         assert_eq!(value("server ping loaded_p99 keel/tokio group"), Some(0.5));
+        assert_eq!(
+            value("server ping loaded_p99 keel/tokio group, paced"),
+            Some(0.9)
+        );
         assert_eq!(value("records_per_s keel/tokio per-record"), Some(4.0));
         assert!(close(
             value("records_per_s keel/closed-loop ceiling").unwrap_or(f64::NAN),
@@ -1131,6 +1317,9 @@ mod tests {
         // Reported beside the ceiling, not judged.
         let judged = |name: &str| v.iter().find(|v| v.name == name).and_then(|v| v.goal);
         assert_eq!(judged("records_per_s keel/tokio per-record"), None);
+        // The ping is judged at equal load only.
+        assert_eq!(judged("server ping loaded_p99 keel/tokio group"), None);
+        assert!(judged("server ping loaded_p99 keel/tokio group, paced").is_some());
         assert!(judged("records_per_s keel/closed-loop ceiling").is_some());
         assert!(judged("records_per_s keel/tokio group, many clients").is_some());
         assert_eq!(
@@ -1141,5 +1330,71 @@ mod tests {
             value("records_per_s keel/tokio per-record, many clients"),
             Some(20.0)
         );
+    }
+
+    /// The paced phase takes [`PACE_SHARE`] of the round's slowest
+    /// closed-loop group commit, and refuses to guess without one.
+    #[test]
+    fn the_pace_follows_the_slower_group_commit() {
+        let s5 = S5 {
+            config: config(),
+            sync: SyncLatency {
+                samples: 10,
+                p50_us: 150.0,
+                p99_us: 900.0,
+            },
+            notes: Vec::new(),
+            group_rates: Arc::default(),
+        };
+        assert!(s5.paced_rate(1).is_err());
+        s5.group_rates
+            .lock()
+            .unwrap()
+            .insert(1, vec![25_000.0, 12_000.0]);
+        assert!(close(s5.paced_rate(1).unwrap(), 12_000.0 * PACE_SHARE));
+        assert!(s5.paced_rate(2).is_err());
+        let stages = s5.stages();
+        let last = stages.last().unwrap();
+        assert!(last
+            .iter()
+            .all(|p| p.paced && p.mode == Some(LogMode::Group) && p.clients == 8));
+        assert_eq!(last.len(), 2);
+    }
+
+    /// A node that fell short of the paced rate leaves the round's ping
+    /// verdict at equal load without a value, and its metrics say by how
+    /// much; the closed-loop ceiling is not reported for a paced run.
+    #[test]
+    fn a_missed_pace_has_no_equal_load_verdict() {
+        let (keel, tokio) = (RuntimeKind::Keel, RuntimeKind::Tokio);
+        let idle = record(1, keel, None, 0, 0.0, 40.0);
+        let mut paced = record(1, keel, Some(LogMode::Group), 8, 2_000.0, 60.0);
+        paced.paced_rate = Some(2_400.0);
+        let sync = SyncLatency {
+            samples: 10,
+            p50_us: 150.0,
+            p99_us: 900.0,
+        };
+        let metrics: BTreeMap<_, _> = paced_metrics(&idle, &paced, &sync).into_iter().collect();
+        assert!(close(metrics["pace_reached"], 2_000.0 / 2_400.0));
+        assert_eq!(metrics["paced_records_per_s"], 2_400.0);
+        assert!(!metrics.contains_key("ceiling_records_per_s"));
+        let run = |runtime: RuntimeKind, reached: f64| RunFigures {
+            runtime: runtime.to_string(),
+            mode: "group-paced".into(),
+            metrics: Pairs(vec![
+                ("server_ping_loaded_p99_us", 100.0),
+                ("pace_reached", reached),
+            ]),
+        };
+        let value = |runs: &[RunFigures]| {
+            verdicts(runs, &[keel, tokio], 64)
+                .into_iter()
+                .find(|v| v.name == "server ping loaded_p99 keel/tokio group, paced")
+                .and_then(|v| v.value)
+        };
+        assert_eq!(value(&[run(keel, 1.0), run(tokio, 0.99)]), Some(1.0));
+        assert_eq!(value(&[run(keel, 1.0), run(tokio, 0.9)]), None);
+        assert_eq!(value(&[run(keel, 0.5), run(tokio, 1.0)]), None);
     }
 }

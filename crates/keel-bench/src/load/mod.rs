@@ -126,14 +126,7 @@ pub struct LoadApiArgs {
 
 /// Parses a rate in MB/s: finite, positive, at most 10 GB/s.
 pub fn parse_rate(text: &str) -> Result<f64, String> {
-    let value: f64 = text
-        .trim()
-        .parse()
-        .map_err(|_| format!("{text:?} is not a number of MB/s"))?;
-    if !value.is_finite() || value <= 0.0 || value > 10_000.0 {
-        return Err(format!("{text} must be more than 0 and at most 10000 MB/s"));
-    }
-    Ok(value)
+    parse_bounded(text, "MB/s", 10_000.0)
 }
 
 /// Flags of `keel-bench load s5`.
@@ -162,6 +155,16 @@ pub struct LoadS5Args {
     /// client stops with an error.
     #[arg(long, default_value_t = 5000, value_parser = clap::value_parser!(u64).range(1..=60_000))]
     pub timeout_ms: u64,
+    /// Records per second all clients together send at most; each client
+    /// still waits for its acknowledgement before the next record. Unset:
+    /// a closed loop, each record sent as soon as the last is acknowledged.
+    #[arg(long, value_parser = parse_records_per_s)]
+    pub rate: Option<f64>,
+}
+
+/// Parses a record rate: finite, positive, at most ten million a second.
+fn parse_records_per_s(text: &str) -> Result<f64, String> {
+    parse_bounded(text, "records/s", 10_000_000.0)
 }
 
 /// Flags of `keel-bench load s1`.
@@ -194,13 +197,18 @@ pub struct LoadS1Args {
 
 /// Parses a duration in seconds: finite, positive, at most an hour.
 pub fn parse_seconds(text: &str) -> Result<f64, String> {
+    parse_bounded(text, "seconds", 3600.0)
+}
+
+/// Parses a number of `unit`: finite, more than 0, at most `max`.
+fn parse_bounded(text: &str, unit: &str, max: f64) -> Result<f64, String> {
     let value: f64 = text
         .trim()
         .parse()
-        .map_err(|_| format!("{text:?} is not a number of seconds"))?;
-    if !value.is_finite() || value <= 0.0 || value > 3600.0 {
+        .map_err(|_| format!("{text:?} is not a number of {unit}"))?;
+    if !value.is_finite() || value <= 0.0 || value > max {
         return Err(format!(
-            "{text} must be more than 0 and at most 3600 seconds"
+            "{text} must be more than 0 and at most {max} {unit}"
         ));
     }
     Ok(value)
@@ -279,6 +287,7 @@ pub fn run(command: &LoadCommand) -> Result<(), Error> {
                 warmup: Duration::from_millis(args.warmup_ms),
                 duration: Duration::from_secs_f64(args.duration_s),
                 io_timeout: Duration::from_millis(args.timeout_ms),
+                rate: args.rate,
             };
             let summary = s5::run(&opts).map_err(|e| e.context("load s5"))?;
             println!("{}", serde_json::to_string(&summary)?);
@@ -316,5 +325,17 @@ mod tests {
         assert!(parse_seconds("NaN").is_err());
         assert!(parse_seconds("ten").is_err());
         assert!(parse_seconds("7200").is_err());
+    }
+
+    /// Rates are bounded the same way, each in its unit.
+    #[test]
+    fn rates_are_validated() {
+        assert_eq!(parse_rate("40"), Ok(40.0));
+        assert!(parse_rate("20000").unwrap_err().contains("MB/s"));
+        assert_eq!(parse_records_per_s("9000"), Ok(9000.0));
+        assert!(parse_records_per_s("0").is_err());
+        assert!(parse_records_per_s("1e8")
+            .unwrap_err()
+            .contains("records/s"));
     }
 }

@@ -1,7 +1,10 @@
 //! The S5 log clients: closed-loop writers that count what was promised.
 //!
 //! Each client has one connection. It sends a record, waits for the LSN
-//! that acknowledges it, and sends the next, back to back. All clients
+//! that acknowledges it, and sends the next, back to back; or, paced
+//! (`rate`), no sooner than its share of the rate allows, so that two
+//! nodes can be compared under the same load (see [`ClientOpts::rate`]).
+//! All clients
 //! are tasks of one current-thread tokio runtime, as S0's are: a thread
 //! per client would put eight more threads on the shared cores at every
 //! group commit (each woken by its own acknowledgement), and the node's
@@ -67,6 +70,20 @@ pub struct ClientOpts {
     pub duration: Duration,
     /// Timeout of a connect, a write or a read.
     pub io_timeout: Duration,
+    /// Records per second all clients together send at most (`None`:
+    /// each sends as soon as its last record is acknowledged).
+    ///
+    /// A paced client keeps a grid of its own, one send every
+    /// `clients / rate` seconds, and still waits for each acknowledgement
+    /// before it sends again: a node slower than the rate gets a closed
+    /// loop. A client up to [`MAX_LAG`] behind its grid sends at once
+    /// until it is back on it (the timer that wakes it fires up to a
+    /// millisecond late, so a shorter period would otherwise lose
+    /// slots); one further behind starts a new grid rather than catch
+    /// up. A node's figures under a closed loop depend on
+    /// how fast it acknowledges; under a rate both runtimes reach, they
+    /// see the same load.
+    pub rate: Option<f64>,
 }
 
 /// What one client was promised.
@@ -163,9 +180,10 @@ pub fn run(opts: &ClientOpts) -> Result<LogLoadSummary, Error> {
         let tasks: Vec<_> = (0..opts.clients)
             .map(|i| {
                 let opts = opts.clone();
-                tokio::spawn(
-                    async move { client(&opts, opts.first_id + i, measure_from, end).await },
-                )
+                let pace = pace(&opts, i, start);
+                tokio::spawn(async move {
+                    client(&opts, opts.first_id + i, pace, measure_from, end).await
+                })
             })
             .collect();
         let mut outcomes = Vec::with_capacity(tasks.len());
@@ -216,11 +234,53 @@ async fn meter_cpu(from: Instant, to: Instant, done: Arc<Notify>) -> Option<f64>
     Some(stop.saturating_sub(start).as_secs_f64())
 }
 
+/// How far behind its grid a paced client may fall and still catch up:
+/// a few of the timer's one-millisecond ticks.
+const MAX_LAG: Duration = Duration::from_millis(5);
+
+/// When a paced client sends: its next slot and the time between slots.
+#[derive(Debug, Clone, Copy)]
+struct Pace {
+    /// When the client sends next, at the soonest.
+    next: Instant,
+    /// The time between its sends: clients over the rate.
+    period: Duration,
+}
+
+impl Pace {
+    /// Waits for the next slot, then moves the slot on by a period, or to
+    /// [`MAX_LAG`] before now where the client is further behind.
+    async fn wait(&mut self) {
+        tokio::time::sleep_until(self.next.into()).await;
+        self.advance(Instant::now());
+    }
+
+    /// Moves the slot on from a send at `now`.
+    fn advance(&mut self, now: Instant) {
+        let floor = now.checked_sub(MAX_LAG).unwrap_or(now);
+        self.next = (self.next + self.period).max(floor);
+    }
+}
+
+/// Client `index`'s pace under `opts.rate`, its first slot offset from
+/// `start` by its share of a period so that the clients spread over it;
+/// `None` unpaced.
+fn pace(opts: &ClientOpts, index: u32, start: Instant) -> Option<Pace> {
+    let rate = opts.rate.filter(|r| r.is_finite() && *r > 0.0)?;
+    let period = Duration::from_secs_f64(f64::from(opts.clients.max(1)) / rate);
+    let offset = period.mul_f64(f64::from(index) / f64::from(opts.clients.max(1)));
+    Some(Pace {
+        next: start + offset,
+        period,
+    })
+}
+
 /// One client's loop: returns what it was promised, its ack latencies
 /// inside the window, and how many acks fell inside the window.
 async fn client(
     opts: &ClientOpts,
     id: u32,
+    mut pace: Option<Pace>,
     measure_from: Instant,
     end: Instant,
 ) -> (ClientResult, hdrhistogram::Histogram<u64>, u64) {
@@ -241,6 +301,9 @@ async fn client(
         }
     };
     for seq in 1..=MAX_RECORDS_PER_CLIENT {
+        if let Some(pace) = pace.as_mut() {
+            pace.wait().await;
+        }
         if Instant::now() >= end {
             break;
         }
@@ -314,6 +377,48 @@ mod tests {
         });
     }
 
+    /// Paced clients spread their first slots over one period, keep their
+    /// grid while the node keeps up or they lag it by a timer tick, and
+    /// start a new one rather than catch up once they fall far behind.
+    #[test]
+    fn paced_clients_keep_a_grid_without_bursts() {
+        let mut opts = ClientOpts {
+            addr: "127.0.0.1:9".parse().unwrap(),
+            clients: 4,
+            first_id: 1,
+            record: 512,
+            warmup: Duration::ZERO,
+            duration: Duration::from_secs(1),
+            io_timeout: Duration::from_secs(1),
+            rate: Some(4000.0),
+        };
+        let start = Instant::now();
+        let ms = Duration::from_millis(1);
+        let first = pace(&opts, 0, start).unwrap();
+        let last = pace(&opts, 3, start).unwrap();
+        assert_eq!(first.period, ms);
+        assert_eq!(first.next, start);
+        assert_eq!(last.next, start + ms.mul_f64(0.75));
+
+        let mut pace = first;
+        // Acknowledged in time: the next slot is one period on.
+        pace.advance(start + ms / 10);
+        assert_eq!(pace.next, start + ms);
+        // Woken a tick late: the grid holds, so the rate does.
+        pace.advance(start + ms * 2);
+        assert_eq!(pace.next, start + ms * 2);
+        // Acknowledged 20 periods late: the grid restarts MAX_LAG behind,
+        // so no more than MAX_LAG's worth of sends go at once.
+        let late = start + ms * 22;
+        pace.advance(late);
+        assert_eq!(pace.next, late - MAX_LAG);
+        pace.advance(late);
+        assert_eq!(pace.next, late - MAX_LAG + ms);
+
+        opts.rate = None;
+        assert!(super::pace(&opts, 0, start).is_none());
+    }
+
     /// A record parses back to its client and sequence number.
     #[test]
     fn records_round_trip() {
@@ -348,6 +453,7 @@ mod tests {
             warmup: Duration::ZERO,
             duration: Duration::from_millis(10),
             io_timeout: Duration::from_millis(100),
+            rate: None,
         };
         assert_eq!(run(&opts).unwrap_err().code(), 2);
         opts.addr = "127.0.0.1:9".parse().unwrap();
