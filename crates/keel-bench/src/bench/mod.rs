@@ -35,6 +35,7 @@ pub mod charts;
 pub mod child;
 pub mod crash;
 pub mod disk;
+pub mod idle_exit;
 pub mod judge;
 pub mod noise;
 pub mod outcome;
@@ -262,6 +263,13 @@ pub struct BenchArgs {
     /// S5: bytes per record.
     #[arg(long, default_value_t = 512, value_parser = clap::value_parser!(u64).range(12..=1_048_576))]
     pub record: u64,
+    /// S5: let the CPUs halt when idle while S5 runs. By default S5 holds
+    /// a 0 µs wake-up latency request on `/dev/cpu_dma_latency` (root
+    /// only; a note says when it cannot), as a latency-tuned host does, so
+    /// that the ping measures the runtime and not the CPU's exit from
+    /// halt, which falls on whichever node idles more.
+    #[arg(long)]
+    pub s5_allow_halt: bool,
     /// S5: where the logs are written; must be on a real disk (default:
     /// `s5-data` under `--out`). Emptied as the run goes.
     #[arg(long)]
@@ -408,6 +416,7 @@ pub fn run(args: &BenchArgs) -> Result<(), Error> {
                         interval_us: args.interval_us,
                         data_dir,
                         sync_samples: if args.quick { 50 } else { 500 },
+                        hold_idle_exit: !args.s5_allow_halt,
                     })?,
                 }
             }

@@ -52,6 +52,7 @@ use serde_json::json;
 
 use super::charts::{self, Chart};
 use super::disk::{self, SyncLatency};
+use super::idle_exit;
 use super::noise::Noise;
 use super::outcome::{find_metric, why_missing, Goal, Outcome, Pairs, RunFigures, Verdict};
 use super::phase::{mark, SERVER_SILENCE};
@@ -93,6 +94,8 @@ pub struct S5Config {
     pub data_dir: PathBuf,
     /// `fdatasync` calls the disk probe times.
     pub sync_samples: usize,
+    /// Keep the CPUs out of halt while S5 runs (see [`super::idle_exit`]).
+    pub hold_idle_exit: bool,
 }
 
 /// The durability modes a runtime runs in S5.
@@ -235,6 +238,8 @@ pub struct S5 {
     /// Per round, the closed-loop group commits' record rates (first
     /// phase's clients), from which the paced phase takes its rate.
     group_rates: Arc<Mutex<BTreeMap<u32, Vec<f64>>>>,
+    /// Whether the CPUs were kept out of halt (for the sizes).
+    idle_exit_held: bool,
 }
 
 /// Runs S5's performance phases and judges them.
@@ -242,6 +247,18 @@ pub fn run(config: &S5Config) -> Result<Outcome, Error> {
     std::fs::create_dir_all(&config.data_dir)
         .context(|| format!("creating {}", config.data_dir.display()))?;
     let mut notes = Vec::new();
+    // Held until S5 returns.
+    let idle_exit = config.hold_idle_exit.then(idle_exit::hold);
+    let halt_note =
+        "the ping includes the CPU's exit from halt, which falls on whichever node idles more";
+    notes.push(match &idle_exit {
+        Some(Ok(_)) => {
+            "the CPUs were kept out of halt while S5 ran (0 us on /dev/cpu_dma_latency)".to_string()
+        }
+        Some(Err(why)) => format!("the CPUs could halt while S5 ran ({why}): {halt_note}"),
+        None => format!("the CPUs could halt while S5 ran (--s5-allow-halt): {halt_note}"),
+    });
+    let idle_exit_held = matches!(idle_exit, Some(Ok(_)));
     if disk::is_tmpfs(&config.data_dir)? {
         notes.push(format!(
             "{} is on tmpfs: syncs cost nothing there and the figures say nothing about a disk",
@@ -263,6 +280,7 @@ pub fn run(config: &S5Config) -> Result<Outcome, Error> {
         sync,
         notes,
         group_rates: Arc::default(),
+        idle_exit_held,
     })?;
     let _ = std::fs::remove_dir_all(&config.data_dir);
     Ok(outcome)
@@ -463,6 +481,7 @@ impl Scenario for S5 {
             ("record_bytes", json!(config.record)),
             ("interval_us", json!(config.interval_us)),
             ("data_dir", json!(config.data_dir)),
+            ("cpus_kept_out_of_halt", json!(self.idle_exit_held)),
         ]
     }
 
@@ -1095,6 +1114,7 @@ mod tests {
             interval_us: 1000,
             data_dir: "/nonexistent".into(),
             sync_samples: 1,
+            hold_idle_exit: false,
         }
     }
 
@@ -1257,6 +1277,7 @@ mod tests {
             sync,
             notes: Vec::new(),
             group_rates: Arc::default(),
+            idle_exit_held: false,
         };
         let rounds = scenario::round_figures(&s5, &records);
         let modes: Vec<String> = rounds[0].runs.iter().map(RunFigures::label).collect();
@@ -1345,6 +1366,7 @@ mod tests {
             },
             notes: Vec::new(),
             group_rates: Arc::default(),
+            idle_exit_held: false,
         };
         assert!(s5.paced_rate(1).is_err());
         s5.group_rates
