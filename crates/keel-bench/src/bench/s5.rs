@@ -119,7 +119,6 @@ pub struct PhaseRecord {
     clients: u32,
     /// The record rate the clients were paced to; `None` for a closed
     /// loop.
-    #[serde(default)]
     paced_rate: Option<f64>,
     /// The ping probe's results.
     ping: ProbeSummary,
@@ -775,6 +774,8 @@ fn round_metrics(
     let turn_in_cycle = if one_batch { client_turn_us } else { 0.0 };
     let ceiling = ceiling(loaded.clients, batch_sync_us, round_trip, turn_in_cycle);
     let fsyncs_per_s = rate / loaded.records_per_sync;
+    let cpu_us_per_record =
+        ratio(Some(loaded.cpu_s / loaded.window_s * 1e6), Some(rate)).unwrap_or(f64::NAN);
     let mut metrics = vec![
         ("server_ping_idle_p50_us", server(idle, |q| q.p50_us)),
         ("server_ping_idle_p99_us", server(idle, |q| q.p99_us)),
@@ -815,17 +816,10 @@ fn round_metrics(
             "node_cpu_busy",
             loaded.cpu_s / (loaded.window_s * loaded.cpus as f64),
         ),
-        (
-            "cpu_us_per_record",
-            ratio(Some(loaded.cpu_s / loaded.window_s * 1e6), Some(rate)).unwrap_or(f64::NAN),
-        ),
+        ("cpu_us_per_record", cpu_us_per_record),
         // One group commit's worth of the node's CPU: the work a ping that
         // arrives with a commit's acknowledgements may wait behind.
-        (
-            "commit_cpu_us",
-            ratio(Some(loaded.cpu_s / loaded.window_s * 1e6), Some(rate)).unwrap_or(f64::NAN)
-                * loaded.records_per_sync,
-        ),
+        ("commit_cpu_us", cpu_us_per_record * loaded.records_per_sync),
         ("client_errors", log.map_or(f64::NAN, |l| l.errors as f64)),
     ];
     // keel's log times its own batches: its sync beside the probe's, and
