@@ -908,6 +908,22 @@ fn verdicts(runs: &[RunFigures], runtimes: &[RuntimeKind], many: u32) -> Vec<Ver
     } else {
         None
     };
+    let short_of_pace: Vec<String> = ["keel", "tokio"]
+        .into_iter()
+        .filter_map(|runtime| {
+            let share = metric(runtime, "group-paced", "pace_reached")?;
+            (share < PACE_REACHED).then(|| format!("{runtime} took {share:.2}"))
+        })
+        .collect();
+    let why_no_paced_ping = if short_of_pace.is_empty() {
+        missing(&both)
+    } else {
+        format!(
+            "{} of the paced rate (at least {PACE_REACHED} judged): \
+             pings compare at equal load only",
+            short_of_pace.join(" and ")
+        )
+    };
     // The loaded ping against what one worker allows: the idle ping, plus
     // one commit's node CPU to wait behind.
     let commit_bound = |runtime: &str| {
@@ -939,7 +955,7 @@ fn verdicts(runs: &[RunFigures], runtimes: &[RuntimeKind], many: u32) -> Vec<Ver
             paced_ping,
             Some(Goal::AtMost(1.0)),
         )
-        .missing_because(missing(&both)),
+        .missing_because(why_no_paced_ping),
         Verdict::new(
             "server ping loaded_p99 keel/tokio group",
             "keel",
@@ -1439,14 +1455,22 @@ mod tests {
                 ("pace_reached", reached),
             ]),
         };
-        let value = |runs: &[RunFigures]| {
+        let paced_verdict = |runs: &[RunFigures]| {
             verdicts(runs, &[keel, tokio], 64)
                 .into_iter()
                 .find(|v| v.name == "server ping loaded_p99 keel/tokio group, paced")
-                .and_then(|v| v.value)
+                .unwrap()
         };
+        let value = |runs: &[RunFigures]| paced_verdict(runs).value;
         assert_eq!(value(&[run(keel, 1.0), run(tokio, 0.99)]), Some(1.0));
         assert_eq!(value(&[run(keel, 1.0), run(tokio, 0.9)]), None);
         assert_eq!(value(&[run(keel, 0.5), run(tokio, 1.0)]), None);
+        // The verdict names who fell short, and by how much.
+        let short = paced_verdict(&[run(keel, 0.5), run(tokio, 0.9)]);
+        let why = short.missing.unwrap();
+        assert!(
+            why.starts_with("keel took 0.50 and tokio took 0.90 of the paced rate"),
+            "{why}"
+        );
     }
 }
