@@ -138,4 +138,10 @@ impl Idle {
             None => false,
         }
     }
+
+    /// How many workers are parked now.
+    #[cfg(all(test, not(loom)))]
+    pub(crate) fn sleeping(&self) -> usize {
+        lock(&self.sleepers).len()
+    }
 }

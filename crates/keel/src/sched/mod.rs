@@ -14,7 +14,8 @@
 //!
 //! Whoever makes a task runnable then calls [`Shared::notify_one`], which
 //! unparks at most one sleeping worker, and none while another worker is
-//! searching (see [`idle`]).
+//! searching (see [`idle`]). A thread outside the workers that wakes many
+//! tasks at once queues them all before it notifies (see [`wake_batch`]).
 //!
 //! # The LIFO slot
 //!
@@ -54,6 +55,7 @@ mod policy;
 mod poll;
 pub(crate) mod timers;
 pub(crate) mod urgent;
+pub(crate) mod wake_batch;
 mod worker;
 
 pub use class::{Class, MAX_CLASSES};
@@ -431,7 +433,9 @@ impl Shared {
         match (runnable, surplus) {
             (Some(runnable), _) => {
                 self.stamp_now(&runnable);
-                self.inject(runnable);
+                if self.queue_injected(runnable) && !wake_batch::defer(self) {
+                    self.notify_after_fence();
+                }
             }
             (None, Some(true)) => self.notify_one(),
             (None, _) => {}
@@ -471,6 +475,18 @@ impl Shared {
     /// and takes it, or this look sees `draining` and drops what is queued
     /// itself (see `loom_a_push_racing_the_drain_is_never_stranded`).
     pub(crate) fn inject(&self, runnable: Runnable) {
+        if self.queue_injected(runnable) {
+            self.notify_after_fence();
+        }
+    }
+
+    /// The first half of [`inject`](Self::inject): queues `runnable` and
+    /// issues the fence that orders the push before the reads that follow.
+    /// Returns `false` if the runtime is draining (what is queued is then
+    /// dropped here); `true` if a worker must still be notified, by
+    /// [`notify_after_fence`](Self::notify_after_fence), now or at the end
+    /// of a [`wake_batch`].
+    fn queue_injected(&self, runnable: Runnable) -> bool {
         let class = runnable.metadata().class.index();
         self.injectors[class].push(runnable);
         // Orders the push before the reads of `draining` and of the idle
@@ -478,9 +494,9 @@ impl Shared {
         fence(Ordering::SeqCst);
         if self.draining.load(Ordering::Relaxed) {
             self.drop_queued();
-            return;
+            return false;
         }
-        self.notify_after_fence();
+        true
     }
 
     /// Unparks one sleeping worker if no worker is searching.

@@ -26,12 +26,13 @@
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Condvar, Mutex};
+use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use super::append::{Append, Pending};
 use super::error::{self, Failure};
 use super::{lock, LogStats, Lsn};
+use crate::sched::wake_batch;
 
 /// Everything the log's handles and its writer thread share.
 pub(crate) struct Shared {
@@ -205,9 +206,11 @@ impl Shared {
             std::mem::take(&mut queue.pending)
         };
         self.count_failed(pending.len());
-        for record in &pending {
-            record.complete(Err(failure.closed_error()));
-        }
+        wake_batch::together(|| {
+            for record in &pending {
+                record.complete(Err(failure.closed_error()));
+            }
+        });
     }
 
     /// Why the log is closed, if it is.
@@ -224,6 +227,17 @@ impl Shared {
     pub(crate) fn next_batch(&self, gather: Gather, batch: &mut Vec<Pending>) -> bool {
         debug_assert!(batch.is_empty());
         let mut queue = lock(&self.queue);
+        // A regroup waits for its target from the start, not from the
+        // first returning record: the appenders come back one by one, and
+        // a writer woken by the first would only go back to sleep for the
+        // rest, a wake-up and two switches per batch on the CPU the
+        // appenders' worker may share.
+        if let Gather::Regroup { target, until } = gather {
+            if target > queue.pending.len() {
+                self.counters.regroups.fetch_add(1, Ordering::Relaxed);
+                queue = self.gather(queue, target, Some(until), true);
+            }
+        }
         while queue.pending.is_empty() {
             if queue.closed.is_some() {
                 return false;
@@ -231,40 +245,10 @@ impl Shared {
             queue.writer = WriterState::Idle;
             queue = wait(&self.wake, queue);
         }
-        let (target, deadline) = match gather {
-            Gather::Now => (0, None),
+        if let Gather::Delay(delay) = gather {
             // A delay too long to add to an instant waits for a full batch.
-            Gather::Delay(delay) => (usize::MAX, Instant::now().checked_add(delay)),
-            Gather::Regroup { target, until } => (target, Some(until)),
-        };
-        if target > queue.pending.len() && (deadline.is_some() || target == usize::MAX) {
-            let regroup = matches!(gather, Gather::Regroup { .. });
-            if regroup {
-                self.counters.regroups.fetch_add(1, Ordering::Relaxed);
-            }
-            queue.target = target;
-            while queue.pending.len() < target
-                && queue.pending_bytes < self.batch_limit
-                && queue.closed.is_none()
-            {
-                queue.writer = WriterState::Delaying;
-                queue = match deadline {
-                    Some(deadline) => {
-                        let left = deadline.saturating_duration_since(Instant::now());
-                        if left.is_zero() {
-                            if regroup {
-                                self.counters
-                                    .regroups_expired
-                                    .fetch_add(1, Ordering::Relaxed);
-                            }
-                            break;
-                        }
-                        wait_timeout(&self.wake, queue, left)
-                    }
-                    None => wait(&self.wake, queue),
-                };
-            }
-            queue.target = usize::MAX;
+            let deadline = Instant::now().checked_add(delay);
+            queue = self.gather(queue, usize::MAX, deadline, false);
         }
         queue.writer = WriterState::Busy;
         if queue.pending_bytes <= self.batch_limit {
@@ -285,6 +269,50 @@ impl Shared {
             queue.pending_bytes -= bytes;
         }
         true
+    }
+
+    /// Waits, as `Delaying`, until `target` records are pending, the
+    /// pending records fill a batch, the log closes, or `deadline` passes
+    /// (`None`: never). A regroup's wait that the deadline ends is counted
+    /// as expired.
+    fn gather<'a>(
+        &self,
+        mut queue: MutexGuard<'a, Queue>,
+        target: usize,
+        deadline: Option<Instant>,
+        regroup: bool,
+    ) -> MutexGuard<'a, Queue> {
+        queue.target = target;
+        while queue.pending.len() < target
+            && queue.pending_bytes < self.batch_limit
+            && queue.closed.is_none()
+        {
+            queue.writer = WriterState::Delaying;
+            queue = match deadline {
+                Some(deadline) => {
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    if left.is_zero() {
+                        if regroup {
+                            self.counters
+                                .regroups_expired
+                                .fetch_add(1, Ordering::Relaxed);
+                        }
+                        break;
+                    }
+                    wait_timeout(&self.wake, queue, left)
+                }
+                None => wait(&self.wake, queue),
+            };
+        }
+        queue.target = usize::MAX;
+        queue
+    }
+
+    /// Whether the writer waits for more records without wanting to hear
+    /// of each one (it is gathering a batch).
+    #[cfg(test)]
+    pub(crate) fn writer_gathering(&self) -> bool {
+        lock(&self.queue).writer == WriterState::Delaying
     }
 
     /// Counts appends that resolved with an error.
@@ -320,10 +348,7 @@ pub(crate) fn closed_error(closed: &Closed) -> std::io::Error {
     }
 }
 
-fn wait<'a, T>(
-    condvar: &Condvar,
-    guard: std::sync::MutexGuard<'a, T>,
-) -> std::sync::MutexGuard<'a, T> {
+fn wait<'a, T>(condvar: &Condvar, guard: MutexGuard<'a, T>) -> MutexGuard<'a, T> {
     condvar
         .wait(guard)
         .unwrap_or_else(|poisoned| poisoned.into_inner())
@@ -331,9 +356,9 @@ fn wait<'a, T>(
 
 fn wait_timeout<'a, T>(
     condvar: &Condvar,
-    guard: std::sync::MutexGuard<'a, T>,
+    guard: MutexGuard<'a, T>,
     timeout: Duration,
-) -> std::sync::MutexGuard<'a, T> {
+) -> MutexGuard<'a, T> {
     match condvar.wait_timeout(guard, timeout) {
         Ok((guard, _)) => guard,
         Err(poisoned) => poisoned.into_inner().0,

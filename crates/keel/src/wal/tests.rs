@@ -371,6 +371,39 @@ fn regroup_waits_for_its_target_or_its_deadline() {
     );
 }
 
+/// A regrouping writer with nothing pending waits for its whole target
+/// from the start: the first returning record does not wake it.
+#[test]
+fn regroup_with_nothing_pending_is_not_woken_by_the_first_record() {
+    use super::shared::{Gather, Shared};
+    use std::time::{Duration, Instant};
+
+    let shared = Arc::new(Shared::new(Vec::new(), 0, usize::MAX));
+    let writer = {
+        let shared = Arc::clone(&shared);
+        thread::spawn(move || {
+            let mut batch = Vec::new();
+            let until = Instant::now() + Duration::from_secs(60);
+            assert!(shared.next_batch(Gather::Regroup { target: 3, until }, &mut batch));
+            batch.len()
+        })
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !shared.writer_gathering() {
+        assert!(Instant::now() < deadline, "the writer never gathered");
+        thread::sleep(Duration::from_millis(1));
+    }
+    let _first = shared.push(vec![1]);
+    let _second = shared.push(vec![2]);
+    assert!(
+        shared.writer_gathering(),
+        "records below the target leave the writer gathering"
+    );
+    let _third = shared.push(vec![3]);
+    assert_eq!(writer.join().unwrap(), 3);
+    assert_eq!(shared.stats().regroups, 1);
+}
+
 /// The regroup window is twice the last write and sync, capped.
 #[test]
 fn regroup_window_is_two_syncs_and_capped() {

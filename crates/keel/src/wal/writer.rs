@@ -58,6 +58,7 @@ use super::options::MAX_REGROUP_WAIT;
 use super::repair::{self, Repair};
 use super::shared::{Gather, SegmentSpan, Shared};
 use super::{lock, Lsn};
+use crate::sched::wake_batch;
 
 /// The capacity of the write buffer kept between batches: enough for the
 /// batches of a busy log of small records, small enough not to matter.
@@ -480,9 +481,14 @@ impl Writer {
             .last_lsn
             .store(self.next_lsn - 1, Ordering::Release);
         self.queued_at_answer = self.shared.pending_len();
-        for (lsn, record) in (first..).zip(batch.drain(..)) {
-            record.complete(Ok(Lsn::from_raw(lsn)));
-        }
+        // Every appender is queued before a worker is woken: on a worker
+        // sharing this thread's CPU, waking them one by one would switch
+        // between the two threads once per record.
+        wake_batch::together(|| {
+            for (lsn, record) in (first..).zip(batch.drain(..)) {
+                record.complete(Ok(Lsn::from_raw(lsn)));
+            }
+        });
     }
 
     /// Fails every record of `batch` for `error`; returns the failure if it
@@ -492,15 +498,19 @@ impl Writer {
         self.queued_at_answer = self.shared.pending_len();
         match error {
             StepError::Recoverable(failure) => {
-                for record in batch.drain(..) {
-                    record.complete(Err(failure.to_error()));
-                }
+                wake_batch::together(|| {
+                    for record in batch.drain(..) {
+                        record.complete(Err(failure.to_error()));
+                    }
+                });
                 Ok(())
             }
             StepError::Fatal(failure) => {
-                for record in batch.drain(..) {
-                    record.complete(Err(failure.closed_error()));
-                }
+                wake_batch::together(|| {
+                    for record in batch.drain(..) {
+                        record.complete(Err(failure.closed_error()));
+                    }
+                });
                 Err(failure)
             }
         }
