@@ -235,7 +235,13 @@ impl Shared {
         if let Gather::Regroup { target, until } = gather {
             if target > queue.pending.len() {
                 self.counters.regroups.fetch_add(1, Ordering::Relaxed);
-                queue = self.gather(queue, target, Some(until), true);
+                let expired;
+                (queue, expired) = self.gather(queue, target, Some(until));
+                if expired {
+                    self.counters
+                        .regroups_expired
+                        .fetch_add(1, Ordering::Relaxed);
+                }
             }
         }
         while queue.pending.is_empty() {
@@ -248,7 +254,7 @@ impl Shared {
         if let Gather::Delay(delay) = gather {
             // A delay too long to add to an instant waits for a full batch.
             let deadline = Instant::now().checked_add(delay);
-            queue = self.gather(queue, usize::MAX, deadline, false);
+            queue = self.gather(queue, usize::MAX, deadline).0;
         }
         queue.writer = WriterState::Busy;
         if queue.pending_bytes <= self.batch_limit {
@@ -273,16 +279,15 @@ impl Shared {
 
     /// Waits, as `Delaying`, until `target` records are pending, the
     /// pending records fill a batch, the log closes, or `deadline` passes
-    /// (`None`: never). A regroup's wait that the deadline ends is counted
-    /// as expired.
+    /// (`None`: never). The `bool` says whether the deadline ended it.
     fn gather<'a>(
         &self,
         mut queue: MutexGuard<'a, Queue>,
         target: usize,
         deadline: Option<Instant>,
-        regroup: bool,
-    ) -> MutexGuard<'a, Queue> {
+    ) -> (MutexGuard<'a, Queue>, bool) {
         queue.target = target;
+        let mut expired = false;
         while queue.pending.len() < target
             && queue.pending_bytes < self.batch_limit
             && queue.closed.is_none()
@@ -292,11 +297,7 @@ impl Shared {
                 Some(deadline) => {
                     let left = deadline.saturating_duration_since(Instant::now());
                     if left.is_zero() {
-                        if regroup {
-                            self.counters
-                                .regroups_expired
-                                .fetch_add(1, Ordering::Relaxed);
-                        }
+                        expired = true;
                         break;
                     }
                     wait_timeout(&self.wake, queue, left)
@@ -305,7 +306,7 @@ impl Shared {
             };
         }
         queue.target = usize::MAX;
-        queue
+        (queue, expired)
     }
 
     /// Whether the writer waits for more records without wanting to hear

@@ -496,23 +496,24 @@ impl Writer {
     fn fail(&mut self, batch: &mut Vec<Pending>, error: StepError) -> Result<(), Failure> {
         self.shared.count_failed(batch.len());
         self.queued_at_answer = self.shared.pending_len();
-        match error {
-            StepError::Recoverable(failure) => {
-                wake_batch::together(|| {
-                    for record in batch.drain(..) {
-                        record.complete(Err(failure.to_error()));
-                    }
-                });
-                Ok(())
+        let (failure, fatal) = match error {
+            StepError::Recoverable(failure) => (failure, false),
+            StepError::Fatal(failure) => (failure, true),
+        };
+        wake_batch::together(|| {
+            for record in batch.drain(..) {
+                let error = if fatal {
+                    failure.closed_error()
+                } else {
+                    failure.to_error()
+                };
+                record.complete(Err(error));
             }
-            StepError::Fatal(failure) => {
-                wake_batch::together(|| {
-                    for record in batch.drain(..) {
-                        record.complete(Err(failure.closed_error()));
-                    }
-                });
-                Err(failure)
-            }
+        });
+        if fatal {
+            Err(failure)
+        } else {
+            Ok(())
         }
     }
 }
