@@ -2,6 +2,7 @@
 //! blocking pool, the errors of the system calls, and file IO under a pool
 //! small enough that every call waits for room.
 
+use std::future::Future;
 use std::io::{self, SeekFrom};
 use std::path::{Path, PathBuf};
 
@@ -210,4 +211,170 @@ fn file_io_waits_for_room_in_a_tiny_pool_instead_of_failing() {
     assert_eq!(stats.rejected, 0, "{stats:?}");
     assert!(stats.threads <= 1, "{stats:?}");
     assert!(paths.iter().all(|p| p.exists()));
+}
+
+/// A runtime of 2 workers on `backend` whose blocking pool has one thread.
+fn one_pool_thread(backend: keel::io::IoBackend) -> Runtime {
+    Runtime::builder()
+        .workers(2)
+        .io_backend(backend)
+        .max_blocking_threads(1)
+        .build()
+        .unwrap_or_else(|error| {
+            panic!(
+                "this test needs {backend:?}: {error} (probe: {})",
+                keel::io::probe_io_uring()
+            )
+        })
+}
+
+/// Holds `rt`'s one blocking pool thread in a job until the sender
+/// returned is dropped or sent to.
+fn hold_the_pool(rt: &Runtime) -> std::sync::mpsc::Sender<()> {
+    let (release, released) = std::sync::mpsc::channel::<()>();
+    let (started, running) = std::sync::mpsc::channel();
+    rt.spawn(async move {
+        keel::blocking::unblock(move || {
+            started.send(()).unwrap();
+            let _ = released.recv();
+        })
+        .await
+    });
+    running.recv().unwrap();
+    release
+}
+
+/// Starts `count` syncs of a new file at `path` (`sync_data` and
+/// `sync_all` in turn), each in a task, while `rt`'s one pool thread is
+/// held; returns the release of the pool and the syncs' tasks.
+fn sync_while_the_pool_is_held(
+    rt: &Runtime,
+    path: &Path,
+    count: usize,
+) -> (
+    std::sync::mpsc::Sender<()>,
+    Vec<keel::JoinHandle<io::Result<()>>>,
+) {
+    let file = rt.block_on(async {
+        let mut file = File::create(path).await.unwrap();
+        file.write_all(b"synced").await.unwrap();
+        std::sync::Arc::new(file)
+    });
+    let release = hold_the_pool(rt);
+    let syncs = (0..count)
+        .map(|i| {
+            let file = file.clone();
+            rt.spawn(async move {
+                if i % 2 == 0 {
+                    file.sync_data().await
+                } else {
+                    file.sync_all().await
+                }
+            })
+        })
+        .collect();
+    (release, syncs)
+}
+
+#[cfg(target_os = "linux")]
+#[test]
+fn syncs_complete_on_the_ring_while_the_pool_is_busy_and_wait_for_it_on_epoll() {
+    let dir = TempDir::new("ring-sync");
+    let ring = one_pool_thread(keel::io::IoBackend::Uring);
+    let (release, syncs) = sync_while_the_pool_is_held(&ring, &dir.join("ring"), 20);
+    // The pool's one thread is held until after the syncs end: on the
+    // ring they do not need it.
+    ring.block_on(async {
+        let all = async {
+            for sync in syncs {
+                sync.await.unwrap().unwrap();
+            }
+        };
+        keel::time::timeout(std::time::Duration::from_secs(30), all)
+            .await
+            .expect("the syncs on the ring waited for the held pool thread");
+    });
+    drop(release);
+    assert_eq!(ring.stats().io.operations_in_flight, 0);
+
+    let epoll = one_pool_thread(keel::io::IoBackend::Epoll);
+    let (release, syncs) = sync_while_the_pool_is_held(&epoll, &dir.join("epoll"), 20);
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    // On epoll a sync is a pool job: none can have run yet.
+    assert!(syncs.iter().all(|sync| !sync.is_finished()));
+    drop(release);
+    epoll.block_on(async {
+        for sync in syncs {
+            sync.await.unwrap().unwrap();
+        }
+    });
+    assert_eq!(std::fs::read(dir.join("ring")).unwrap(), b"synced");
+}
+
+#[cfg(target_os = "linux")]
+#[test]
+fn a_sync_on_the_ring_reports_the_os_error() {
+    let rt = support::on_the_ring(1);
+    let (reader, _writer) = std::io::pipe().unwrap();
+    let pipe = File::from_std(std::fs::File::from(std::os::fd::OwnedFd::from(reader)));
+    let error = rt
+        .block_on(rt.spawn(async move { pipe.sync_data().await }))
+        .unwrap()
+        .unwrap_err();
+    // fsync(2) on a pipe: EINVAL, as the pool's `sync_data` reports it.
+    assert_eq!(error.raw_os_error(), Some(libc::EINVAL), "{error}");
+}
+
+#[cfg(target_os = "linux")]
+#[test]
+fn syncs_dropped_in_flight_finish_with_their_files_closed_after() {
+    let dir = TempDir::new("ring-sync-dropped");
+    let rt = support::on_the_ring(2);
+    for round in 0..20 {
+        let path = dir.join(&format!("f{round}"));
+        let next_path = dir.join(&format!("g{round}"));
+        // In a task: only the workers' syncs go to the ring.
+        rt.block_on(rt.spawn(async move {
+            let mut file = File::create(&path).await.unwrap();
+            file.write_all(b"dropped").await.unwrap();
+            for _ in 0..8 {
+                // Polled once (queued), then dropped with the file.
+                let mut sync = std::pin::pin!(file.sync_data());
+                let polled =
+                    std::future::poll_fn(|cx| std::task::Poll::Ready(sync.as_mut().poll(cx))).await;
+                assert!(polled.is_pending() || matches!(polled, std::task::Poll::Ready(Ok(()))));
+            }
+            drop(file);
+            // New files take the numbers just freed while the dropped
+            // syncs may still run; their own syncs complete.
+            let mut next = File::create(next_path).await.unwrap();
+            next.write_all(b"next").await.unwrap();
+            next.sync_all().await.unwrap();
+        }))
+        .unwrap();
+    }
+    // Every dropped sync completes and is reaped: nothing stays in flight.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while rt.stats().io.operations_in_flight > 0 && std::time::Instant::now() < deadline {
+        rt.block_on(keel::time::sleep(std::time::Duration::from_millis(1)));
+    }
+    assert_eq!(rt.stats().io.operations_in_flight, 0);
+    for round in 0..20 {
+        assert_eq!(
+            std::fs::read(dir.join(&format!("f{round}"))).unwrap(),
+            b"dropped"
+        );
+        assert_eq!(
+            std::fs::read(dir.join(&format!("g{round}"))).unwrap(),
+            b"next"
+        );
+    }
+    // And a runtime dropped with syncs in flight shuts down.
+    let last = rt.block_on(File::create(dir.join("last"))).unwrap();
+    let last = std::sync::Arc::new(last);
+    for _ in 0..8 {
+        let last = last.clone();
+        rt.spawn(async move { last.sync_data().await });
+    }
+    drop(rt);
 }

@@ -1,4 +1,5 @@
-//! `File`: an open file whose calls run on the blocking pool.
+//! `File`: an open file whose calls run on the blocking pool, and whose
+//! syncs complete on the ring where the runtime has one.
 
 use std::fmt;
 use std::fs::Metadata;
@@ -7,6 +8,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use super::{run, OpenOptions};
+use crate::io::ring_file::{sync_on_ring, SyncKind};
 
 /// Most bytes one [`File::read`] or [`File::write`] moves: 1 MiB.
 ///
@@ -18,7 +20,8 @@ use super::{run, OpenOptions};
 pub const MAX_CHUNK: usize = 1 << 20;
 
 /// An open file. Every call runs on the runtime's blocking pool (see
-/// [`crate::fs`]).
+/// [`crate::fs`]), except the syncs of a task on the io_uring driver,
+/// which complete on the ring.
 ///
 /// Calls that move the file position (`read`, `write`, `seek`) take
 /// `&mut self`, so one handle has one of them in flight at a time; the
@@ -157,23 +160,35 @@ impl File {
     }
 
     /// Flushes the file's data (not all of its metadata) to the device;
-    /// see [`std::fs::File::sync_data`] (`fdatasync` on Linux).
+    /// see [`std::fs::File::sync_data`] (`fdatasync` on Linux). On the
+    /// io_uring driver (see [`Builder::io_backend`]), from a task on the
+    /// workers, the sync completes on the ring, without a pool thread.
+    ///
+    /// [`Builder::io_backend`]: crate::Builder::io_backend
     ///
     /// # Errors
     ///
     /// Those of [`std::fs::File::sync_data`].
     pub async fn sync_data(&self) -> io::Result<()> {
+        if let Some(sync) = sync_on_ring(&self.std, SyncKind::Data) {
+            return sync.await;
+        }
         let file = self.std.clone();
         run(move || file.sync_data()).await
     }
 
     /// Flushes the file's data and metadata to the device; see
-    /// [`std::fs::File::sync_all`] (`fsync` on Linux).
+    /// [`std::fs::File::sync_all`] (`fsync` on Linux). On the io_uring
+    /// driver the sync completes on the ring, as
+    /// [`sync_data`](Self::sync_data)'s does.
     ///
     /// # Errors
     ///
     /// Those of [`std::fs::File::sync_all`].
     pub async fn sync_all(&self) -> io::Result<()> {
+        if let Some(sync) = sync_on_ring(&self.std, SyncKind::All) {
+            return sync.await;
+        }
         let file = self.std.clone();
         run(move || file.sync_all()).await
     }

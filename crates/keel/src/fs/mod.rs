@@ -10,6 +10,17 @@
 //! calling task waits for room (back-pressure) instead of being refused,
 //! and the workers never block.
 //!
+//! On the io_uring driver ([`Builder::io_backend`]), [`File::sync_data`]
+//! and [`File::sync_all`] called from a task on the workers are submitted
+//! to the ring instead: the kernel runs the sync in its own workers and
+//! the task is woken by the completion, without a pool thread or a wake
+//! from outside the workers. A sync whose future is dropped still runs to
+//! its end, its file held open until then. Off the workers (in
+//! `block_on`'s own future) they still run on the pool, which is quicker
+//! there.
+//!
+//! [`Builder::io_backend`]: crate::Builder::io_backend
+//!
 //! ```
 //! let rt = keel::Runtime::new().unwrap();
 //! rt.block_on(async {

@@ -52,6 +52,7 @@
 mod driver;
 pub(crate) mod reactor;
 pub(crate) mod readiness;
+pub(crate) mod ring_file;
 mod ring_probe;
 pub(crate) mod ring_recv;
 pub(crate) mod source;

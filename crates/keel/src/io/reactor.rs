@@ -228,15 +228,24 @@ impl Reactor {
         self.blocked.load(Ordering::Relaxed)
     }
 
-    /// Whether reads may complete on this reactor's driver (see
-    /// `io::ring_recv`).
-    pub(crate) fn completes_receives(&self) -> bool {
-        self.driver.completes_receives()
+    /// Whether operations (reads, file syncs) may complete on this
+    /// reactor's driver (see `io::ring_recv`, `io::ring_file`).
+    pub(crate) fn completes_operations(&self) -> bool {
+        self.driver.completes_operations()
     }
 
     /// Queues `slot`'s receive (see [`Driver::queue_recv`]).
     pub(crate) fn queue_recv(&self, slot: Arc<crate::io::ring_recv::RecvSlot>, on_worker: bool) {
         self.driver.queue_recv(slot, on_worker);
+    }
+
+    /// Queues `sync` (see [`Driver::queue_file_sync`]).
+    pub(crate) fn queue_file_sync(
+        &self,
+        sync: Arc<crate::io::ring_file::FileSync>,
+        on_worker: bool,
+    ) {
+        self.driver.queue_file_sync(sync, on_worker);
     }
 
     /// Submits the queued operations now (see [`Driver::flush`]).

@@ -197,7 +197,7 @@ impl<E: Source + AsRawFd> IoSource<E> {
     /// urgent lane's (whose thread polls readiness only).
     pub(crate) fn ring_slot(&self) -> Option<Arc<RecvSlot>> {
         let reactor = self.shared.reactor_of(self.on_lane);
-        (self.shared.config.ring_receives && !self.on_lane && reactor.completes_receives())
+        (self.shared.config.ring_receives && !self.on_lane && reactor.completes_operations())
             .then(|| RecvSlot::new(self.get_ref().as_raw_fd()))
     }
 

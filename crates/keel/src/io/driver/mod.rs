@@ -8,8 +8,8 @@
 //!   eventfd watched by another. Looking for events without blocking
 //!   reads the completion queue, memory the kernel shares with the
 //!   process: no system call when nothing happened. TCP streams' reads
-//!   complete on it (`io::ring_recv`); writes, accepts and the rest still
-//!   go by readiness.
+//!   (`io::ring_recv`) and files' syncs (`io::ring_file`) complete on
+//!   it; writes, accepts and the rest still go by readiness.
 //!
 //! [`IoBackend`] chooses between them; `Auto` sets a ring up and falls
 //! back to epoll with the reason, which [`Stats`](crate::stats::Stats)
@@ -46,15 +46,17 @@
 //!    directions, so that no edge is lost in between: before the reap that
 //!    met its end returns. For that the reap's callback answers with the
 //!    source's descriptor while it is registered ([`Owner`]).
-//! 6. **Operations** (the ring only, [`Driver::completes_receives`]): a
-//!    receive queued by [`Driver::queue_recv`] is submitted by the next
+//! 6. **Operations** (the ring only, [`Driver::completes_operations`]): a
+//!    receive queued by [`Driver::queue_recv`], or a file sync by
+//!    [`Driver::queue_file_sync`], is submitted by the next
 //!    wait, or by a [`Driver::flush`], which the workers call before they
 //!    sleep without waiting on the driver and at their looks while another
 //!    worker waits on it; a receive queued off the workers wakes the
 //!    poller. Its completion is reaped like an event, and wakes the tasks
 //!    waiting on it. Deregistering a descriptor cancels its operations
 //!    too, including one still in the submission queue (see
-//!    `io::ring_recv` for why that matters).
+//!    `io::ring_recv` for why that matters); a file sync holds its file
+//!    open until its completion instead (see `io::ring_file`).
 
 mod epoll;
 mod uring;
@@ -70,7 +72,9 @@ use mio::event::Source;
 use mio::Interest;
 
 use super::readiness::Event;
+use super::ring_file::FileSync;
 use super::ring_recv::RecvSlot;
+use uring::Queued;
 
 /// Which kernel interface a runtime's reactor uses (see
 /// [`Builder::io_backend`](crate::Builder::io_backend)).
@@ -311,8 +315,9 @@ impl Driver {
         }
     }
 
-    /// Whether reads may complete on this driver (see `io::ring_recv`).
-    pub(crate) fn completes_receives(&self) -> bool {
+    /// Whether operations may complete on this driver: reads (see
+    /// `io::ring_recv`) and file syncs (see `io::ring_file`).
+    pub(crate) fn completes_operations(&self) -> bool {
         matches!(self, Driver::Uring(_))
     }
 
@@ -322,7 +327,16 @@ impl Driver {
     pub(crate) fn queue_recv(&self, slot: Arc<RecvSlot>, on_worker: bool) {
         match self {
             Driver::Epoll(_) => unreachable!("receives complete only on a ring"),
-            Driver::Uring(ring) => ring.queue_recv(slot, !on_worker),
+            Driver::Uring(ring) => ring.queue(Queued::Recv(slot), !on_worker),
+        }
+    }
+
+    /// Queues `sync` for the next submission (contract, 6), as
+    /// [`queue_recv`](Self::queue_recv) does a receive.
+    pub(crate) fn queue_file_sync(&self, sync: Arc<FileSync>, on_worker: bool) {
+        match self {
+            Driver::Epoll(_) => unreachable!("file syncs complete only on a ring"),
+            Driver::Uring(ring) => ring.queue(Queued::Sync(sync), !on_worker),
         }
     }
 

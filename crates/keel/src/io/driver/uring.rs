@@ -1,6 +1,7 @@
 //! The io_uring driver: each source watched by a multishot `POLL_ADD`,
-//! the waker an eventfd watched the same way, and TCP reads completed as
-//! `IORING_OP_RECV`s (see `io::ring_recv`).
+//! the waker an eventfd watched the same way, TCP reads completed as
+//! `IORING_OP_RECV`s (see `io::ring_recv`) and files' syncs as
+//! `IORING_OP_FSYNC`s (see `io::ring_file`).
 //!
 //! # Why a ring
 //!
@@ -9,17 +10,19 @@
 //! kernel shares with the process: no system call when nothing happened
 //! (epoll needs an `epoll_wait` to learn that). Receives queued by the
 //! tasks of a loop turn go to the kernel in the turn's one enter. Sends,
-//! accepts and `fdatasync` are to follow.
+//! accepts and the log's writes are to follow.
 //!
 //! # Operations
 //!
-//! A receive's user data is its slot's `Arc` as a pointer with
-//! [`OPERATION_BIT`] set (a poll's token never has it); the reap takes the
-//! reference back and completes the slot. Receives are queued in
-//! [`Uring::queue_recv`] and pushed to the submission queue under the
+//! An operation's user data is its `Arc` (a receive's slot, a sync) as a
+//! pointer with [`OPERATION_BIT`] set (a poll's token never has it), and
+//! a sync's with `FILE_SYNC_BIT` too; the reap takes the reference back
+//! and completes the operation. Operations are queued in
+//! [`Uring::queue`] and pushed to the submission queue under the
 //! submission lock by the poller's wait or by [`Uring::flush`]; a
 //! deregistration submits what the queue holds before it cancels, so
-//! that the cancellation finds every operation on the descriptor.
+//! that the cancellation finds every operation on the descriptor. A sync
+//! holds its file, so no deregistration concerns it.
 //!
 //! # How it keeps the driver contract
 //!
@@ -87,23 +90,30 @@ use std::sync::{Arc, Mutex};
 use std::task::Waker;
 use std::time::Duration;
 
-use io_uring::types::{CancelBuilder, Fd, SubmitArgs, Timespec};
+use io_uring::types::{self, CancelBuilder, Fd, SubmitArgs, Timespec};
 use io_uring::{cqueue, opcode, squeue, IoUring};
 use mio::Interest;
 
 use super::Owner;
 use crate::io::lock;
 use crate::io::readiness::Event;
+use crate::io::ring_file::{FileSync, SyncKind};
 use crate::io::ring_probe;
 use crate::io::ring_recv::RecvSlot;
 
 /// Submission queue entries: room for the receives a loop turn queues
 /// (a full queue is submitted and reused, never a failure).
 const SUBMISSION_ENTRIES: u32 = 256;
-/// The bit that marks an operation's user data (a [`RecvSlot`] pointer)
-/// apart from a poll's token, whose generation never reaches it (see
-/// `reactor`); the waker's token has it too, and is told apart first.
+/// The bit that marks an operation's user data (a [`RecvSlot`] or
+/// [`FileSync`] pointer) apart from a poll's token, whose generation never
+/// reaches it (see `reactor`); the waker's token has it too, and is told
+/// apart first.
 pub(crate) const OPERATION_BIT: u64 = 1 << 63;
+/// With [`OPERATION_BIT`], marks a [`FileSync`]'s user data apart from a
+/// receive's. Neither pointer reaches it: user-space addresses stay below
+/// 2^57 on every x86_64 and aarch64 paging mode.
+const FILE_SYNC_BIT: u64 = 1 << 62;
+
 /// Completion queue entries: room for a burst of events from many
 /// sources between two polls (more are kept by the kernel, not dropped).
 const COMPLETION_ENTRIES: u32 = 4096;
@@ -120,6 +130,15 @@ struct Unarmed {
     interest: Interest,
 }
 
+/// An operation waiting for the ring's next submission.
+#[derive(Debug)]
+pub(crate) enum Queued {
+    /// A stream's receive (see `io::ring_recv`).
+    Recv(Arc<RecvSlot>),
+    /// A file's sync (see `io::ring_file`).
+    Sync(Arc<FileSync>),
+}
+
 /// The ring, and the registration side: usable from any thread.
 pub(crate) struct Uring {
     ring: IoUring,
@@ -133,8 +152,9 @@ pub(crate) struct Uring {
     /// Written by [`Uring::wake`], watched by a multishot poll.
     wake_fd: OwnedFd,
     wake_token: u64,
-    /// Receives queued for the next submission (see `io::ring_recv`).
-    queued: Mutex<Vec<Arc<RecvSlot>>>,
+    /// Operations queued for the next submission (see `io::ring_recv`,
+    /// `io::ring_file`).
+    queued: Mutex<Vec<Queued>>,
     /// `queued` is not empty: one load for a look that finds nothing.
     has_queued: AtomicBool,
     /// Operations submitted and not yet reaped.
@@ -395,12 +415,12 @@ impl Uring {
         cancelled
     }
 
-    /// Queues `slot`'s receive for the next submission. A thread that
-    /// will not submit it itself (`wake_poller`: not a worker) wakes the
+    /// Queues an operation for the next submission. A thread that will
+    /// not submit it itself (`wake_poller`: not a worker) wakes the
     /// poller, whose wait submits it; a worker submits it at its next look
     /// or before it sleeps (see `sched::worker`).
-    pub(super) fn queue_recv(&self, slot: Arc<RecvSlot>, wake_poller: bool) {
-        lock(&self.queued).push(slot);
+    pub(super) fn queue(&self, operation: Queued, wake_poller: bool) {
+        lock(&self.queued).push(operation);
         self.has_queued.store(true, Ordering::Release);
         if wake_poller {
             self.wake();
@@ -414,46 +434,85 @@ impl Uring {
         if !self.has_queued.swap(false, Ordering::Acquire) {
             return 0;
         }
-        let slots = std::mem::take(&mut *lock(&self.queued));
+        let operations = std::mem::take(&mut *lock(&self.queued));
         let mut pushed = 0;
         let mut wake = Vec::new();
-        for slot in slots {
-            let Some(receive) = slot.take_for_submission() else {
-                continue;
-            };
-            let reference = Arc::into_raw(Arc::clone(&slot));
-            let entry = opcode::Recv::new(Fd(receive.fd), receive.buf, receive.len)
-                .build()
-                .user_data(OPERATION_BIT | reference as u64);
-            let refused = loop {
-                // SAFETY: the caller holds the submission lock: this is the
-                // only submission queue view. The entry's buffer stays
-                // allocated until its completion is reaped (the `Arc` in
-                // its user data), and is not touched by Rust code while
-                // the slot is in flight (see `io::ring_recv`).
-                if unsafe { self.ring.submission_shared().push(&entry) }.is_ok() {
-                    break None;
+        for operation in operations {
+            match operation {
+                Queued::Recv(slot) => {
+                    let Some(receive) = slot.take_for_submission() else {
+                        continue;
+                    };
+                    let reference = Arc::into_raw(Arc::clone(&slot));
+                    let entry = opcode::Recv::new(Fd(receive.fd), receive.buf, receive.len)
+                        .build()
+                        .user_data(OPERATION_BIT | reference as u64);
+                    // SAFETY: the entry's buffer stays allocated until its
+                    // completion is reaped (the `Arc` in its user data), and
+                    // is not touched by Rust code while the slot is in
+                    // flight (see `io::ring_recv`).
+                    match unsafe { self.push_entry(&entry) } {
+                        Ok(()) => pushed += 1,
+                        Err(error) => {
+                            // SAFETY: made by `Arc::into_raw` above, for an
+                            // entry that was never pushed: nothing else
+                            // takes it back.
+                            drop(unsafe { Arc::from_raw(reference) });
+                            slot.fail(error, &mut wake);
+                        }
+                    }
                 }
-                match self.submit_queue() {
-                    Ok(()) => {}
-                    Err(error) => break Some(error),
-                }
-            };
-            match refused {
-                None => {
-                    pushed += 1;
-                    self.in_flight.fetch_add(1, Ordering::Relaxed);
-                }
-                Some(error) => {
-                    // SAFETY: made by `Arc::into_raw` above, for an entry
-                    // that was never pushed: nothing else takes it back.
-                    drop(unsafe { Arc::from_raw(reference) });
-                    slot.fail(error, &mut wake);
+                Queued::Sync(sync) => {
+                    let Some((fd, kind)) = sync.take_for_submission() else {
+                        continue;
+                    };
+                    let reference = Arc::into_raw(Arc::clone(&sync));
+                    let flags = match kind {
+                        SyncKind::Data => types::FsyncFlags::DATASYNC,
+                        SyncKind::All => types::FsyncFlags::empty(),
+                    };
+                    let entry = opcode::Fsync::new(Fd(fd))
+                        .flags(flags)
+                        .build()
+                        .user_data(OPERATION_BIT | FILE_SYNC_BIT | reference as u64);
+                    // SAFETY: the entry holds no pointer; its descriptor
+                    // stays open until the completion is reaped (the
+                    // operation, whose `Arc` is in the user data, holds the
+                    // file: see `io::ring_file`).
+                    match unsafe { self.push_entry(&entry) } {
+                        Ok(()) => pushed += 1,
+                        Err(error) => {
+                            // SAFETY: as for a receive above.
+                            drop(unsafe { Arc::from_raw(reference) });
+                            sync.fail(error, &mut wake);
+                        }
+                    }
                 }
             }
         }
         wake.into_iter().for_each(Waker::wake);
         pushed
+    }
+
+    /// Pushes `entry` to the submission queue, submitting what it holds
+    /// when it is full, and counts it in flight; the caller holds
+    /// `submissions`.
+    ///
+    /// # Safety
+    ///
+    /// Whatever `entry` points to stays valid, and untouched by Rust code
+    /// where the kernel writes it, until its completion is reaped.
+    unsafe fn push_entry(&self, entry: &squeue::Entry) -> io::Result<()> {
+        loop {
+            // SAFETY: the caller holds the submission lock: this is the
+            // only submission queue view; the entry's memory is the
+            // caller's promise.
+            if unsafe { self.ring.submission_shared().push(entry) }.is_ok() {
+                self.in_flight.fetch_add(1, Ordering::Relaxed);
+                return Ok(());
+            }
+            self.submit_queue()?;
+        }
     }
 
     /// Submits what the submission queue holds; the caller holds
@@ -518,10 +577,12 @@ impl Uring {
             }
             if token & OPERATION_BIT != 0 {
                 self.in_flight.fetch_sub(1, Ordering::Relaxed);
-                // SAFETY: a receive has one completion: this is the one
+                // SAFETY: an operation has one completion: this is the one
                 // call for its user data.
-                let slot = unsafe { operation_slot(token) };
-                slot.complete(completion.result(), wake);
+                match unsafe { Operation::of(token) } {
+                    Operation::Recv(slot) => slot.complete(completion.result(), wake),
+                    Operation::Sync(sync) => sync.complete(completion.result(), wake),
+                }
                 continue;
             }
             let mut event = match u32::try_from(completion.result()) {
@@ -611,11 +672,13 @@ impl Uring {
 }
 
 impl Drop for Uring {
-    /// Takes back the receives still in flight: cancelled, their
-    /// completions are reaped here and their buffers freed. One whose
-    /// cancellation the kernel has not posted yet (it posts from the
-    /// thread that submitted it) stays allocated: a bounded leak, at the
-    /// runtime's end only, rather than memory the kernel might write.
+    /// Takes back the operations still in flight: cancelled (or, for a
+    /// sync already running, finished), their completions are reaped here
+    /// and their buffers freed and files closed. One whose completion the
+    /// kernel has not posted yet (it posts from the thread that submitted
+    /// it, or when the device answers) stays allocated, a sync's file
+    /// open: a bounded leak, at the runtime's end only, rather than memory
+    /// the kernel might write or a descriptor it might still use.
     fn drop(&mut self) {
         if self.in_flight() == 0 {
             return;
@@ -630,24 +693,40 @@ impl Drop for Uring {
             let token = completion.user_data();
             if token != self.wake_token && token & OPERATION_BIT != 0 {
                 // SAFETY: as in `reap`: the completion's one call.
-                drop(unsafe { operation_slot(token) });
+                drop(unsafe { Operation::of(token) });
             }
         }
     }
 }
 
-/// The slot whose receive the user data `token` names, taking back the
-/// reference `push_queued` gave the operation.
-///
-/// # Safety
-///
-/// `token` is the user data of a receive's completion (an `Arc<RecvSlot>`
-/// made into a pointer by `Arc::into_raw`, with [`OPERATION_BIT`] set),
-/// and this is called once for it.
-unsafe fn operation_slot(token: u64) -> Arc<RecvSlot> {
-    // SAFETY: per the contract above, the pointer came from
-    // `Arc::into_raw` and its reference has not been taken back.
-    unsafe { Arc::from_raw((token & !OPERATION_BIT) as *const RecvSlot) }
+/// The operation an operation's user data names.
+enum Operation {
+    Recv(Arc<RecvSlot>),
+    Sync(Arc<FileSync>),
+}
+
+impl Operation {
+    /// The operation the user data `token` names, taking back the
+    /// reference `push_queued` gave the kernel.
+    ///
+    /// # Safety
+    ///
+    /// `token` is the user data of an operation's completion (an `Arc` of
+    /// a [`RecvSlot`], or of a [`FileSync`] with [`FILE_SYNC_BIT`] set,
+    /// made into a pointer by `Arc::into_raw`, with [`OPERATION_BIT`]
+    /// set), and this is called once for it.
+    unsafe fn of(token: u64) -> Operation {
+        let pointer = token & !(OPERATION_BIT | FILE_SYNC_BIT);
+        if token & FILE_SYNC_BIT != 0 {
+            // SAFETY: per the contract above, the pointer came from
+            // `Arc::<FileSync>::into_raw` and its reference has not been
+            // taken back.
+            Operation::Sync(unsafe { Arc::from_raw(pointer as *const FileSync) })
+        } else {
+            // SAFETY: as above, for a receive's slot.
+            Operation::Recv(unsafe { Arc::from_raw(pointer as *const RecvSlot) })
+        }
+    }
 }
 
 /// Stops `fd` listening, if it is a listening socket.
