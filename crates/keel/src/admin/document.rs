@@ -124,7 +124,8 @@ pub struct IoFigures {
     pub requested: String,
     /// Why `auto` runs on epoll; `null` when it does not.
     pub fallback: Option<String>,
-    /// Reads the ring holds, submitted and not completed (0 on epoll).
+    /// Reads and file syncs the ring holds, submitted and not completed
+    /// (0 on epoll).
     #[serde(default)]
     pub operations_in_flight: u64,
 }

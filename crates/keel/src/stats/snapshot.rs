@@ -80,10 +80,11 @@ pub struct IoDriverStats {
     ///
     /// [`IoBackend::Auto`]: crate::io::IoBackend::Auto
     pub fallback: Option<String>,
-    /// Operations the ring holds: reads submitted and not yet completed
-    /// (each holds its stream's receive buffer). 0 on epoll. It falls back
-    /// to the number of streams waiting to read once the runtime is quiet;
-    /// one that grows with streams that were dropped is a leak.
+    /// Operations the ring holds: reads and file syncs submitted and not
+    /// yet completed (a read holds its stream's receive buffer, a sync its
+    /// file). 0 on epoll. It falls back to the number of streams waiting
+    /// to read once the runtime is quiet; one that grows with streams that
+    /// were dropped is a leak.
     pub operations_in_flight: u64,
 }
 
