@@ -170,11 +170,7 @@ impl File {
     ///
     /// Those of [`std::fs::File::sync_data`].
     pub async fn sync_data(&self) -> io::Result<()> {
-        if let Some(sync) = sync_on_ring(&self.std, SyncKind::Data) {
-            return sync.await;
-        }
-        let file = self.std.clone();
-        run(move || file.sync_data()).await
+        self.sync(SyncKind::Data).await
     }
 
     /// Flushes the file's data and metadata to the device; see
@@ -186,11 +182,21 @@ impl File {
     ///
     /// Those of [`std::fs::File::sync_all`].
     pub async fn sync_all(&self) -> io::Result<()> {
-        if let Some(sync) = sync_on_ring(&self.std, SyncKind::All) {
+        self.sync(SyncKind::All).await
+    }
+
+    /// A sync of `kind`: on the ring where [`sync_on_ring`] can, else on
+    /// the pool.
+    async fn sync(&self, kind: SyncKind) -> io::Result<()> {
+        if let Some(sync) = sync_on_ring(&self.std, kind) {
             return sync.await;
         }
         let file = self.std.clone();
-        run(move || file.sync_all()).await
+        run(move || match kind {
+            SyncKind::Data => file.sync_data(),
+            SyncKind::All => file.sync_all(),
+        })
+        .await
     }
 
     /// Truncates or extends the file to `size` bytes; see

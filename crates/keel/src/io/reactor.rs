@@ -240,12 +240,8 @@ impl Reactor {
     }
 
     /// Queues `sync` (see [`Driver::queue_file_sync`]).
-    pub(crate) fn queue_file_sync(
-        &self,
-        sync: Arc<crate::io::ring_file::FileSync>,
-        on_worker: bool,
-    ) {
-        self.driver.queue_file_sync(sync, on_worker);
+    pub(crate) fn queue_file_sync(&self, sync: Arc<crate::io::ring_file::FileSync>) {
+        self.driver.queue_file_sync(sync);
     }
 
     /// Submits the queued operations now (see [`Driver::flush`]).

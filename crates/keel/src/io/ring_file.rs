@@ -158,7 +158,7 @@ pub(crate) fn sync_on_ring(file: &Arc<File>, kind: SyncKind) -> Option<SyncOnRin
         return None;
     }
     let operation = FileSync::new(Arc::clone(file), kind);
-    shared.reactor.queue_file_sync(Arc::clone(&operation), true);
+    shared.reactor.queue_file_sync(Arc::clone(&operation));
     Some(SyncOnRing { operation })
 }
 

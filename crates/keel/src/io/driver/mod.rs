@@ -74,7 +74,7 @@ use mio::Interest;
 use super::readiness::Event;
 use super::ring_file::FileSync;
 use super::ring_recv::RecvSlot;
-use uring::Queued;
+use uring::Operation;
 
 /// Which kernel interface a runtime's reactor uses (see
 /// [`Builder::io_backend`](crate::Builder::io_backend)).
@@ -327,16 +327,17 @@ impl Driver {
     pub(crate) fn queue_recv(&self, slot: Arc<RecvSlot>, on_worker: bool) {
         match self {
             Driver::Epoll(_) => unreachable!("receives complete only on a ring"),
-            Driver::Uring(ring) => ring.queue(Queued::Recv(slot), !on_worker),
+            Driver::Uring(ring) => ring.queue(Operation::Recv(slot), !on_worker),
         }
     }
 
     /// Queues `sync` for the next submission (contract, 6), as
-    /// [`queue_recv`](Self::queue_recv) does a receive.
-    pub(crate) fn queue_file_sync(&self, sync: Arc<FileSync>, on_worker: bool) {
+    /// [`queue_recv`](Self::queue_recv) does a worker's receive: only the
+    /// workers queue syncs (see `io::ring_file`), and they submit them.
+    pub(crate) fn queue_file_sync(&self, sync: Arc<FileSync>) {
         match self {
             Driver::Epoll(_) => unreachable!("file syncs complete only on a ring"),
-            Driver::Uring(ring) => ring.queue(Queued::Sync(sync), !on_worker),
+            Driver::Uring(ring) => ring.queue(Operation::Sync(sync), false),
         }
     }
 

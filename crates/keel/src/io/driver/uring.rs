@@ -130,9 +130,10 @@ struct Unarmed {
     interest: Interest,
 }
 
-/// An operation waiting for the ring's next submission.
+/// An operation on the ring: queued for its next submission, then, once
+/// submitted, named by its user data until its completion is reaped.
 #[derive(Debug)]
-pub(crate) enum Queued {
+pub(crate) enum Operation {
     /// A stream's receive (see `io::ring_recv`).
     Recv(Arc<RecvSlot>),
     /// A file's sync (see `io::ring_file`).
@@ -154,7 +155,7 @@ pub(crate) struct Uring {
     wake_token: u64,
     /// Operations queued for the next submission (see `io::ring_recv`,
     /// `io::ring_file`).
-    queued: Mutex<Vec<Queued>>,
+    queued: Mutex<Vec<Operation>>,
     /// `queued` is not empty: one load for a look that finds nothing.
     has_queued: AtomicBool,
     /// Operations submitted and not yet reaped.
@@ -419,7 +420,7 @@ impl Uring {
     /// not submit it itself (`wake_poller`: not a worker) wakes the
     /// poller, whose wait submits it; a worker submits it at its next look
     /// or before it sleeps (see `sched::worker`).
-    pub(super) fn queue(&self, operation: Queued, wake_poller: bool) {
+    pub(super) fn queue(&self, operation: Operation, wake_poller: bool) {
         lock(&self.queued).push(operation);
         self.has_queued.store(true, Ordering::Release);
         if wake_poller {
@@ -438,56 +439,36 @@ impl Uring {
         let mut pushed = 0;
         let mut wake = Vec::new();
         for operation in operations {
-            match operation {
-                Queued::Recv(slot) => {
+            let entry = match &operation {
+                Operation::Recv(slot) => {
                     let Some(receive) = slot.take_for_submission() else {
                         continue;
                     };
-                    let reference = Arc::into_raw(Arc::clone(&slot));
-                    let entry = opcode::Recv::new(Fd(receive.fd), receive.buf, receive.len)
-                        .build()
-                        .user_data(OPERATION_BIT | reference as u64);
-                    // SAFETY: the entry's buffer stays allocated until its
-                    // completion is reaped (the `Arc` in its user data), and
-                    // is not touched by Rust code while the slot is in
-                    // flight (see `io::ring_recv`).
-                    match unsafe { self.push_entry(&entry) } {
-                        Ok(()) => pushed += 1,
-                        Err(error) => {
-                            // SAFETY: made by `Arc::into_raw` above, for an
-                            // entry that was never pushed: nothing else
-                            // takes it back.
-                            drop(unsafe { Arc::from_raw(reference) });
-                            slot.fail(error, &mut wake);
-                        }
-                    }
+                    opcode::Recv::new(Fd(receive.fd), receive.buf, receive.len).build()
                 }
-                Queued::Sync(sync) => {
+                Operation::Sync(sync) => {
                     let Some((fd, kind)) = sync.take_for_submission() else {
                         continue;
                     };
-                    let reference = Arc::into_raw(Arc::clone(&sync));
                     let flags = match kind {
                         SyncKind::Data => types::FsyncFlags::DATASYNC,
                         SyncKind::All => types::FsyncFlags::empty(),
                     };
-                    let entry = opcode::Fsync::new(Fd(fd))
-                        .flags(flags)
-                        .build()
-                        .user_data(OPERATION_BIT | FILE_SYNC_BIT | reference as u64);
-                    // SAFETY: the entry holds no pointer; its descriptor
-                    // stays open until the completion is reaped (the
-                    // operation, whose `Arc` is in the user data, holds the
-                    // file: see `io::ring_file`).
-                    match unsafe { self.push_entry(&entry) } {
-                        Ok(()) => pushed += 1,
-                        Err(error) => {
-                            // SAFETY: as for a receive above.
-                            drop(unsafe { Arc::from_raw(reference) });
-                            sync.fail(error, &mut wake);
-                        }
-                    }
+                    opcode::Fsync::new(Fd(fd)).flags(flags).build()
                 }
+            };
+            let token = operation.into_user_data();
+            // SAFETY: a receive's buffer stays allocated until its
+            // completion is reaped (the `Arc` in the user data), and is not
+            // touched by Rust code while the slot is in flight (see
+            // `io::ring_recv`); a sync's entry holds no pointer, and its
+            // descriptor stays open until then (the operation holds the
+            // file: see `io::ring_file`).
+            match unsafe { self.push_entry(&entry.user_data(token)) } {
+                Ok(()) => pushed += 1,
+                // SAFETY: made by `into_user_data` above, for an entry that
+                // was never pushed: nothing else takes it back.
+                Err(error) => unsafe { Operation::of(token) }.fail(error, &mut wake),
             }
         }
         wake.into_iter().for_each(Waker::wake);
@@ -699,22 +680,35 @@ impl Drop for Uring {
     }
 }
 
-/// The operation an operation's user data names.
-enum Operation {
-    Recv(Arc<RecvSlot>),
-    Sync(Arc<FileSync>),
-}
-
 impl Operation {
+    /// The user data that names this operation in the kernel: its `Arc`
+    /// as a pointer, tagged, holding the reference [`Operation::of`]
+    /// takes back.
+    fn into_user_data(self) -> u64 {
+        match self {
+            Operation::Recv(slot) => OPERATION_BIT | Arc::into_raw(slot) as u64,
+            Operation::Sync(sync) => OPERATION_BIT | FILE_SYNC_BIT | Arc::into_raw(sync) as u64,
+        }
+    }
+
+    /// The operation could not be submitted: its waiting task gets
+    /// `error`.
+    fn fail(&self, error: io::Error, wake: &mut Vec<Waker>) {
+        match self {
+            Operation::Recv(slot) => slot.fail(error, wake),
+            Operation::Sync(sync) => sync.fail(error, wake),
+        }
+    }
+
     /// The operation the user data `token` names, taking back the
-    /// reference `push_queued` gave the kernel.
+    /// reference [`Operation::into_user_data`] gave the kernel.
     ///
     /// # Safety
     ///
     /// `token` is the user data of an operation's completion (an `Arc` of
     /// a [`RecvSlot`], or of a [`FileSync`] with [`FILE_SYNC_BIT`] set,
-    /// made into a pointer by `Arc::into_raw`, with [`OPERATION_BIT`]
-    /// set), and this is called once for it.
+    /// made into a pointer by [`Operation::into_user_data`]), and this is
+    /// called once for it.
     unsafe fn of(token: u64) -> Operation {
         let pointer = token & !(OPERATION_BIT | FILE_SYNC_BIT);
         if token & FILE_SYNC_BIT != 0 {
