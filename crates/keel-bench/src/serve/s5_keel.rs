@@ -44,7 +44,9 @@ pub fn start(opts: &S5Opts) -> Result<Running, Error> {
         )));
     }
     let rt = super::node_keel::runtime(opts.workers, Some(keel::SpinPolicy::None))?;
-    let log = open_log(&opts.dir)?;
+    // Opened in the runtime's context, so that on the io_uring driver the
+    // writer is a task whose batches go to the ring.
+    let log = rt.block_on(async { open_log(&opts.dir) })?;
     let startup = json!({"mode": opts.mode, "recovery": recovery_json(log.recovery())});
 
     let (echo, addr) = bind(&rt, opts.addr)?;
@@ -70,6 +72,7 @@ pub fn start(opts: &S5Opts) -> Result<Running, Error> {
         log_counters["sync_s"] = json!(log_stats.sync_time.as_secs_f64());
         log_counters["regroups"] = json!(log_stats.regroups);
         log_counters["regroups_expired"] = json!(log_stats.regroups_expired);
+        log_counters["writer_on_ring"] = json!(log_stats.writer_on_ring);
         value["log"] = log_counters;
         value
     });
@@ -86,9 +89,10 @@ pub fn start(opts: &S5Opts) -> Result<Running, Error> {
     })
 }
 
-/// Opens the node's log in `dir` with the default options.
+/// Opens the node's log in `dir` with the default options, its writer on
+/// the ring where the calling runtime's driver is io_uring.
 pub fn open_log(dir: &std::path::Path) -> Result<Log, Error> {
-    Log::open(dir, Options::default())
+    Log::open(dir, Options::default().writer_on_ring(true))
         .map_err(|e| Error::new(format!("cannot open the log in {}: {e}", dir.display())))
 }
 

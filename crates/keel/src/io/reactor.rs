@@ -239,9 +239,9 @@ impl Reactor {
         self.driver.queue_recv(slot, on_worker);
     }
 
-    /// Queues `sync` (see [`Driver::queue_file_sync`]).
-    pub(crate) fn queue_file_sync(&self, sync: Arc<crate::io::ring_file::FileSync>) {
-        self.driver.queue_file_sync(sync);
+    /// Queues a file's writes and sync (see [`Driver::queue_file_op`]).
+    pub(crate) fn queue_file_op(&self, op: Arc<crate::io::ring_file::FileOp>) {
+        self.driver.queue_file_op(op);
     }
 
     /// Submits the queued operations now (see [`Driver::flush`]).

@@ -34,6 +34,13 @@ pub(crate) trait Disk: Send + 'static {
     fn sync_dir(&mut self, dir: &Path) -> io::Result<()>;
     /// Removes the file at `path`.
     fn remove(&mut self, path: &Path) -> io::Result<()>;
+    /// Whether these are the operating system's own operations, so that
+    /// a batch's write and sync may go to the ring instead (see
+    /// `wal::ring_writer`); a disk that fails or records operations for a
+    /// test is not.
+    fn is_os(&self) -> bool {
+        false
+    }
 }
 
 /// The operating system's file operations.
@@ -75,6 +82,10 @@ impl Disk for RealDisk {
 
     fn remove(&mut self, path: &Path) -> io::Result<()> {
         std::fs::remove_file(path)
+    }
+
+    fn is_os(&self) -> bool {
+        true
     }
 }
 

@@ -17,6 +17,7 @@ use super::format;
 use super::iter::Iter;
 use super::recovery::{recover, Recovery};
 use super::repair;
+use super::ring_writer;
 use super::shared::{closed_error, Closed, Shared};
 use super::writer::{Current, Writer};
 use super::{lock, Lsn, Options};
@@ -32,7 +33,8 @@ pub const WRITER_THREAD_NAME: &str = "keel-wal";
 /// each append's future resolves with the record's [`Lsn`] only then. See
 /// the [module docs](super) for the format and the guarantees.
 ///
-/// `Log` is a cheap handle: clones share one log and one writer thread.
+/// `Log` is a cheap handle: clones share one log and one writer (a
+/// thread, or a task with [`Options::writer_on_ring`]).
 /// The log closes when [`close`](Log::close) is called on any handle, or
 /// when the last handle is dropped; either way the records already
 /// appended are written and synced first, and the caller blocks until
@@ -63,14 +65,27 @@ pub struct Log {
 /// What all handles of one log share; dropping it closes the log.
 struct Inner {
     shared: Arc<Shared>,
-    /// The writer thread, until it is joined. Held locked while joining, so
-    /// a second `close` waits for the first.
-    writer: Mutex<Option<JoinHandle<()>>>,
-    /// The writer thread's id, known without the lock.
-    writer_id: ThreadId,
+    writer: WriterHandle,
     recovery: Recovery,
     max_record: usize,
     dir: PathBuf,
+}
+
+/// Where the writer runs, and how a closing thread waits for its end.
+enum WriterHandle {
+    Thread {
+        /// The writer thread, until it is joined. Held locked while
+        /// joining, so a second `close` waits for the first.
+        join: Mutex<Option<JoinHandle<()>>>,
+        /// The writer thread's id, known without the lock.
+        id: ThreadId,
+    },
+    /// A task on an io_uring runtime (see `wal::ring_writer`).
+    Task {
+        finished: Arc<ring_writer::Finished>,
+        /// The runtime that runs it.
+        runtime: std::sync::Weak<crate::sched::Shared>,
+    },
 }
 
 /// Counters of a [`Log`] since it was opened, from [`Log::stats`].
@@ -109,6 +124,11 @@ pub struct LogStats {
     /// the whole wait. Most of the regroups expiring means the appenders
     /// take longer to come back than the window allows.
     pub regroups_expired: u64,
+    /// Whether the writer runs as a task on the ring (see
+    /// [`Options::writer_on_ring`](super::Options::writer_on_ring)) rather
+    /// than as a thread. On the ring a batch's write and sync are one
+    /// chain, timed together in `sync_time` (`write_time` stays zero).
+    pub writer_on_ring: bool,
 }
 
 impl Log {
@@ -182,15 +202,34 @@ impl Log {
             queued_at_answer: 0,
             _dir_lock: dir_lock,
         };
-        let thread = thread::Builder::new()
-            .name(WRITER_THREAD_NAME.to_owned())
-            .spawn(move || run_writer(writer))
-            .map_err(|e| context("starting the writer thread of", dir, e))?;
+        let ring = opts
+            .writer_on_ring
+            .then(crate::runtime::context::current)
+            .flatten()
+            .filter(|handle| handle.shared.reactor.completes_operations() && writer.disk.is_os());
+        let writer = match ring {
+            Some(handle) => {
+                shared.set_writer_on_ring();
+                WriterHandle::Task {
+                    finished: ring_writer::spawn(writer, &handle),
+                    runtime: Arc::downgrade(&handle.shared),
+                }
+            }
+            None => {
+                let thread = thread::Builder::new()
+                    .name(WRITER_THREAD_NAME.to_owned())
+                    .spawn(move || run_writer(writer))
+                    .map_err(|e| context("starting the writer thread of", dir, e))?;
+                WriterHandle::Thread {
+                    id: thread.thread().id(),
+                    join: Mutex::new(Some(thread)),
+                }
+            }
+        };
         Ok(Log {
             inner: Arc::new(Inner {
                 shared,
-                writer_id: thread.thread().id(),
-                writer: Mutex::new(Some(thread)),
+                writer,
                 recovery: recovered.recovery,
                 max_record: opts.max_record,
                 dir: dir.to_owned(),
@@ -266,6 +305,13 @@ impl Log {
     ///
     /// Dropping the last handle does the same, ignoring errors.
     ///
+    /// With the writer on the ring ([`Options::writer_on_ring`]), called
+    /// on one of a runtime's workers, it does not wait for the writer
+    /// task (the worker may be the one to run it): the records appended
+    /// before are still made durable, and their futures say when. Nor
+    /// does it wait once the writer's runtime is stopping, which drops the
+    /// task and closes the log with an error.
+    ///
     /// Returns an error if an IO error closed the log (then not every
     /// record appended before was made durable: their futures say which).
     pub fn close(self) -> io::Result<()> {
@@ -276,15 +322,25 @@ impl Log {
 impl Inner {
     fn shutdown(&self) -> io::Result<()> {
         self.shared.close_by_user();
-        // The writer thread itself cannot wait for its own end (nor for the
-        // lock a closing thread holds while it waits): it gets here only if
-        // a waker it woke closed the log or dropped the last handle, and it
-        // drains the queue by itself once it returns.
-        if thread::current().id() != self.writer_id {
-            let mut writer = lock(&self.writer);
-            if let Some(thread) = writer.take() {
-                if thread.join().is_err() {
-                    return Err(io::Error::other("wal: the writer thread panicked"));
+        match &self.writer {
+            // The writer thread itself cannot wait for its own end (nor for
+            // the lock a closing thread holds while it waits): it gets here
+            // only if a waker it woke closed the log or dropped the last
+            // handle, and it drains the queue by itself once it returns.
+            WriterHandle::Thread { join, id } if thread::current().id() != *id => {
+                let mut writer = lock(join);
+                if let Some(thread) = writer.take() {
+                    if thread.join().is_err() {
+                        return Err(io::Error::other("wal: the writer thread panicked"));
+                    }
+                }
+            }
+            WriterHandle::Thread { .. } => {}
+            // A worker must not wait for a task its runtime may need it to
+            // run; the task drains the queue by itself.
+            WriterHandle::Task { finished, runtime } => {
+                if !crate::runtime::context::is_worker() {
+                    finished.wait(runtime);
                 }
             }
         }

@@ -47,6 +47,11 @@
 //! at most twice the last write-and-sync time and never more than
 //! [`MAX_REGROUP_WAIT`].
 //!
+//! On an io_uring runtime, [`Options::writer_on_ring`] makes the writer a
+//! task of that runtime instead of a thread: the same batches, each
+//! written, zeroed ahead and synced as one linked chain on a worker's
+//! ring, with no thread between the appenders and the disk.
+//!
 //! # Why a failed sync closes the log
 //!
 //! When `fsync` or `fdatasync` fails, Linux may already have marked the
@@ -172,6 +177,7 @@ mod options;
 mod record;
 mod recovery;
 mod repair;
+mod ring_writer;
 mod segment;
 mod shared;
 mod writer;
@@ -186,7 +192,7 @@ pub use iter::Iter;
 pub use log::{Log, LogStats, WRITER_THREAD_NAME};
 pub use options::{
     Options, DEFAULT_COMMIT_DELAY, DEFAULT_MAX_RECORD, DEFAULT_REGROUP, DEFAULT_SEGMENT_SIZE,
-    MAX_REGROUP_WAIT,
+    DEFAULT_WRITER_ON_RING, MAX_REGROUP_WAIT,
 };
 pub use record::{Lsn, Record};
 pub use recovery::{Recovery, TailReason, TornTail};

@@ -15,6 +15,9 @@ pub const DEFAULT_COMMIT_DELAY: Duration = Duration::ZERO;
 /// Default [`Options::regroup`]: on.
 pub const DEFAULT_REGROUP: bool = true;
 
+/// Default [`Options::writer_on_ring`]: off.
+pub const DEFAULT_WRITER_ON_RING: bool = false;
+
 /// The longest a regrouping writer waits for returning appenders, however
 /// slow the last sync was: 2 ms.
 pub const MAX_REGROUP_WAIT: Duration = Duration::from_millis(2);
@@ -43,6 +46,7 @@ pub struct Options {
     pub(crate) regroup: bool,
     pub(crate) max_record: usize,
     pub(crate) max_batch_bytes: Option<usize>,
+    pub(crate) writer_on_ring: bool,
 }
 
 impl Default for Options {
@@ -53,6 +57,7 @@ impl Default for Options {
             regroup: DEFAULT_REGROUP,
             max_record: DEFAULT_MAX_RECORD,
             max_batch_bytes: None,
+            writer_on_ring: DEFAULT_WRITER_ON_RING,
         }
     }
 }
@@ -142,6 +147,37 @@ impl Options {
     /// the last one to be written, at the cost of more `fdatasync` calls.
     pub fn max_batch_bytes(mut self, bytes: usize) -> Options {
         self.max_batch_bytes = Some(bytes);
+        self
+    }
+
+    /// Whether the writer runs as a task on the runtime that opens the
+    /// log, writing and syncing each batch on its worker's ring, where that
+    /// runtime's reactor is io_uring ([`IoBackend::Uring`], or `Auto` where
+    /// the ring was set up). Default: [`DEFAULT_WRITER_ON_RING`] (off).
+    ///
+    /// With a writer thread, every batch crosses threads twice: the last
+    /// record wakes the thread, and the thread wakes the appenders' worker
+    /// with their acknowledgements, two switches on a CPU the two share.
+    /// On the ring the batch's write, the zeros written ahead and the
+    /// `fdatasync` are one linked chain that the worker submits with its
+    /// other operations, and its completion is reaped by a worker like a
+    /// socket's event: no thread in between. A new segment is still made
+    /// on the blocking pool, so that its syncs never hold a worker.
+    ///
+    /// Where the log is opened outside such a runtime (on a thread of no
+    /// runtime, or on an epoll runtime) the writer is a thread, as with
+    /// this off; [`LogStats::writer_on_ring`] says which. With the writer
+    /// on the ring, [`Log::close`] and the drop of the last handle on one
+    /// of the runtime's workers do not wait for the last batch (the worker
+    /// may be the one to run it; its appends' futures say when it is
+    /// durable), and the log closes with an error if the runtime shuts
+    /// down first.
+    ///
+    /// [`IoBackend::Uring`]: crate::io::IoBackend::Uring
+    /// [`LogStats::writer_on_ring`]: super::LogStats::writer_on_ring
+    /// [`Log::close`]: super::Log::close
+    pub fn writer_on_ring(mut self, on: bool) -> Options {
+        self.writer_on_ring = on;
         self
     }
 

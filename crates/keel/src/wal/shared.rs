@@ -23,10 +23,17 @@
 //! 3. Once `closed` is set, appenders are refused; the writer drains what
 //!    was queued before, then stops (unless a fatal error set it: then the
 //!    writer fails what is queued at once).
+//!
+//! A writer thread waits on the condition variable; a writer that runs as
+//! a task (see `wal::ring_writer`) leaves its waker in the queue, under
+//! the same lock, and a notification wakes whichever is there.
 
+use std::future::{poll_fn, Future};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::pin::pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard};
+use std::task::{Poll, Waker};
 use std::time::{Duration, Instant};
 
 use super::append::{Append, Pending};
@@ -57,6 +64,8 @@ pub(crate) struct Queue {
     writer: WriterState,
     /// While the writer delays: the pending count that ends the delay.
     target: usize,
+    /// The waker of a writer that runs as a task, while it waits.
+    task: Option<Waker>,
 }
 
 /// How long the writer lets a batch grow before writing it.
@@ -123,6 +132,8 @@ pub(crate) struct Counters {
     /// Regroup waits begun, and those that their deadline ended.
     pub(crate) regroups: AtomicU64,
     pub(crate) regroups_expired: AtomicU64,
+    /// The writer is a task on the ring.
+    pub(crate) writer_on_ring: AtomicBool,
 }
 
 impl Shared {
@@ -137,6 +148,7 @@ impl Shared {
                 closed: None,
                 writer: WriterState::Busy,
                 target: usize::MAX,
+                task: None,
             }),
             wake: Condvar::new(),
             segments: Mutex::new(segments),
@@ -149,7 +161,7 @@ impl Shared {
     /// failed future if the log is closed.
     pub(crate) fn push(&self, framed: Vec<u8>) -> Append {
         let (pending, append) = Pending::new(framed);
-        let notify = {
+        let (notify, task) = {
             let mut queue = lock(&self.queue);
             if let Some(closed) = &queue.closed {
                 let error = closed_error(closed);
@@ -171,12 +183,20 @@ impl Shared {
             if notify {
                 queue.writer = WriterState::Busy;
             }
-            notify
+            (notify, if notify { queue.task.take() } else { None })
         };
         if notify {
             self.wake.notify_one();
         }
+        if let Some(task) = task {
+            task.wake();
+        }
         append
+    }
+
+    /// Marks the writer as a task on the ring (for [`LogStats`]).
+    pub(crate) fn set_writer_on_ring(&self) {
+        self.counters.writer_on_ring.store(true, Ordering::Relaxed);
     }
 
     /// Records queued for the writer now.
@@ -187,13 +207,17 @@ impl Shared {
     /// Closes the log to appends; the writer drains what is queued and
     /// stops. Does nothing if it is already closed.
     pub(crate) fn close_by_user(&self) {
-        {
+        let task = {
             let mut queue = lock(&self.queue);
             if queue.closed.is_none() {
                 queue.closed = Some(Closed::ByUser);
             }
-        }
+            queue.task.take()
+        };
         self.wake.notify_one();
+        if let Some(task) = task {
+            task.wake();
+        }
     }
 
     /// Closes the log after `failure` and fails every queued record. Only
@@ -256,7 +280,80 @@ impl Shared {
             let deadline = Instant::now().checked_add(delay);
             queue = self.gather(queue, usize::MAX, deadline).0;
         }
+        self.take_batch(&mut queue, batch);
+        true
+    }
+
+    /// [`next_batch`](Self::next_batch) for a writer that runs as a task:
+    /// the same batches, waited for without blocking the thread.
+    pub(crate) async fn next_batch_async(&self, gather: Gather, batch: &mut Vec<Pending>) -> bool {
+        debug_assert!(batch.is_empty());
+        if let Gather::Regroup { target, until } = gather {
+            if target > self.pending_len() {
+                self.counters.regroups.fetch_add(1, Ordering::Relaxed);
+                if self.gather_async(target, Some(until)).await {
+                    self.counters
+                        .regroups_expired
+                        .fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }
+        let open = poll_fn(|cx| {
+            let mut queue = lock(&self.queue);
+            if !queue.pending.is_empty() {
+                return Poll::Ready(true);
+            }
+            if queue.closed.is_some() {
+                return Poll::Ready(false);
+            }
+            queue.writer = WriterState::Idle;
+            queue.task = Some(cx.waker().clone());
+            Poll::Pending
+        })
+        .await;
+        if !open {
+            return false;
+        }
+        if let Gather::Delay(delay) = gather {
+            let deadline = Instant::now().checked_add(delay);
+            self.gather_async(usize::MAX, deadline).await;
+        }
+        self.take_batch(&mut lock(&self.queue), batch);
+        true
+    }
+
+    /// [`gather`](Self::gather) for a writer that runs as a task; returns
+    /// whether the deadline ended the wait.
+    async fn gather_async(&self, target: usize, deadline: Option<Instant>) -> bool {
+        let mut timer = pin!(deadline.map(crate::time::sleep_until));
+        poll_fn(|cx| {
+            let mut queue = lock(&self.queue);
+            if queue.pending.len() >= target
+                || queue.pending_bytes >= self.batch_limit
+                || queue.closed.is_some()
+            {
+                queue.target = usize::MAX;
+                return Poll::Ready(false);
+            }
+            if let Some(timer) = timer.as_mut().as_pin_mut() {
+                if timer.poll(cx).is_ready() {
+                    queue.target = usize::MAX;
+                    return Poll::Ready(true);
+                }
+            }
+            queue.target = target;
+            queue.writer = WriterState::Delaying;
+            queue.task = Some(cx.waker().clone());
+            Poll::Pending
+        })
+        .await
+    }
+
+    /// Moves the next batch out of `queue` into `batch`: everything
+    /// pending, up to the batch limit (and at least one record).
+    fn take_batch(&self, queue: &mut Queue, batch: &mut Vec<Pending>) {
         queue.writer = WriterState::Busy;
+        queue.task = None;
         if queue.pending_bytes <= self.batch_limit {
             std::mem::swap(&mut queue.pending, batch);
             queue.pending_bytes = 0;
@@ -274,7 +371,6 @@ impl Shared {
             batch.extend(queue.pending.drain(..count));
             queue.pending_bytes -= bytes;
         }
-        true
     }
 
     /// Waits, as `Delaying`, until `target` records are pending, the
@@ -337,6 +433,7 @@ impl Shared {
             segments: lock(&self.segments).len(),
             regroups: c.regroups.load(Ordering::Relaxed),
             regroups_expired: c.regroups_expired.load(Ordering::Relaxed),
+            writer_on_ring: c.writer_on_ring.load(Ordering::Relaxed),
         }
     }
 }

@@ -86,16 +86,17 @@ pub(crate) struct Writer {
 
 /// The segment being written.
 pub(crate) struct Current {
-    file: File,
+    /// Shared with an operation on the ring while one is in flight.
+    pub(super) file: Arc<File>,
     path: PathBuf,
     first_lsn: u64,
     /// Durable length: header and synced records.
-    len: u64,
+    pub(super) len: u64,
     /// Records in the durable length.
     records: u64,
     /// The file's length: `len` plus zeros written ahead (see
     /// [`PREPARE_AHEAD`]).
-    prepared: u64,
+    pub(super) prepared: u64,
 }
 
 /// How far ahead of the records the writer fills a segment with zeros.
@@ -124,11 +125,11 @@ pub(crate) struct Current {
 pub(crate) const PREPARE_AHEAD: u64 = 256 << 10;
 
 /// How long a durable batch's write and its sync took.
-struct BatchTimes {
+pub(super) struct BatchTimes {
     /// The batch's write, and any zeros written ahead with it.
-    write: Duration,
+    pub(super) write: Duration,
     /// Its `fdatasync`.
-    sync: Duration,
+    pub(super) sync: Duration,
 }
 
 /// `duration` in nanoseconds, saturated (584 years).
@@ -165,7 +166,7 @@ impl Current {
             .len()
             .max(span.len);
         Ok(Current {
-            file,
+            file: Arc::new(file),
             path: span.path.clone(),
             first_lsn: span.first_lsn,
             len: span.len,
@@ -236,7 +237,7 @@ impl Current {
             return Err(StepError::Fatal(Failure::new(what, cause)));
         }
         Ok(Current {
-            file,
+            file: Arc::new(file),
             path,
             first_lsn,
             len: HEADER_LEN,
@@ -303,7 +304,7 @@ impl Writer {
     /// started at `started` and just ended (see [`Options::regroup`]).
     ///
     /// [`Options::regroup`]: super::Options::regroup
-    fn gather(&self, records: usize, started: Instant) -> Gather {
+    pub(super) fn gather(&self, records: usize, started: Instant) -> Gather {
         if !self.commit_delay.is_zero() {
             return Gather::Delay(self.commit_delay);
         }
@@ -321,62 +322,27 @@ impl Writer {
     /// Writes and syncs `batch`, then completes it (with LSNs or errors),
     /// leaving it empty. `buf` is scratch space for the bytes written.
     /// Returns the failure that must close the log, if any.
-    fn commit(&mut self, batch: &mut Vec<Pending>, buf: &mut Vec<u8>) -> Result<(), Failure> {
-        let bytes: u64 = batch.iter().map(|r| r.framed.len() as u64).sum();
-        let full = self.segment.len.saturating_add(bytes) > self.segment_size;
-        if self.segment.len > HEADER_LEN && full {
+    pub(super) fn commit(
+        &mut self,
+        batch: &mut Vec<Pending>,
+        buf: &mut Vec<u8>,
+    ) -> Result<(), Failure> {
+        let bytes = batch_bytes(batch);
+        if self.needs_new_segment(bytes) {
             if let Err(error) = self.roll() {
                 return self.fail(batch, error);
             }
         }
-        buf.clear();
-        for record in batch.iter() {
-            buf.extend_from_slice(&record.framed);
-        }
+        frame_batch(batch, buf);
         let offset = self.segment.len;
-        let path = self.segment.path.display();
         let write_started = Instant::now();
         if let Err(cause) = self.disk.write_all_at(&self.segment.file, buf, offset) {
-            let failure = Failure::new(
-                format!(
-                    "writing {} records ({} bytes) to {path} at offset {offset} failed",
-                    batch.len(),
-                    bytes
-                ),
-                cause,
-            );
-            let undone = self
-                .disk
-                .set_len(&self.segment.file, offset)
-                .and_then(|()| self.disk.sync_all(&self.segment.file));
-            if undone.is_ok() {
-                self.segment.prepared = offset;
-            }
-            let error = match undone {
-                Ok(()) => StepError::Recoverable(failure),
-                Err(cause) => StepError::Fatal(Failure::new(
-                    format!("{failure}; then truncating {path} back to {offset} bytes failed"),
-                    cause,
-                )),
-            };
-            return self.fail(batch, error);
+            return self.write_failed(batch, offset, cause);
         }
-        self.prepare_ahead(offset + bytes, buf);
+        self.prepare_ahead(offset + bytes);
         let written = Instant::now();
-        let path = self.segment.path.display();
         if let Err(cause) = self.disk.sync_data(&self.segment.file) {
-            let what = format!(
-                "fdatasync of {path} failed after writing {} records at offset {offset}",
-                batch.len()
-            );
-            let what = match self.cut_back(offset) {
-                Ok(()) => what,
-                Err(e) => format!(
-                    "{what}; then cutting it back to {offset} bytes failed ({e}): the next open \
-                     in this process cuts it"
-                ),
-            };
-            return self.fail(batch, StepError::Fatal(Failure::new(what, cause)));
+            return self.sync_failed(batch, offset, cause);
         }
         let times = BatchTimes {
             write: written.duration_since(write_started),
@@ -386,14 +352,78 @@ impl Writer {
         Ok(())
     }
 
-    /// If the records now end at `end`, past the zeroed room, writes the
-    /// next [`PREPARE_AHEAD`] bytes of zeros after them (never past the
-    /// segment size), to be synced with the batch. Best effort: a full disk
-    /// or a file size limit fails only the zeros, never the batch, and the
-    /// next batch that needs room tries again. `buf` is scratch space.
-    fn prepare_ahead(&mut self, end: u64, buf: &mut Vec<u8>) {
+    /// Whether a batch of `bytes` bytes starts a new segment: it would take
+    /// a segment that holds records past the segment size.
+    pub(super) fn needs_new_segment(&self, bytes: u64) -> bool {
+        self.segment.len > HEADER_LEN && self.segment.len.saturating_add(bytes) > self.segment_size
+    }
+
+    /// Writing the batch at `offset` failed with `cause`: cuts off what
+    /// reached the file and fails the batch, closing the log only if the
+    /// file could not be cut back.
+    pub(super) fn write_failed(
+        &mut self,
+        batch: &mut Vec<Pending>,
+        offset: u64,
+        cause: std::io::Error,
+    ) -> Result<(), Failure> {
+        let path = self.segment.path.display();
+        let failure = Failure::new(
+            format!(
+                "writing {} records ({} bytes) to {path} at offset {offset} failed",
+                batch.len(),
+                batch_bytes(batch)
+            ),
+            cause,
+        );
+        let undone = self
+            .disk
+            .set_len(&self.segment.file, offset)
+            .and_then(|()| self.disk.sync_all(&self.segment.file));
+        if undone.is_ok() {
+            self.segment.prepared = offset;
+        }
+        let error = match undone {
+            Ok(()) => StepError::Recoverable(failure),
+            Err(cause) => StepError::Fatal(Failure::new(
+                format!("{failure}; then truncating {path} back to {offset} bytes failed"),
+                cause,
+            )),
+        };
+        self.fail(batch, error)
+    }
+
+    /// The `fdatasync` after writing the batch at `offset` failed with
+    /// `cause`: puts the segment back as it was, fails the batch and
+    /// returns the failure that closes the log.
+    pub(super) fn sync_failed(
+        &mut self,
+        batch: &mut Vec<Pending>,
+        offset: u64,
+        cause: std::io::Error,
+    ) -> Result<(), Failure> {
+        let path = self.segment.path.display();
+        let what = format!(
+            "fdatasync of {path} failed after writing {} records at offset {offset}",
+            batch.len()
+        );
+        let what = match self.cut_back(offset) {
+            Ok(()) => what,
+            Err(e) => format!(
+                "{what}; then cutting it back to {offset} bytes failed ({e}): the next open in \
+                 this process cuts it"
+            ),
+        };
+        self.fail(batch, StepError::Fatal(Failure::new(what, cause)))
+    }
+
+    /// The zeros to write ahead once the records end at `end` (see
+    /// [`prepare_ahead`](Self::prepare_ahead)): the bytes and where they
+    /// go, or `None` where the room is already there (or the segment
+    /// ends first, and `prepared` moves to `end`).
+    pub(super) fn zeros_ahead(&mut self, end: u64) -> Option<(Vec<u8>, u64)> {
         if end <= self.segment.prepared {
-            return;
+            return None;
         }
         let target = self
             .segment
@@ -402,11 +432,22 @@ impl Writer {
             .min(self.segment_size);
         if target <= end {
             self.segment.prepared = end;
-            return;
+            return None;
         }
-        buf.clear();
-        buf.resize((target - end) as usize, 0);
-        self.segment.prepared = match self.disk.write_all_at(&self.segment.file, buf, end) {
+        Some((vec![0; (target - end) as usize], end))
+    }
+
+    /// If the records now end at `end`, past the zeroed room, writes the
+    /// next [`PREPARE_AHEAD`] bytes of zeros after them (never past the
+    /// segment size), to be synced with the batch. Best effort: a full disk
+    /// or a file size limit fails only the zeros, never the batch, and the
+    /// next batch that needs room tries again.
+    fn prepare_ahead(&mut self, end: u64) {
+        let Some((zeros, at)) = self.zeros_ahead(end) else {
+            return;
+        };
+        let target = at + zeros.len() as u64;
+        self.segment.prepared = match self.disk.write_all_at(&self.segment.file, &zeros, at) {
             Ok(()) => target,
             Err(_) => end,
         };
@@ -434,7 +475,7 @@ impl Writer {
     /// that is done with (rolled over, or closed cleanly) ends at its last
     /// record. Best effort: zeros left behind are read as the end of the
     /// records anyway.
-    fn trim(&mut self) {
+    pub(super) fn trim(&mut self) {
         if self.segment.prepared > self.segment.len
             && self
                 .disk
@@ -446,7 +487,7 @@ impl Writer {
     }
 
     /// Starts a new segment at the next LSN.
-    fn roll(&mut self) -> Result<(), StepError> {
+    pub(super) fn roll(&mut self) -> Result<(), StepError> {
         self.trim();
         let next = Current::create(&mut *self.disk, &self.dir, self.next_lsn)?;
         lock(&self.shared.segments).push(next.span());
@@ -456,7 +497,7 @@ impl Writer {
 
     /// The batch of `bytes` bytes is durable, written and synced in
     /// `times`: publishes it and gives each record its LSN.
-    fn publish(&mut self, batch: &mut Vec<Pending>, bytes: u64, times: BatchTimes) {
+    pub(super) fn publish(&mut self, batch: &mut Vec<Pending>, bytes: u64, times: BatchTimes) {
         let count = batch.len() as u64;
         let data: u64 = batch.iter().map(|r| r.data_len() as u64).sum();
         self.segment.len += bytes;
@@ -493,7 +534,11 @@ impl Writer {
 
     /// Fails every record of `batch` for `error`; returns the failure if it
     /// must close the log.
-    fn fail(&mut self, batch: &mut Vec<Pending>, error: StepError) -> Result<(), Failure> {
+    pub(super) fn fail(
+        &mut self,
+        batch: &mut Vec<Pending>,
+        error: StepError,
+    ) -> Result<(), Failure> {
         self.shared.count_failed(batch.len());
         self.queued_at_answer = self.shared.pending_len();
         let (failure, fatal) = match error {
@@ -515,5 +560,18 @@ impl Writer {
         } else {
             Ok(())
         }
+    }
+}
+
+/// Bytes (frames and data) in `batch`.
+pub(super) fn batch_bytes(batch: &[Pending]) -> u64 {
+    batch.iter().map(|r| r.framed.len() as u64).sum()
+}
+
+/// Puts `batch`'s framed records, in order, into `buf`.
+pub(super) fn frame_batch(batch: &[Pending], buf: &mut Vec<u8>) {
+    buf.clear();
+    for record in batch {
+        buf.extend_from_slice(&record.framed);
     }
 }

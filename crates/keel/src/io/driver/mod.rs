@@ -8,8 +8,9 @@
 //!   eventfd watched by another. Looking for events without blocking
 //!   reads the completion queue, memory the kernel shares with the
 //!   process: no system call when nothing happened. TCP streams' reads
-//!   (`io::ring_recv`) and files' syncs (`io::ring_file`) complete on
-//!   it; writes, accepts and the rest still go by readiness.
+//!   (`io::ring_recv`) and files' syncs and linked writes
+//!   (`io::ring_file`) complete on it; socket writes, accepts and the
+//!   rest still go by readiness.
 //!
 //! [`IoBackend`] chooses between them; `Auto` sets a ring up and falls
 //! back to epoll with the reason, which [`Stats`](crate::stats::Stats)
@@ -47,16 +48,17 @@
 //!    met its end returns. For that the reap's callback answers with the
 //!    source's descriptor while it is registered ([`Owner`]).
 //! 6. **Operations** (the ring only, [`Driver::completes_operations`]): a
-//!    receive queued by [`Driver::queue_recv`], or a file sync by
-//!    [`Driver::queue_file_sync`], is submitted by the next
+//!    receive queued by [`Driver::queue_recv`], or a file's writes and
+//!    sync by [`Driver::queue_file_op`], is submitted by the next
 //!    wait, or by a [`Driver::flush`], which the workers call before they
 //!    sleep without waiting on the driver and at their looks while another
 //!    worker waits on it; a receive queued off the workers wakes the
 //!    poller. Its completion is reaped like an event, and wakes the tasks
 //!    waiting on it. Deregistering a descriptor cancels its operations
 //!    too, including one still in the submission queue (see
-//!    `io::ring_recv` for why that matters); a file sync holds its file
-//!    open until its completion instead (see `io::ring_file`).
+//!    `io::ring_recv` for why that matters); a file operation holds its
+//!    file open, and its bytes, until its completion instead (see
+//!    `io::ring_file`).
 
 mod epoll;
 mod uring;
@@ -72,7 +74,7 @@ use mio::event::Source;
 use mio::Interest;
 
 use super::readiness::Event;
-use super::ring_file::FileSync;
+use super::ring_file::FileOp;
 use super::ring_recv::RecvSlot;
 use uring::Operation;
 
@@ -316,7 +318,7 @@ impl Driver {
     }
 
     /// Whether operations may complete on this driver: reads (see
-    /// `io::ring_recv`) and file syncs (see `io::ring_file`).
+    /// `io::ring_recv`) and files' writes and syncs (see `io::ring_file`).
     pub(crate) fn completes_operations(&self) -> bool {
         matches!(self, Driver::Uring(_))
     }
@@ -331,13 +333,14 @@ impl Driver {
         }
     }
 
-    /// Queues `sync` for the next submission (contract, 6), as
-    /// [`queue_recv`](Self::queue_recv) does a worker's receive: only the
-    /// workers queue syncs (see `io::ring_file`), and they submit them.
-    pub(crate) fn queue_file_sync(&self, sync: Arc<FileSync>) {
+    /// Queues a file's writes and sync for the next submission (contract,
+    /// 6), as [`queue_recv`](Self::queue_recv) does a worker's receive:
+    /// only the workers queue them (see `io::ring_file`), and they submit
+    /// them.
+    pub(crate) fn queue_file_op(&self, op: Arc<FileOp>) {
         match self {
-            Driver::Epoll(_) => unreachable!("file syncs complete only on a ring"),
-            Driver::Uring(ring) => ring.queue(Operation::Sync(sync), false),
+            Driver::Epoll(_) => unreachable!("file operations complete only on a ring"),
+            Driver::Uring(ring) => ring.queue(Operation::File(op), false),
         }
     }
 

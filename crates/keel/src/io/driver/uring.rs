@@ -1,7 +1,7 @@
 //! The io_uring driver: each source watched by a multishot `POLL_ADD`,
 //! the waker an eventfd watched the same way, TCP reads completed as
-//! `IORING_OP_RECV`s (see `io::ring_recv`) and files' syncs as
-//! `IORING_OP_FSYNC`s (see `io::ring_file`).
+//! `IORING_OP_RECV`s (see `io::ring_recv`) and files' syncs and writes as
+//! linked `IORING_OP_WRITE`s and `IORING_OP_FSYNC`s (see `io::ring_file`).
 //!
 //! # Why a ring
 //!
@@ -9,20 +9,24 @@
 //! `io_interval`, reads the completion queue's head and tail, memory the
 //! kernel shares with the process: no system call when nothing happened
 //! (epoll needs an `epoll_wait` to learn that). Receives queued by the
-//! tasks of a loop turn go to the kernel in the turn's one enter. Sends,
-//! accepts and the log's writes are to follow.
+//! tasks of a loop turn go to the kernel in the turn's one enter, as do
+//! files' linked writes and syncs (the log's batches, with
+//! `wal::Options::writer_on_ring`). Sends and accepts are to follow.
 //!
 //! # Operations
 //!
-//! An operation's user data is its `Arc` (a receive's slot, a sync) as a
-//! pointer with [`OPERATION_BIT`] set (a poll's token never has it), and
-//! a sync's with `FILE_SYNC_BIT` too; the reap takes the reference back
-//! and completes the operation. Operations are queued in
+//! An operation's user data is its `Arc` (a receive's slot, a file's
+//! operation) as a pointer with [`OPERATION_BIT`] set (a poll's token
+//! never has it); a file operation's entries, one per step, each hold a
+//! reference, with `FILE_BIT` and the step's index set too. The reap
+//! takes the reference back and completes the step. A file operation's
+//! steps are pushed together, linked, or not at all (see
+//! `io::ring_file`). Operations are queued in
 //! [`Uring::queue`] and pushed to the submission queue under the
 //! submission lock by the poller's wait or by [`Uring::flush`]; a
 //! deregistration submits what the queue holds before it cancels, so
-//! that the cancellation finds every operation on the descriptor. A sync
-//! holds its file, so no deregistration concerns it.
+//! that the cancellation finds every operation on the descriptor. A file
+//! operation holds its file, so no deregistration concerns it.
 //!
 //! # How it keeps the driver contract
 //!
@@ -97,7 +101,7 @@ use mio::Interest;
 use super::Owner;
 use crate::io::lock;
 use crate::io::readiness::Event;
-use crate::io::ring_file::{FileSync, SyncKind};
+use crate::io::ring_file::{FileOp, Step, SyncKind, MAX_STEPS};
 use crate::io::ring_probe;
 use crate::io::ring_recv::RecvSlot;
 
@@ -105,14 +109,21 @@ use crate::io::ring_recv::RecvSlot;
 /// (a full queue is submitted and reused, never a failure).
 const SUBMISSION_ENTRIES: u32 = 256;
 /// The bit that marks an operation's user data (a [`RecvSlot`] or
-/// [`FileSync`] pointer) apart from a poll's token, whose generation never
+/// [`FileOp`] pointer) apart from a poll's token, whose generation never
 /// reaches it (see `reactor`); the waker's token has it too, and is told
 /// apart first.
 pub(crate) const OPERATION_BIT: u64 = 1 << 63;
-/// With [`OPERATION_BIT`], marks a [`FileSync`]'s user data apart from a
-/// receive's. Neither pointer reaches it: user-space addresses stay below
-/// 2^57 on every x86_64 and aarch64 paging mode.
-const FILE_SYNC_BIT: u64 = 1 << 62;
+/// With [`OPERATION_BIT`], marks a [`FileOp`]'s user data apart from a
+/// receive's. No pointer reaches it, nor the step bits below it:
+/// user-space addresses stay below 2^57 on every x86_64 and aarch64
+/// paging mode.
+const FILE_BIT: u64 = 1 << 62;
+/// Where a file operation's step index starts in its user data: bits 58
+/// to 61, room for [`MAX_STEPS`].
+const STEP_SHIFT: u32 = 58;
+/// The step index's bits.
+const STEP_MASK: u64 = 0b1111 << STEP_SHIFT;
+const _: () = assert!(MAX_STEPS <= 16);
 
 /// Completion queue entries: room for a burst of events from many
 /// sources between two polls (more are kept by the kernel, not dropped).
@@ -136,8 +147,8 @@ struct Unarmed {
 pub(crate) enum Operation {
     /// A stream's receive (see `io::ring_recv`).
     Recv(Arc<RecvSlot>),
-    /// A file's sync (see `io::ring_file`).
-    Sync(Arc<FileSync>),
+    /// A file's writes and sync (see `io::ring_file`).
+    File(Arc<FileOp>),
 }
 
 /// The ring, and the registration side: usable from any thread.
@@ -439,59 +450,111 @@ impl Uring {
         let mut pushed = 0;
         let mut wake = Vec::new();
         for operation in operations {
-            let entry = match &operation {
+            match operation {
                 Operation::Recv(slot) => {
                     let Some(receive) = slot.take_for_submission() else {
                         continue;
                     };
-                    opcode::Recv::new(Fd(receive.fd), receive.buf, receive.len).build()
+                    let entry = opcode::Recv::new(Fd(receive.fd), receive.buf, receive.len).build();
+                    let token = Operation::Recv(slot).into_user_data(0);
+                    // SAFETY: a receive's buffer stays allocated until its
+                    // completion is reaped (the `Arc` in the user data), and
+                    // is not touched by Rust code while the slot is in
+                    // flight (see `io::ring_recv`).
+                    match unsafe { self.push_entries(&[entry.user_data(token)]) } {
+                        Ok(()) => pushed += 1,
+                        // SAFETY: made by `into_user_data` above, for an
+                        // entry that was never pushed: nothing else takes
+                        // it back.
+                        Err(error) => unsafe { Operation::of(token) }.fail(error, &mut wake),
+                    }
                 }
-                Operation::Sync(sync) => {
-                    let Some((fd, kind)) = sync.take_for_submission() else {
-                        continue;
-                    };
-                    let flags = match kind {
-                        SyncKind::Data => types::FsyncFlags::DATASYNC,
-                        SyncKind::All => types::FsyncFlags::empty(),
-                    };
-                    opcode::Fsync::new(Fd(fd)).flags(flags).build()
+                Operation::File(op) => {
+                    if self.push_file_op(&op, &mut wake) {
+                        pushed += 1;
+                    }
                 }
-            };
-            let token = operation.into_user_data();
-            // SAFETY: a receive's buffer stays allocated until its
-            // completion is reaped (the `Arc` in the user data), and is not
-            // touched by Rust code while the slot is in flight (see
-            // `io::ring_recv`); a sync's entry holds no pointer, and its
-            // descriptor stays open until then (the operation holds the
-            // file: see `io::ring_file`).
-            match unsafe { self.push_entry(&entry.user_data(token)) } {
-                Ok(()) => pushed += 1,
-                // SAFETY: made by `into_user_data` above, for an entry that
-                // was never pushed: nothing else takes it back.
-                Err(error) => unsafe { Operation::of(token) }.fail(error, &mut wake),
             }
         }
         wake.into_iter().for_each(Waker::wake);
         pushed
     }
 
-    /// Pushes `entry` to the submission queue, submitting what it holds
-    /// when it is full, and counts it in flight; the caller holds
-    /// `submissions`.
+    /// Pushes a file operation's steps, linked, each entry holding a
+    /// reference to it; the caller holds `submissions`. Returns whether
+    /// they were pushed (if not, the operation has failed).
+    fn push_file_op(&self, op: &Arc<FileOp>, wake: &mut Vec<Waker>) -> bool {
+        let Some((fd, steps)) = op.take_for_submission() else {
+            return false;
+        };
+        let last = steps.len() - 1;
+        let entries: Vec<squeue::Entry> = steps
+            .iter()
+            .enumerate()
+            .map(|(index, step)| {
+                let entry = match step {
+                    Step::Write { buf, offset } => {
+                        // A step's length fits: `FileOp::new` checks it.
+                        opcode::Write::new(Fd(fd), buf.as_ptr(), buf.len() as u32)
+                            .offset(*offset)
+                            .build()
+                    }
+                    Step::Sync(kind) => {
+                        let flags = match kind {
+                            SyncKind::Data => types::FsyncFlags::DATASYNC,
+                            SyncKind::All => types::FsyncFlags::empty(),
+                        };
+                        opcode::Fsync::new(Fd(fd)).flags(flags).build()
+                    }
+                };
+                let entry = if index < last {
+                    entry.flags(squeue::Flags::IO_LINK)
+                } else {
+                    entry
+                };
+                entry.user_data(Operation::File(Arc::clone(op)).into_user_data(index))
+            })
+            .collect();
+        // SAFETY: a write's bytes are owned by the operation, never
+        // changed or moved while it lives, and it lives until the last of
+        // its entries' completions is reaped (each holds a reference in
+        // its user data); a sync's entry holds no pointer; the descriptor
+        // stays open as long (the operation holds the file: see
+        // `io::ring_file`).
+        match unsafe { self.push_entries(&entries) } {
+            Ok(()) => true,
+            Err(error) => {
+                for entry in &entries {
+                    // SAFETY: made by `into_user_data` above, for entries
+                    // that were never pushed: nothing else takes them back.
+                    drop(unsafe { Operation::of(entry.get_user_data()) });
+                }
+                op.fail(error, wake);
+                false
+            }
+        }
+    }
+
+    /// Pushes `entries` to the submission queue, all together and in
+    /// order, submitting what it holds first when they do not fit, and
+    /// counts them in flight; the caller holds `submissions`.
     ///
     /// # Safety
     ///
-    /// Whatever `entry` points to stays valid, and untouched by Rust code
-    /// where the kernel writes it, until its completion is reaped.
-    unsafe fn push_entry(&self, entry: &squeue::Entry) -> io::Result<()> {
+    /// Whatever the entries point to stays valid, and untouched by Rust
+    /// code where the kernel writes it, until their completions are reaped.
+    unsafe fn push_entries(&self, entries: &[squeue::Entry]) -> io::Result<()> {
         loop {
             // SAFETY: the caller holds the submission lock: this is the
-            // only submission queue view; the entry's memory is the
+            // only submission queue view; the entries' memory is the
             // caller's promise.
-            if unsafe { self.ring.submission_shared().push(entry) }.is_ok() {
-                self.in_flight.fetch_add(1, Ordering::Relaxed);
+            if unsafe { self.ring.submission_shared().push_multiple(entries) }.is_ok() {
+                self.in_flight
+                    .fetch_add(entries.len() as u64, Ordering::Relaxed);
                 return Ok(());
             }
+            // The queue is full; once submitted it is empty, and a chain
+            // is never longer than it is.
             self.submit_queue()?;
         }
     }
@@ -562,7 +625,7 @@ impl Uring {
                 // call for its user data.
                 match unsafe { Operation::of(token) } {
                     Operation::Recv(slot) => slot.complete(completion.result(), wake),
-                    Operation::Sync(sync) => sync.complete(completion.result(), wake),
+                    Operation::File(op) => op.complete(step_of(token), completion.result(), wake),
                 }
                 continue;
             }
@@ -681,13 +744,18 @@ impl Drop for Uring {
 }
 
 impl Operation {
-    /// The user data that names this operation in the kernel: its `Arc`
-    /// as a pointer, tagged, holding the reference [`Operation::of`]
-    /// takes back.
-    fn into_user_data(self) -> u64 {
+    /// The user data that names this operation's entry for `step` (0 for
+    /// a receive) in the kernel: its `Arc` as a pointer, tagged, holding
+    /// the reference [`Operation::of`] takes back.
+    fn into_user_data(self, step: usize) -> u64 {
         match self {
             Operation::Recv(slot) => OPERATION_BIT | Arc::into_raw(slot) as u64,
-            Operation::Sync(sync) => OPERATION_BIT | FILE_SYNC_BIT | Arc::into_raw(sync) as u64,
+            Operation::File(op) => {
+                OPERATION_BIT
+                    | FILE_BIT
+                    | ((step as u64) << STEP_SHIFT) & STEP_MASK
+                    | Arc::into_raw(op) as u64
+            }
         }
     }
 
@@ -696,7 +764,7 @@ impl Operation {
     fn fail(&self, error: io::Error, wake: &mut Vec<Waker>) {
         match self {
             Operation::Recv(slot) => slot.fail(error, wake),
-            Operation::Sync(sync) => sync.fail(error, wake),
+            Operation::File(op) => op.fail(error, wake),
         }
     }
 
@@ -706,21 +774,26 @@ impl Operation {
     /// # Safety
     ///
     /// `token` is the user data of an operation's completion (an `Arc` of
-    /// a [`RecvSlot`], or of a [`FileSync`] with [`FILE_SYNC_BIT`] set,
-    /// made into a pointer by [`Operation::into_user_data`]), and this is
-    /// called once for it.
+    /// a [`RecvSlot`], or of a [`FileOp`] with [`FILE_BIT`] set, made into
+    /// a pointer by [`Operation::into_user_data`]), and this is called
+    /// once for it.
     unsafe fn of(token: u64) -> Operation {
-        let pointer = token & !(OPERATION_BIT | FILE_SYNC_BIT);
-        if token & FILE_SYNC_BIT != 0 {
+        let pointer = token & !(OPERATION_BIT | FILE_BIT | STEP_MASK);
+        if token & FILE_BIT != 0 {
             // SAFETY: per the contract above, the pointer came from
-            // `Arc::<FileSync>::into_raw` and its reference has not been
+            // `Arc::<FileOp>::into_raw` and its reference has not been
             // taken back.
-            Operation::Sync(unsafe { Arc::from_raw(pointer as *const FileSync) })
+            Operation::File(unsafe { Arc::from_raw(pointer as *const FileOp) })
         } else {
             // SAFETY: as above, for a receive's slot.
             Operation::Recv(unsafe { Arc::from_raw(pointer as *const RecvSlot) })
         }
     }
+}
+
+/// The step a file operation's user data names.
+fn step_of(token: u64) -> usize {
+    ((token & STEP_MASK) >> STEP_SHIFT) as usize
 }
 
 /// Stops `fd` listening, if it is a listening socket.
