@@ -97,6 +97,41 @@ fn tasks_get_consecutive_lsns_from_a_writer_on_the_ring() {
 }
 
 #[test]
+fn the_writer_task_runs_in_the_class_of_the_task_that_opened_the_log() {
+    within(TEST_LIMIT, || {
+        let dir = TempDir::new("wal-ring-class");
+        let rt = on_the_ring(1);
+        let path = dir.path().to_owned();
+        let log = rt
+            .block_on(rt.spawn_in(keel::Class::BULK, async move { Log::open(path, on_ring()) }))
+            .unwrap()
+            .unwrap();
+        let bulk_polls = |rt: &keel::Runtime| {
+            let stats = rt.stats();
+            let bulk = stats
+                .classes
+                .iter()
+                .find(|c| c.name == "bulk")
+                .expect("a bulk class");
+            bulk.polls
+        };
+        let before = bulk_polls(&rt);
+        // Awaited from `block_on`, which is no task of any class: only the
+        // writer polls in `bulk`.
+        for i in 1..=20u64 {
+            assert_eq!(rt.block_on(log.append(b"r")).unwrap().get(), i);
+        }
+        assert!(
+            bulk_polls(&rt) >= before + 20,
+            "{} -> {}",
+            before,
+            bulk_polls(&rt)
+        );
+        log.close().unwrap();
+    });
+}
+
+#[test]
 fn the_writer_is_a_thread_where_there_is_no_ring() {
     let dir = TempDir::new("wal-ring-none");
     // Outside any runtime.

@@ -44,9 +44,12 @@ pub fn start(opts: &S5Opts) -> Result<Running, Error> {
         )));
     }
     let rt = super::node_keel::runtime(opts.workers, Some(keel::SpinPolicy::None))?;
-    // Opened in the runtime's context, so that on the io_uring driver the
-    // writer is a task whose batches go to the ring.
-    let log = rt.block_on(async { open_log(&opts.dir) })?;
+    // Opened by a task of the log's class, so that on the io_uring driver
+    // the writer is a task of that class whose batches go to the ring.
+    let dir = opts.dir.clone();
+    let log = rt
+        .block_on(rt.spawn_in(keel::Class::BULK, async move { open_log(&dir) }))
+        .map_err(|e| Error::new(format!("opening the log: {e}")))??;
     let startup = json!({"mode": opts.mode, "recovery": recovery_json(log.recovery())});
 
     let (echo, addr) = bind(&rt, opts.addr)?;

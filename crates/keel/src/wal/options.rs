@@ -162,7 +162,10 @@ impl Options {
     /// `fdatasync` are one linked chain that the worker submits with its
     /// other operations, and its completion is reaped by a worker like a
     /// socket's event: no thread in between. A new segment is still made
-    /// on the blocking pool, so that its syncs never hold a worker.
+    /// on the blocking pool, so that its syncs never hold a worker. The
+    /// task runs in the class of the task that opens the log (`normal`
+    /// from `block_on`): open it from a task of the appenders' class to
+    /// charge the log's work to that class.
     ///
     /// Where the log is opened outside such a runtime (on a thread of no
     /// runtime, or on an epoll runtime) the writer is a thread, as with
