@@ -570,21 +570,7 @@ fn a_real_write_error_fails_the_batch_and_the_log_goes_on() {
         return;
     }
     const LIMIT: u64 = 16 * 1024;
-    // SAFETY: ignoring SIGXFSZ installs no handler of ours; the write that
-    // passes the limit then fails with EFBIG instead of killing the process.
-    unsafe { libc::signal(libc::SIGXFSZ, libc::SIG_IGN) };
-    let mut limit = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: `limit` is a valid, writable rlimit for the call to fill.
-    let got = unsafe { libc::getrlimit(libc::RLIMIT_FSIZE, &mut limit) };
-    assert_eq!(got, 0, "getrlimit: {}", io::Error::last_os_error());
-    limit.rlim_cur = LIMIT as libc::rlim_t;
-    // SAFETY: `limit` is a valid rlimit that the call only reads; lowering
-    // the soft limit needs no privilege.
-    let set = unsafe { libc::setrlimit(libc::RLIMIT_FSIZE, &limit) };
-    assert_eq!(set, 0, "setrlimit: {}", io::Error::last_os_error());
+    support::limit_file_size(LIMIT);
 
     let dir = TempDir::new("efbig");
     let log = Log::open(dir.path(), Options::default()).unwrap();

@@ -240,21 +240,7 @@ fn a_write_error_on_the_ring_fails_the_batch_and_the_log_goes_on() {
         return;
     }
     const LIMIT: u64 = 16 * 1024;
-    // SAFETY: ignoring SIGXFSZ installs no handler of ours; a write that
-    // passes the limit then fails or stops short instead of killing the
-    // process.
-    unsafe { libc::signal(libc::SIGXFSZ, libc::SIG_IGN) };
-    let mut limit = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: `limit` is a valid, writable rlimit for the call to fill.
-    let got = unsafe { libc::getrlimit(libc::RLIMIT_FSIZE, &mut limit) };
-    assert_eq!(got, 0, "getrlimit: {}", io::Error::last_os_error());
-    limit.rlim_cur = LIMIT as libc::rlim_t;
-    // SAFETY: `limit` is a valid rlimit that the call only reads.
-    let set = unsafe { libc::setrlimit(libc::RLIMIT_FSIZE, &limit) };
-    assert_eq!(set, 0, "setrlimit: {}", io::Error::last_os_error());
+    support::limit_file_size(LIMIT);
 
     let dir = TempDir::new("wal-ring-efbig");
     let rt = on_the_ring(1);

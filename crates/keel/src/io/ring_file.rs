@@ -347,6 +347,13 @@ mod tests {
         op.poll_done(&mut Context::from_waker(Waker::noop()))
     }
 
+    fn write(byte: u8, len: usize, offset: u64) -> Step {
+        Step::Write {
+            buf: vec![byte; len],
+            offset,
+        }
+    }
+
     fn sync(kind: SyncKind) -> Arc<FileOp> {
         FileOp::new(temp_file(), vec![Step::Sync(kind)])
     }
@@ -396,14 +403,8 @@ mod tests {
         let op = FileOp::new(
             temp_file(),
             vec![
-                Step::Write {
-                    buf: vec![1; 10],
-                    offset: 0,
-                },
-                Step::Write {
-                    buf: vec![0; 20],
-                    offset: 10,
-                },
+                write(1, 10, 0),
+                write(0, 20, 10),
                 Step::Sync(SyncKind::Data),
             ],
         );
@@ -431,13 +432,7 @@ mod tests {
     fn a_chain_the_ring_refused_fails_every_step() {
         let op = FileOp::new(
             temp_file(),
-            vec![
-                Step::Write {
-                    buf: vec![1; 10],
-                    offset: 0,
-                },
-                Step::Sync(SyncKind::All),
-            ],
+            vec![write(1, 10, 0), Step::Sync(SyncKind::All)],
         );
         op.take_for_submission().unwrap();
         op.fail(io::Error::from_raw_os_error(libc::EBUSY), &mut Vec::new());

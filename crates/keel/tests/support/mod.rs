@@ -448,3 +448,24 @@ impl tracing::field::Visit for FieldText {
         );
     }
 }
+
+/// Lowers this process's soft file size limit (`RLIMIT_FSIZE`) to `bytes`,
+/// with `SIGXFSZ` ignored, so that a write past it fails (`EFBIG`) or
+/// stops short instead of killing the process. For a test in a child
+/// process of its own: the limit applies to the whole process.
+pub fn limit_file_size(bytes: u64) {
+    // SAFETY: ignoring SIGXFSZ installs no handler of ours.
+    unsafe { libc::signal(libc::SIGXFSZ, libc::SIG_IGN) };
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: `limit` is a valid, writable rlimit for the call to fill.
+    let got = unsafe { libc::getrlimit(libc::RLIMIT_FSIZE, &mut limit) };
+    assert_eq!(got, 0, "getrlimit: {}", std::io::Error::last_os_error());
+    limit.rlim_cur = bytes as libc::rlim_t;
+    // SAFETY: `limit` is a valid rlimit that the call only reads; lowering
+    // the soft limit needs no privilege.
+    let set = unsafe { libc::setrlimit(libc::RLIMIT_FSIZE, &limit) };
+    assert_eq!(set, 0, "setrlimit: {}", std::io::Error::last_os_error());
+}
