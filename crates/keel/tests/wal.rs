@@ -155,45 +155,8 @@ fn appends_from_100_tasks_get_distinct_consecutive_lsns() {
         let dir = TempDir::new("tasks");
         let log = Log::open(dir.path(), Options::default()).unwrap();
         let rt = runtime();
-        let per_task: Vec<Vec<(u64, String)>> = rt.block_on(async {
-            let tasks: Vec<_> = (0..TASKS)
-                .map(|t| {
-                    let log = log.clone();
-                    keel::spawn(async move {
-                        let mut got = Vec::new();
-                        for k in 0..EACH {
-                            let data = format!("task {t} record {k}");
-                            let lsn = log.append(data.as_bytes()).await.unwrap();
-                            got.push((lsn.get(), data));
-                        }
-                        got
-                    })
-                })
-                .collect();
-            let mut all = Vec::new();
-            for task in tasks {
-                all.push(task.await.unwrap());
-            }
-            all
-        });
-
-        for got in &per_task {
-            assert!(
-                got.windows(2).all(|w| w[0].0 < w[1].0),
-                "one task's LSNs increase: {got:?}"
-            );
-        }
-        let mut lsns: Vec<u64> = per_task.iter().flatten().map(|(lsn, _)| *lsn).collect();
-        lsns.sort_unstable();
-        assert_eq!(lsns, (1..=TASKS * EACH).collect::<Vec<_>>());
-
+        let expected = support::append_from_tasks(&rt, &log, TASKS, EACH);
         // Each LSN holds the record that was acknowledged with it.
-        let mut expected: Vec<(u64, Vec<u8>)> = per_task
-            .into_iter()
-            .flatten()
-            .map(|(lsn, data)| (lsn, data.into_bytes()))
-            .collect();
-        expected.sort();
         assert_eq!(contents(&log), expected);
         assert_eq!(log.stats().appends, TASKS * EACH);
         log.close().unwrap();

@@ -54,34 +54,7 @@ fn tasks_get_consecutive_lsns_from_a_writer_on_the_ring() {
         let rt = on_the_ring(2);
         let log = open_on(&rt, dir.path(), on_ring());
         assert!(log.stats().writer_on_ring);
-        let per_task: Vec<Vec<(u64, Vec<u8>)>> = rt.block_on(async {
-            let tasks: Vec<_> = (0..TASKS)
-                .map(|t| {
-                    let log = log.clone();
-                    keel::spawn(async move {
-                        let mut got = Vec::new();
-                        for k in 0..EACH {
-                            let data = format!("task {t} record {k}").into_bytes();
-                            let lsn = log.append(&data).await.unwrap();
-                            got.push((lsn.get(), data));
-                        }
-                        got
-                    })
-                })
-                .collect();
-            let mut all = Vec::new();
-            for task in tasks {
-                all.push(task.await.unwrap());
-            }
-            all
-        });
-        for got in &per_task {
-            assert!(got.windows(2).all(|w| w[0].0 < w[1].0), "{got:?}");
-        }
-        let mut expected: Vec<(u64, Vec<u8>)> = per_task.into_iter().flatten().collect();
-        expected.sort();
-        let lsns: Vec<u64> = expected.iter().map(|(lsn, _)| *lsn).collect();
-        assert_eq!(lsns, (1..=TASKS * EACH).collect::<Vec<_>>());
+        let expected = support::append_from_tasks(&rt, &log, TASKS, EACH);
         assert_eq!(contents(&log), expected);
         let stats = log.stats();
         assert_eq!((stats.appends, stats.failed_appends), (TASKS * EACH, 0));

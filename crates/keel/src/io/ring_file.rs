@@ -219,14 +219,18 @@ fn known(result: Option<io::Result<usize>>) -> io::Result<usize> {
     result.unwrap_or_else(|| Err(io::Error::other("a step completed without a result")))
 }
 
+/// The current runtime, where its reactor is a ring and the caller is one
+/// of its workers: where an operation queued now goes to the ring.
+pub(crate) fn ring_worker() -> Option<crate::runtime::Handle> {
+    crate::runtime::context::current().filter(|handle| {
+        handle.shared.reactor.completes_operations() && handle.shared.on_worker_thread()
+    })
+}
+
 /// Queues `steps` on `file` on the current runtime's ring, or returns
-/// `None` where the runtime's reactor is not a ring or the caller is not
-/// one of its workers.
+/// `None` where [`ring_worker`] finds none.
 fn queue_on_ring(file: &Arc<File>, steps: Vec<Step>) -> Option<Arc<FileOp>> {
-    let shared = crate::runtime::context::current()?.shared;
-    if !shared.reactor.completes_operations() || !shared.on_worker_thread() {
-        return None;
-    }
+    let shared = ring_worker()?.shared;
     let operation = FileOp::new(Arc::clone(file), steps);
     shared.reactor.queue_file_op(Arc::clone(&operation));
     Some(operation)

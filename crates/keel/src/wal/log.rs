@@ -208,13 +208,10 @@ impl Log {
             .flatten()
             .filter(|handle| handle.shared.reactor.completes_operations() && writer.disk.is_os());
         let writer = match ring {
-            Some(handle) => {
-                shared.set_writer_on_ring();
-                WriterHandle::Task {
-                    finished: ring_writer::spawn(writer, &handle),
-                    runtime: Arc::downgrade(&handle.shared),
-                }
-            }
+            Some(handle) => WriterHandle::Task {
+                finished: ring_writer::spawn(writer, &handle),
+                runtime: Arc::downgrade(&handle.shared),
+            },
             None => {
                 let thread = thread::Builder::new()
                     .name(WRITER_THREAD_NAME.to_owned())
@@ -290,7 +287,10 @@ impl Log {
 
     /// The log's counters.
     pub fn stats(&self) -> LogStats {
-        self.inner.shared.stats()
+        LogStats {
+            writer_on_ring: matches!(self.inner.writer, WriterHandle::Task { .. }),
+            ..self.inner.shared.stats()
+        }
     }
 
     /// The directory the log lives in, as an absolute path.

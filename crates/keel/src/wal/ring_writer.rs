@@ -44,7 +44,9 @@ use super::error::Failure;
 use super::lock;
 use super::shared::{Gather, Shared};
 use super::writer::{batch_bytes, frame_batch, BatchTimes, Current, StepError, Writer};
-use crate::io::ring_file::{sync_on_ring, write_then_sync_on_ring, SyncKind, MAX_WRITE};
+use crate::io::ring_file::{
+    ring_worker, sync_on_ring, write_then_sync_on_ring, SyncKind, MAX_WRITE,
+};
 use crate::runtime::Handle;
 
 /// How often a thread waiting for the task looks whether its runtime is
@@ -150,13 +152,13 @@ impl Writer {
             }
         }
         let mut buf = Vec::new();
-        frame_batch(batch, &mut buf);
-        if buf.len() > MAX_WRITE || !self.on_ring() {
+        if bytes > MAX_WRITE as u64 || ring_worker().is_none() {
             // More than one ring write takes, or not on a worker of a ring
             // (which a task of the runtime that spawned it always is): the
             // thread's way, on this worker.
             return self.commit(batch, &mut buf);
         }
+        frame_batch(batch, &mut buf);
         let offset = self.segment.len;
         let end = offset + bytes;
         let zeros = self.zeros_ahead(end);
@@ -165,7 +167,7 @@ impl Writer {
         writes.extend(zeros);
         let started = Instant::now();
         let chain = write_then_sync_on_ring(&self.segment.file, writes, SyncKind::Data)
-            .expect("checked by on_ring");
+            .expect("checked by ring_worker");
         let written = chain.await;
         let mut results = written.writes.into_iter();
         match results.next() {
@@ -202,13 +204,6 @@ impl Writer {
         };
         self.publish(batch, bytes, times);
         Ok(())
-    }
-
-    /// Whether operations queued now go to this worker's ring.
-    fn on_ring(&self) -> bool {
-        crate::runtime::context::current().is_some_and(|handle| {
-            handle.shared.reactor.completes_operations() && handle.shared.on_worker_thread()
-        })
     }
 
     /// An `fdatasync` of the segment on its own, on the ring.

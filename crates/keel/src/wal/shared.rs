@@ -31,7 +31,7 @@
 use std::future::{poll_fn, Future};
 use std::path::PathBuf;
 use std::pin::pin;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::task::{Poll, Waker};
 use std::time::{Duration, Instant};
@@ -132,8 +132,6 @@ pub(crate) struct Counters {
     /// Regroup waits begun, and those that their deadline ended.
     pub(crate) regroups: AtomicU64,
     pub(crate) regroups_expired: AtomicU64,
-    /// The writer is a task on the ring.
-    pub(crate) writer_on_ring: AtomicBool,
 }
 
 impl Shared {
@@ -192,11 +190,6 @@ impl Shared {
             task.wake();
         }
         append
-    }
-
-    /// Marks the writer as a task on the ring (for [`LogStats`]).
-    pub(crate) fn set_writer_on_ring(&self) {
-        self.counters.writer_on_ring.store(true, Ordering::Relaxed);
     }
 
     /// Records queued for the writer now.
@@ -328,10 +321,7 @@ impl Shared {
         let mut timer = pin!(deadline.map(crate::time::sleep_until));
         poll_fn(|cx| {
             let mut queue = lock(&self.queue);
-            if queue.pending.len() >= target
-                || queue.pending_bytes >= self.batch_limit
-                || queue.closed.is_some()
-            {
+            if self.gathered(&queue, target) {
                 queue.target = usize::MAX;
                 return Poll::Ready(false);
             }
@@ -347,6 +337,14 @@ impl Shared {
             Poll::Pending
         })
         .await
+    }
+
+    /// Whether a gathering writer is done waiting: `target` records are
+    /// pending, the pending records fill a batch, or the log is closed.
+    fn gathered(&self, queue: &Queue, target: usize) -> bool {
+        queue.pending.len() >= target
+            || queue.pending_bytes >= self.batch_limit
+            || queue.closed.is_some()
     }
 
     /// Moves the next batch out of `queue` into `batch`: everything
@@ -384,10 +382,7 @@ impl Shared {
     ) -> (MutexGuard<'a, Queue>, bool) {
         queue.target = target;
         let mut expired = false;
-        while queue.pending.len() < target
-            && queue.pending_bytes < self.batch_limit
-            && queue.closed.is_none()
-        {
+        while !self.gathered(&queue, target) {
             queue.writer = WriterState::Delaying;
             queue = match deadline {
                 Some(deadline) => {
@@ -433,7 +428,8 @@ impl Shared {
             segments: lock(&self.segments).len(),
             regroups: c.regroups.load(Ordering::Relaxed),
             regroups_expired: c.regroups_expired.load(Ordering::Relaxed),
-            writer_on_ring: c.writer_on_ring.load(Ordering::Relaxed),
+            // Where the writer runs is the log's to say (`Log::stats`).
+            writer_on_ring: false,
         }
     }
 }

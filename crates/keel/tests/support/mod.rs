@@ -469,3 +469,47 @@ pub fn limit_file_size(bytes: u64) {
     let set = unsafe { libc::setrlimit(libc::RLIMIT_FSIZE, &limit) };
     assert_eq!(set, 0, "setrlimit: {}", std::io::Error::last_os_error());
 }
+
+/// Appends `each` records from each of `tasks` tasks on `rt`, each task
+/// awaiting its appends one after another. Checks that one task's LSNs
+/// increase and that all of them together are 1 to `tasks × each`, and
+/// returns every (LSN, record) in LSN order.
+pub fn append_from_tasks(
+    rt: &Runtime,
+    log: &keel::wal::Log,
+    tasks: u64,
+    each: u64,
+) -> Vec<(u64, Vec<u8>)> {
+    let per_task: Vec<Vec<(u64, Vec<u8>)>> = rt.block_on(async {
+        let handles: Vec<_> = (0..tasks)
+            .map(|t| {
+                let log = log.clone();
+                keel::spawn(async move {
+                    let mut got = Vec::new();
+                    for k in 0..each {
+                        let data = format!("task {t} record {k}").into_bytes();
+                        let lsn = log.append(&data).await.unwrap();
+                        got.push((lsn.get(), data));
+                    }
+                    got
+                })
+            })
+            .collect();
+        let mut all = Vec::new();
+        for handle in handles {
+            all.push(handle.await.unwrap());
+        }
+        all
+    });
+    for got in &per_task {
+        assert!(
+            got.windows(2).all(|w| w[0].0 < w[1].0),
+            "one task's LSNs increase: {got:?}"
+        );
+    }
+    let mut all: Vec<(u64, Vec<u8>)> = per_task.into_iter().flatten().collect();
+    all.sort();
+    let lsns: Vec<u64> = all.iter().map(|(lsn, _)| *lsn).collect();
+    assert_eq!(lsns, (1..=tasks * each).collect::<Vec<_>>());
+    all
+}
