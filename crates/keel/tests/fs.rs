@@ -50,13 +50,36 @@ fn write_then_read_round_trips_whole_files() {
     });
 }
 
+/// Runs `body` with a directory of its own twice: in `block_on` of a
+/// runtime on epoll, where every call goes to the blocking pool, and in a
+/// task on the workers of an io_uring runtime, where opens, reads, writes
+/// and syncs complete on the ring.
+fn on_the_pool_and_on_the_ring<F, Fut>(name: &str, body: F)
+where
+    F: Fn(PathBuf) -> Fut,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    let dir = TempDir::new(name);
+    let pool = dir.join("pool");
+    std::fs::create_dir(&pool).unwrap();
+    runtime().block_on(body(pool));
+    let ring = dir.join("ring");
+    std::fs::create_dir(&ring).unwrap();
+    let rt = support::on_the_ring(2);
+    rt.block_on(rt.spawn(body(ring))).unwrap();
+    assert_eq!(rt.stats().io.operations_in_flight, 0);
+}
+
 #[test]
 fn a_file_written_synced_and_read_back_through_one_handle() {
-    let dir = TempDir::new("handle");
+    on_the_pool_and_on_the_ring("handle", written_synced_and_read_back);
+}
+
+async fn written_synced_and_read_back(dir: PathBuf) {
     let path = dir.join("data");
     let data = pattern(3 * MAX_CHUNK + 17);
     let expected = data.clone();
-    runtime().block_on(async move {
+    {
         let mut file = File::options()
             .read(true)
             .write(true)
@@ -88,14 +111,27 @@ fn a_file_written_synced_and_read_back_through_one_handle() {
         file.seek(SeekFrom::Start(0)).await.unwrap();
         let n = file.write(&expected).await.unwrap();
         assert!(n > 0 && n <= MAX_CHUNK, "{n}");
-    });
+        // Reads and writes move the position that seeks set.
+        file.seek(SeekFrom::Start(2)).await.unwrap();
+        file.write_all(b"ab").await.unwrap();
+        assert_eq!(file.read(&mut two).await.unwrap(), 2);
+        assert_eq!(two, [4, 5]);
+        assert_eq!(file.seek(SeekFrom::Current(0)).await.unwrap(), 6);
+        file.seek(SeekFrom::Start(0)).await.unwrap();
+        let mut head = [0; 6];
+        assert_eq!(file.read(&mut head).await.unwrap(), 6);
+        assert_eq!(head, [0, 1, b'a', b'b', 4, 5]);
+    }
 }
 
 #[test]
 fn append_adds_to_the_end_whatever_the_position() {
-    let dir = TempDir::new("append");
+    on_the_pool_and_on_the_ring("append", appended_at_the_end);
+}
+
+async fn appended_at_the_end(dir: PathBuf) {
     let path = dir.join("log");
-    runtime().block_on(async {
+    {
         let mut file = File::create(&path).await.unwrap();
         file.write_all(b"one\n").await.unwrap();
         drop(file);
@@ -114,7 +150,7 @@ fn append_adds_to_the_end_whatever_the_position() {
             read_to_end(&mut reader, 5).await.unwrap(),
             b"one\ntwo\nthree\n"
         );
-    });
+    }
 }
 
 #[test]
@@ -139,10 +175,13 @@ fn set_len_truncates_and_extends_with_zeros() {
 
 #[test]
 fn errors_come_back_with_their_os_kinds() {
-    let dir = TempDir::new("errors");
+    on_the_pool_and_on_the_ring("errors", errors_with_their_os_kinds);
+}
+
+async fn errors_with_their_os_kinds(dir: PathBuf) {
     let missing = dir.join("missing");
     let nested = dir.join("no-such-dir").join("file");
-    runtime().block_on(async {
+    {
         let not_found = |result: io::Result<()>, what: &str| {
             let error = result.expect_err(what);
             assert_eq!(error.kind(), io::ErrorKind::NotFound, "{what}: {error}");
@@ -174,7 +213,20 @@ fn errors_come_back_with_their_os_kinds() {
             .await
             .unwrap_err();
         assert_eq!(error.kind(), io::ErrorKind::NotADirectory, "{error}");
-    });
+
+        // Reads and writes the open mode does not allow.
+        let mut read_only = File::open(&missing).await.unwrap();
+        let error = read_only.write(b"x").await.unwrap_err();
+        assert_eq!(error.raw_os_error(), Some(libc::EBADF), "{error}");
+        let mut write_only = OpenOptions::new().write(true).open(&missing).await.unwrap();
+        let error = write_only.read(&mut [0; 4]).await.unwrap_err();
+        assert_eq!(error.raw_os_error(), Some(libc::EBADF), "{error}");
+        let mut directory = File::open(&dir).await.unwrap();
+        let error = directory.read(&mut [0; 4]).await.unwrap_err();
+        assert_eq!(error.raw_os_error(), Some(libc::EISDIR), "{error}");
+        let error = File::open(dir.join("nul\0byte")).await.unwrap_err();
+        assert_eq!(error.kind(), io::ErrorKind::InvalidInput, "{error}");
+    }
 }
 
 #[test]
@@ -377,4 +429,199 @@ fn syncs_dropped_in_flight_finish_with_their_files_closed_after() {
         rt.spawn(async move { last.sync_data().await });
     }
     drop(rt);
+}
+
+#[cfg(target_os = "linux")]
+#[test]
+fn opens_reads_and_syncs_complete_on_the_ring_while_the_pool_is_held() {
+    let dir = TempDir::new("ring-rw");
+    let path = dir.join("data");
+    let data = pattern(2 * MAX_CHUNK + 5);
+    std::fs::write(&path, &data).unwrap();
+    let rt = one_pool_thread(keel::io::IoBackend::Uring);
+    let release = hold_the_pool(&rt);
+    // The pool's one thread is held until after the calls end: on the
+    // ring they do not need it.
+    let calls = rt.spawn(async move {
+        let mut reader = File::options().read(true).open(&path).await?;
+        let back = read_to_end(&mut reader, MAX_CHUNK + 1).await?;
+        reader.sync_all().await?;
+        Ok::<_, io::Error>(back)
+    });
+    let back = rt.block_on(async {
+        keel::time::timeout(std::time::Duration::from_secs(30), calls)
+            .await
+            .expect("the calls on the ring waited for the held pool thread")
+            .unwrap()
+            .unwrap()
+    });
+    drop(release);
+    assert!(back == data, "the bytes read back differ");
+    assert_eq!(rt.stats().io.operations_in_flight, 0);
+}
+
+#[cfg(target_os = "linux")]
+#[test]
+fn writes_the_kernel_makes_without_blocking_complete_on_the_ring_while_the_pool_is_held() {
+    // A pipe with room takes a write without blocking on any filesystem
+    // (a regular file's buffered write does on XFS, not on ext4).
+    let (reader, writer) = std::io::pipe().unwrap();
+    let mut reader = File::from_std(std::fs::File::from(std::os::fd::OwnedFd::from(reader)));
+    let mut writer = File::from_std(std::fs::File::from(std::os::fd::OwnedFd::from(writer)));
+    let rt = one_pool_thread(keel::io::IoBackend::Uring);
+    let release = hold_the_pool(&rt);
+    let calls = rt.spawn(async move {
+        writer.write_all(b"through the ring").await?;
+        let n = writer.write(b", twice").await?;
+        let mut back = vec![0; 64];
+        let read = reader.read(&mut back).await?;
+        back.truncate(read);
+        Ok::<_, io::Error>((n, back))
+    });
+    let (n, back) = rt.block_on(async {
+        keel::time::timeout(std::time::Duration::from_secs(30), calls)
+            .await
+            .expect("the writes on the ring waited for the held pool thread")
+            .unwrap()
+            .unwrap()
+    });
+    drop(release);
+    assert_eq!(n, 7);
+    assert_eq!(back, b"through the ring, twice");
+}
+
+/// Every combination of `OpenOptions`' six flags, in the order
+/// read, write, append, truncate, create, create_new.
+fn every_option() -> impl Iterator<Item = ([bool; 6], OpenOptions)> {
+    (0..64u32).map(|bits| {
+        let flag = |i: u32| bits & (1 << i) != 0;
+        let flags = [flag(0), flag(1), flag(2), flag(3), flag(4), flag(5)];
+        let mut options = OpenOptions::new();
+        options
+            .read(flags[0])
+            .write(flags[1])
+            .append(flags[2])
+            .truncate(flags[3])
+            .create(flags[4])
+            .create_new(flags[5]);
+        (flags, options)
+    })
+}
+
+/// What opening `path` with `options` did: the error's kind and OS code,
+/// or the file's length after and whether it can be read and written.
+async fn open_outcome(
+    options: &OpenOptions,
+    path: &Path,
+) -> Result<(u64, bool, bool), (io::ErrorKind, Option<i32>)> {
+    match options.open(path).await {
+        Ok(mut file) => {
+            let len = file.metadata().await.unwrap().len();
+            let reads = file.read(&mut [0; 1]).await.is_ok();
+            let writes = file.write(b"").await.is_ok() && file.write(b"w").await.is_ok();
+            Ok((len, reads, writes))
+        }
+        Err(error) => Err((error.kind(), error.raw_os_error())),
+    }
+}
+
+/// Opens a file that exists and one that does not with every combination
+/// of options, in `dir`; the outcomes in order.
+async fn open_every_way(dir: PathBuf) -> Vec<String> {
+    let mut outcomes = Vec::new();
+    for (i, (flags, options)) in every_option().enumerate() {
+        let existing = dir.join(format!("existing-{i}"));
+        std::fs::write(&existing, b"three").unwrap();
+        let missing = dir.join(format!("missing-{i}"));
+        let on_existing = open_outcome(&options, &existing).await;
+        let on_missing = open_outcome(&options, &missing).await;
+        let created = missing.exists();
+        outcomes.push(format!(
+            "{flags:?}: existing {on_existing:?}, missing {on_missing:?} (created: {created})"
+        ));
+    }
+    outcomes
+}
+
+#[cfg(target_os = "linux")]
+#[test]
+fn the_ring_opens_and_refuses_exactly_what_the_pool_does() {
+    let dir = TempDir::new("open-every-way");
+    let (pool, ring) = (dir.join("pool"), dir.join("ring"));
+    std::fs::create_dir(&pool).unwrap();
+    std::fs::create_dir(&ring).unwrap();
+    let on_the_pool = runtime().block_on(open_every_way(pool));
+    let rt = support::on_the_ring(1);
+    let on_the_ring = rt.block_on(rt.spawn(open_every_way(ring))).unwrap();
+    for (pool, ring) in on_the_pool.iter().zip(&on_the_ring) {
+        assert_eq!(pool, ring, "the pool's open, then the ring's");
+    }
+    assert_eq!(on_the_pool.len(), 64);
+    // Both refuse some combinations and open others.
+    assert!(on_the_pool.iter().any(|o| o.contains("Err((InvalidInput")));
+    assert!(on_the_pool.iter().any(|o| o.contains("Err((AlreadyExists")));
+    assert!(on_the_pool.iter().any(|o| o.contains("missing Ok")));
+}
+
+/// The paths the process's open descriptors name.
+#[cfg(target_os = "linux")]
+fn open_paths() -> Vec<PathBuf> {
+    std::fs::read_dir("/proc/self/fd")
+        .unwrap()
+        .filter_map(|entry| std::fs::read_link(entry.ok()?.path()).ok())
+        .collect()
+}
+
+#[cfg(target_os = "linux")]
+#[test]
+fn opens_reads_and_writes_dropped_in_flight_leak_no_descriptor_and_finish() {
+    use std::task::Poll;
+    let dir = TempDir::new("ring-dropped");
+    let path = dir.join("data");
+    std::fs::write(&path, pattern(4096)).unwrap();
+    let path = path.canonicalize().unwrap();
+    let rt = support::on_the_ring(2);
+    /// Polls `future` once (which queues its operation), then drops it.
+    async fn poll_once_and_drop<T>(future: impl Future<Output = T>) -> bool {
+        let mut future = std::pin::pin!(future);
+        std::future::poll_fn(|cx| Poll::Ready(future.as_mut().poll(cx).is_ready())).await
+    }
+    let task_path = path.clone();
+    let file = rt
+        .block_on(rt.spawn(async move {
+            let mut file = OpenOptions::new()
+                .read(true)
+                .write(true)
+                .open(&task_path)
+                .await
+                .unwrap();
+            for _ in 0..50 {
+                poll_once_and_drop(File::open(&task_path)).await;
+                let mut buf = [0; 512];
+                poll_once_and_drop(file.read(&mut buf)).await;
+                poll_once_and_drop(file.write(b"dropped")).await;
+            }
+            file
+        }))
+        .unwrap();
+    // Every dropped operation completes and is reaped, and each open's
+    // descriptor is closed with it.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while rt.stats().io.operations_in_flight > 0 && std::time::Instant::now() < deadline {
+        rt.block_on(keel::time::sleep(std::time::Duration::from_millis(1)));
+    }
+    assert_eq!(rt.stats().io.operations_in_flight, 0);
+    // The handle still works once they are done (its position was unknown
+    // until then, as documented).
+    let mut file = file;
+    rt.block_on(rt.spawn(async move {
+        file.seek(SeekFrom::Start(0)).await.unwrap();
+        let mut head = [0; 4];
+        assert_eq!(file.read(&mut head).await.unwrap(), 4);
+    }))
+    .unwrap();
+    let left_open = open_paths().into_iter().filter(|p| *p == path).count();
+    assert_eq!(left_open, 0, "descriptors of {} left open", path.display());
+    let len = std::fs::metadata(&path).unwrap().len();
+    assert!(len >= 4096, "{len}");
 }

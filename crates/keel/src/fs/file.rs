@@ -1,5 +1,5 @@
 //! `File`: an open file whose calls run on the blocking pool, and whose
-//! syncs complete on the ring where the runtime has one.
+//! reads, writes and syncs complete on the ring where the runtime has one.
 
 use std::fmt;
 use std::fs::Metadata;
@@ -8,20 +8,24 @@ use std::path::Path;
 use std::sync::Arc;
 
 use super::{run, OpenOptions};
-use crate::io::ring_file::{sync_on_ring, SyncKind};
+use crate::io::ring_file::{
+    read_on_ring, sync_on_ring, would_block_on_ring, write_on_ring, Always, SyncKind, AT_POSITION,
+};
 
 /// Most bytes one [`File::read`] or [`File::write`] moves: 1 MiB.
 ///
-/// Each call copies through a buffer of its own on the pool thread. The cap
-/// bounds that buffer and the time one call holds a pool thread, while
-/// keeping the cost of the hand-off (some microseconds) small next to the
-/// copy and the system call. [`File::write_all`] loops over chunks of this
+/// Each call copies through a buffer of its own, on the pool thread or
+/// held by the ring's operation. The cap bounds that buffer and the time
+/// one call holds a pool thread, while keeping the cost of the hand-off
+/// (some microseconds) small next to the copy and the system call. [`File::write_all`] loops over chunks of this
 /// size; a read returns at most this much, as a read may.
 pub const MAX_CHUNK: usize = 1 << 20;
 
 /// An open file. Every call runs on the runtime's blocking pool (see
-/// [`crate::fs`]), except the syncs of a task on the io_uring driver,
-/// which complete on the ring.
+/// [`crate::fs`]), except the reads, writes and syncs of a task on the
+/// workers of an io_uring runtime, which complete on the ring (writes
+/// only where the kernel makes them without blocking: see
+/// [`crate::fs`]).
 ///
 /// Calls that move the file position (`read`, `write`, `seek`) take
 /// `&mut self`, so one handle has one of them in flight at a time; the
@@ -50,6 +54,10 @@ pub struct File {
     /// Shared with the job of a call in flight, which may outlive a
     /// cancelled call.
     std: Arc<std::fs::File>,
+    /// Whether the next read tries the ring (see [`RingPath`]).
+    reads: RingPath,
+    /// Whether the next write tries the ring.
+    writes: RingPath,
 }
 
 impl File {
@@ -87,12 +95,19 @@ impl File {
     pub fn from_std(file: std::fs::File) -> File {
         File {
             std: Arc::new(file),
+            reads: RingPath::default(),
+            writes: RingPath::default(),
         }
     }
 
     /// Reads up to `buf.len()` bytes (at most [`MAX_CHUNK`]) at the file
     /// position into `buf`, and returns how many; 0 at the end of the file
     /// (or for an empty `buf`).
+    ///
+    /// On the ring the read is made at submission, from the page cache;
+    /// one that would wait for the device goes to the pool, and after two
+    /// in a row so do this handle's later reads, but for a try on the ring
+    /// every 256 reads (see `RingPath`).
     ///
     /// # Errors
     ///
@@ -103,6 +118,13 @@ impl File {
             return Ok(0);
         }
         let len = buf.len().min(MAX_CHUNK);
+        if self.reads.tries_the_ring() {
+            if let Some(read) = read_on_ring(&self.std, &mut buf[..len], AT_POSITION) {
+                if let Some(done) = self.reads.answered(read.await) {
+                    return done;
+                }
+            }
+        }
         let file = self.std.clone();
         let chunk = run(move || {
             let mut chunk = vec![0; len];
@@ -118,6 +140,12 @@ impl File {
     /// Writes up to [`MAX_CHUNK`] bytes of `buf` at the file position, and
     /// returns how many were written.
     ///
+    /// On the ring the write is made at submission, without blocking,
+    /// where the filesystem can (XFS can); where it cannot (ext4, tmpfs)
+    /// the write goes to the pool, and after two in a row so do this
+    /// handle's later writes, but for a try on the ring every 256 writes
+    /// (see `RingPath`).
+    ///
     /// # Errors
     ///
     /// Those of [`std::io::Write::write`]. See [`crate::fs`] for what
@@ -126,12 +154,11 @@ impl File {
         if buf.is_empty() {
             return Ok(0);
         }
-        let chunk = buf[..buf.len().min(MAX_CHUNK)].to_vec();
-        let file = self.std.clone();
-        run(move || (&*file).write(&chunk)).await
+        self.write_chunk(&buf[..buf.len().min(MAX_CHUNK)]).await
     }
 
-    /// Writes all of `buf`, one job per [`MAX_CHUNK`] bytes.
+    /// Writes all of `buf`, one write (one pool job, or one write on the
+    /// ring) per [`MAX_CHUNK`] bytes, and more for what a short write left.
     ///
     /// # Errors
     ///
@@ -140,12 +167,31 @@ impl File {
     /// been written.
     pub async fn write_all(&mut self, mut buf: &[u8]) -> io::Result<()> {
         while !buf.is_empty() {
-            let chunk = buf[..buf.len().min(MAX_CHUNK)].to_vec();
-            let file = self.std.clone();
-            run(move || (&*file).write_all(&chunk)).await?;
-            buf = &buf[buf.len().min(MAX_CHUNK)..];
+            let written = self.write_chunk(&buf[..buf.len().min(MAX_CHUNK)]).await?;
+            if written == 0 {
+                return Err(io::Error::new(
+                    io::ErrorKind::WriteZero,
+                    "the file accepted no more bytes",
+                ));
+            }
+            buf = &buf[written..];
         }
         Ok(())
+    }
+
+    /// One write of `chunk` at the file position: on the ring where the
+    /// kernel makes it without blocking, else on the pool.
+    async fn write_chunk(&mut self, chunk: &[u8]) -> io::Result<usize> {
+        if self.writes.tries_the_ring() {
+            if let Some(write) = write_on_ring(&self.std, chunk, AT_POSITION) {
+                if let Some(done) = self.writes.answered(write.await) {
+                    return done;
+                }
+            }
+        }
+        let chunk = chunk.to_vec();
+        let file = self.std.clone();
+        run(move || (&*file).write(&chunk)).await
     }
 
     /// Moves the file position; returns the new position from the start.
@@ -222,8 +268,143 @@ impl File {
     }
 }
 
+/// Tries on the ring in a row that would have blocked before a handle's
+/// reads or writes go to the pool.
+const MISSES_BEFORE_THE_POOL: u32 = 2;
+/// Calls on the pool between two tries of the ring.
+const POOL_CALLS_BETWEEN_TRIES: u32 = 256;
+
+/// Where a handle's reads, or its writes, go on the ring's runtime.
+///
+/// A read or write on the ring is made at submission or not at all (see
+/// `io::ring_file::write_on_ring`): where the kernel cannot make it
+/// without blocking (a read the page cache misses; any read on tmpfs, any
+/// write on ext4 or tmpfs), the try costs a round trip to the ring (about
+/// 2 µs) before the pool's. So after [`MISSES_BEFORE_THE_POOL`] tries in a
+/// row that would have blocked, the handle's calls go to the pool, with a
+/// try of the ring once every [`POOL_CALLS_BETWEEN_TRIES`] calls (the
+/// cache may have warmed, a shortage of clean pages passed); a filesystem
+/// that says it never can (`EOPNOTSUPP`) is not tried again.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+struct RingPath {
+    /// The filesystem never makes such a call without blocking.
+    never: bool,
+    /// Tries in a row that would have blocked.
+    misses: u32,
+    /// Calls on the pool since the last try.
+    on_the_pool: u32,
+}
+
+impl RingPath {
+    /// Whether this call tries the ring; counts it if it does not.
+    fn tries_the_ring(&mut self) -> bool {
+        if self.never {
+            return false;
+        }
+        if self.misses < MISSES_BEFORE_THE_POOL {
+            return true;
+        }
+        self.on_the_pool += 1;
+        if self.on_the_pool > POOL_CALLS_BETWEEN_TRIES {
+            self.on_the_pool = 0;
+            return true;
+        }
+        false
+    }
+
+    /// Takes the ring's answer to a try: the call's result, or `None`
+    /// where it would have blocked (the caller goes to the pool).
+    fn answered(&mut self, result: io::Result<usize>) -> Option<io::Result<usize>> {
+        match &result {
+            Err(error) => match would_block_on_ring(error) {
+                Some(Always(always)) => {
+                    self.never |= always;
+                    self.misses = self.misses.saturating_add(1);
+                    None
+                }
+                None => Some(result),
+            },
+            Ok(_) => {
+                self.misses = 0;
+                self.on_the_pool = 0;
+                Some(result)
+            }
+        }
+    }
+}
+
 impl fmt::Debug for File {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("File").field("std", &*self.std).finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Which of `calls` calls try the ring, each try answered by `answer`
+    /// (given the try's index).
+    fn tries(
+        path: &mut RingPath,
+        calls: usize,
+        answer: impl Fn(usize) -> io::Result<usize>,
+    ) -> Vec<usize> {
+        let mut tried = Vec::new();
+        for call in 0..calls {
+            if path.tries_the_ring() {
+                tried.push(call);
+                path.answered(answer(tried.len() - 1));
+            }
+        }
+        tried
+    }
+
+    fn would_block() -> io::Result<usize> {
+        Err(io::Error::from_raw_os_error(libc::EAGAIN))
+    }
+
+    #[test]
+    fn calls_stay_on_the_ring_while_it_makes_them() {
+        let mut path = RingPath::default();
+        assert_eq!(tries(&mut path, 1000, |_| Ok(1)).len(), 1000);
+        // Other errors are the call's own: they are given back and leave
+        // the handle on the ring.
+        let mut path = RingPath::default();
+        let failed = path.answered(Err(io::Error::from_raw_os_error(libc::EBADF)));
+        assert_eq!(
+            failed.unwrap().unwrap_err().raw_os_error(),
+            Some(libc::EBADF)
+        );
+        assert_eq!(tries(&mut path, 10, |_| Ok(1)).len(), 10);
+    }
+
+    #[test]
+    fn calls_that_would_block_go_to_the_pool_and_try_the_ring_now_and_then() {
+        let mut path = RingPath::default();
+        assert!(path.answered(would_block()).is_none());
+        let mut path = RingPath::default();
+        let every = POOL_CALLS_BETWEEN_TRIES as usize + 1;
+        let tried = tries(&mut path, 2 + 3 * every, |_| would_block());
+        assert_eq!(tried, vec![0, 1, 1 + every, 1 + 2 * every, 1 + 3 * every]);
+    }
+
+    #[test]
+    fn a_try_that_works_brings_the_calls_back_to_the_ring() {
+        let mut path = RingPath::default();
+        let every = POOL_CALLS_BETWEEN_TRIES as usize + 1;
+        // Two misses, then the periodic try works: from there on, every
+        // call tries the ring again.
+        let answer = |try_: usize| if try_ < 2 { would_block() } else { Ok(1) };
+        let tried = tries(&mut path, 2 + every + 10, answer);
+        assert_eq!(tried.len(), 2 + 1 + 10);
+        assert_eq!(tried[2], 1 + every);
+    }
+
+    #[test]
+    fn a_filesystem_that_never_can_is_not_tried_again() {
+        let mut path = RingPath::default();
+        let never = |_| Err(io::Error::from_raw_os_error(libc::EOPNOTSUPP));
+        assert_eq!(tries(&mut path, 10_000, never), vec![0]);
     }
 }

@@ -1,5 +1,5 @@
 //! Files: [`read()`], [`write()`] and friends, and [`File`], on the blocking
-//! pool.
+//! pool, or on the ring where the runtime has one.
 //!
 //! Regular files are always "ready" to epoll, so a reactor cannot make
 //! their reads and writes asynchronous; a read that misses the page cache,
@@ -10,14 +10,29 @@
 //! calling task waits for room (back-pressure) instead of being refused,
 //! and the workers never block.
 //!
-//! On the io_uring driver ([`Builder::io_backend`]), [`File::sync_data`]
-//! and [`File::sync_all`] called from a task on the workers are submitted
-//! to the ring instead: the kernel runs the sync in its own workers and
-//! the task is woken by the completion, without a pool thread or a wake
-//! from outside the workers. A sync whose future is dropped still runs to
-//! its end, its file held open until then. Off the workers (in
-//! `block_on`'s own future) they still run on the pool, which is quicker
-//! there.
+//! On the io_uring driver ([`Builder::io_backend`]), a task on the
+//! workers opens files ([`OpenOptions::open`], [`File::open`],
+//! [`File::create`]), reads and writes them ([`File::read`],
+//! [`File::write`], [`File::write_all`]) and syncs them
+//! ([`File::sync_data`], [`File::sync_all`]) on the ring instead, and the
+//! task is woken by the completion, without a pool thread:
+//!
+//! - opens are done by the kernel at submission: about 2 µs a call where
+//!   the pool's round trip costs 20 to 30 (`cargo bench -p keel --bench
+//!   fs`; BENCHMARKS.md, "Files");
+//! - syncs run in the kernel's own workers;
+//! - a read or a write is made at submission or not at all
+//!   (`RWF_NOWAIT`), at the same 2 µs: a read the page cache serves
+//!   (ext4, XFS; not tmpfs), a buffered write on XFS (not on ext4 or
+//!   tmpfs). One the kernel would have handed to its workers goes to the
+//!   pool instead, where it costs less than on those workers; after two
+//!   in a row, so do the handle's later reads (or writes), with a try on
+//!   the ring every 256.
+//!
+//! Off the workers (in `block_on`'s own future) these calls still run on
+//! the pool, which is quicker there. The whole-file helpers ([`read()`], [`write()`] and so on) stay
+//! on the pool everywhere: one pool job opens, reads or writes, and
+//! closes, where the ring would take a round trip for each.
 //!
 //! [`Builder::io_backend`]: crate::Builder::io_backend
 //!
@@ -37,16 +52,19 @@
 //!   codes and kinds (`NotFound`, `PermissionDenied`, ...). A call that
 //!   could not run at all (the runtime shut down, or no pool thread could
 //!   be started) also fails with an `io::Error`.
-//! - Buffers cross to the pool thread by copy: a [`File::write`] copies
-//!   its bytes (at most [`MAX_CHUNK`] per call) into a buffer the job owns,
-//!   a [`File::read`] reads into one and copies out. The caller's buffer is
-//!   never borrowed by another thread.
+//! - Buffers cross to the pool thread, or to the ring's operation, by
+//!   copy: a [`File::write`] copies its bytes (at most [`MAX_CHUNK`] per
+//!   call) into a buffer the job or the operation owns, a [`File::read`]
+//!   reads into one and copies out. The caller's buffer is never borrowed
+//!   by another thread or by the kernel.
 //! - Dropping a call's future before its job starts cancels the job. A job
 //!   that has started cannot be interrupted: it finishes on the pool
-//!   thread and its result is lost. For a [`File`] read, write or seek,
-//!   the file position is then unknown (the call may or may not have
-//!   happened, in part or in full); seek to a known position before
-//!   relying on it.
+//!   thread and its result is lost. On the ring, a dropped call's
+//!   operation always finishes, with its own buffer, and an open's new
+//!   descriptor is then closed. For a [`File`] read, write or seek, the
+//!   file position is then unknown (the call may or may not have
+//!   happened, in part or in full) until the dropped call has finished;
+//!   seek to a known position after that before relying on it.
 //! - Every function must be called inside a keel runtime (a task or
 //!   [`Runtime::block_on`](crate::Runtime::block_on)) and panics
 //!   otherwise, like [`spawn`](crate::spawn).

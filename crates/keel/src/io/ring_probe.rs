@@ -42,6 +42,7 @@ const NEEDED: &[(u8, &str, &str)] = &[
     (opcode::Recv::CODE, "RECV", "5.6"),
     (opcode::Send::CODE, "SEND", "5.6"),
     (opcode::Close::CODE, "CLOSE", "5.6"),
+    (opcode::OpenAt::CODE, "OPENAT", "5.6"),
     (opcode::Shutdown::CODE, "SHUTDOWN", "5.11"),
 ];
 

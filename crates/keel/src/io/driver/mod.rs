@@ -8,7 +8,7 @@
 //!   eventfd watched by another. Looking for events without blocking
 //!   reads the completion queue, memory the kernel shares with the
 //!   process: no system call when nothing happened. TCP streams' reads
-//!   (`io::ring_recv`) and files' syncs and linked writes
+//!   (`io::ring_recv`) and files' opens, reads, writes and linked syncs
 //!   (`io::ring_file`) complete on it; socket writes, accepts and the
 //!   rest still go by readiness.
 //!
@@ -318,7 +318,7 @@ impl Driver {
     }
 
     /// Whether operations may complete on this driver: reads (see
-    /// `io::ring_recv`) and files' writes and syncs (see `io::ring_file`).
+    /// `io::ring_recv`) and files' operations (see `io::ring_file`).
     pub(crate) fn completes_operations(&self) -> bool {
         matches!(self, Driver::Uring(_))
     }

@@ -1,7 +1,8 @@
 //! The io_uring driver: each source watched by a multishot `POLL_ADD`,
 //! the waker an eventfd watched the same way, TCP reads completed as
-//! `IORING_OP_RECV`s (see `io::ring_recv`) and files' syncs and writes as
-//! linked `IORING_OP_WRITE`s and `IORING_OP_FSYNC`s (see `io::ring_file`).
+//! `IORING_OP_RECV`s (see `io::ring_recv`) and files' opens, reads,
+//! writes and syncs as `IORING_OP_OPENAT`s, `IORING_OP_READ`s,
+//! `IORING_OP_WRITE`s and `IORING_OP_FSYNC`s (see `io::ring_file`).
 //!
 //! # Why a ring
 //!
@@ -147,7 +148,7 @@ struct Unarmed {
 pub(crate) enum Operation {
     /// A stream's receive (see `io::ring_recv`).
     Recv(Arc<RecvSlot>),
-    /// A file's writes and sync (see `io::ring_file`).
+    /// A file's open, read, write, or writes and sync (see `io::ring_file`).
     File(Arc<FileOp>),
 }
 
@@ -493,12 +494,27 @@ impl Uring {
             .enumerate()
             .map(|(index, step)| {
                 let entry = match step {
-                    Step::Write { buf, offset } => {
+                    Step::Write {
+                        buf,
+                        offset,
+                        nowait,
+                    } => {
                         // A step's length fits: `FileOp::new` checks it.
                         opcode::Write::new(Fd(fd), buf.as_ptr(), buf.len() as u32)
                             .offset(*offset)
+                            .rw_flags(if *nowait { libc::RWF_NOWAIT } else { 0 })
                             .build()
                     }
+                    Step::Read { buf, offset } => {
+                        opcode::Read::new(Fd(fd), buf.as_mut_ptr(), buf.len() as u32)
+                            .offset(*offset)
+                            .rw_flags(libc::RWF_NOWAIT)
+                            .build()
+                    }
+                    Step::Open { path, flags, mode } => opcode::OpenAt::new(Fd(fd), path.as_ptr())
+                        .flags(*flags)
+                        .mode(*mode)
+                        .build(),
                     Step::Sync(kind) => {
                         let flags = match kind {
                             SyncKind::Data => types::FsyncFlags::DATASYNC,
@@ -515,12 +531,13 @@ impl Uring {
                 entry.user_data(Operation::File(Arc::clone(op)).into_user_data(index))
             })
             .collect();
-        // SAFETY: a write's bytes are owned by the operation, never
-        // changed or moved while it lives, and it lives until the last of
-        // its entries' completions is reaped (each holds a reference in
-        // its user data); a sync's entry holds no pointer; the descriptor
-        // stays open as long (the operation holds the file: see
-        // `io::ring_file`).
+        // SAFETY: a write's bytes and an open's path are owned by the
+        // operation, never changed or moved while it lives, and it lives
+        // until the last of its entries' completions is reaped (each
+        // holds a reference in its user data); a read's buffer is owned
+        // the same way and not touched by Rust code until the operation is
+        // done; a sync's entry holds no pointer; the descriptor stays open
+        // as long (the operation holds the file: see `io::ring_file`).
         match unsafe { self.push_entries(&entries) } {
             Ok(()) => true,
             Err(error) => {
@@ -721,7 +738,7 @@ impl Drop for Uring {
     /// and their buffers freed and files closed. One whose completion the
     /// kernel has not posted yet (it posts from the thread that submitted
     /// it, or when the device answers) stays allocated, a sync's file
-    /// open: a bounded leak, at the runtime's end only, rather than memory
+    /// open (and an open's new descriptor): a bounded leak, at the runtime's end only, rather than memory
     /// the kernel might write or a descriptor it might still use.
     fn drop(&mut self) {
         if self.in_flight() == 0 {
@@ -737,7 +754,14 @@ impl Drop for Uring {
             let token = completion.user_data();
             if token != self.wake_token && token & OPERATION_BIT != 0 {
                 // SAFETY: as in `reap`: the completion's one call.
-                drop(unsafe { Operation::of(token) });
+                match unsafe { Operation::of(token) } {
+                    // Completed, so that a descriptor an open made is
+                    // closed with the operation; nobody is woken.
+                    Operation::File(op) => {
+                        op.complete(step_of(token), completion.result(), &mut Vec::new())
+                    }
+                    Operation::Recv(slot) => drop(slot),
+                }
             }
         }
     }

@@ -1,35 +1,48 @@
 //! File operations that complete on the ring: on an io_uring reactor,
-//! [`File::sync_data`](crate::fs::File::sync_data) and
-//! [`File::sync_all`](crate::fs::File::sync_all) are `IORING_OP_FSYNC`s
-//! submitted with the worker's other operations, and the task is woken
-//! by their completion. A chain of positional writes ending in a sync
+//! [`File`](crate::fs::File)'s reads, writes and syncs and
+//! [`OpenOptions::open`](crate::fs::OpenOptions::open) are
+//! `IORING_OP_READ`s, `IORING_OP_WRITE`s, `IORING_OP_FSYNC`s and
+//! `IORING_OP_OPENAT`s submitted with the worker's other operations, and
+//! the task is woken by their completion (the calls that queue them are
+//! in `calls`). A chain of positional writes ending in a sync
 //! ([`write_then_sync_on_ring`]) goes to the kernel as linked entries
 //! (`IOSQE_IO_LINK`), so the sync starts only once the writes are done,
 //! and the task is woken once, by the last completion.
 //!
 //! # Why
 //!
-//! On epoll a sync is a job for the blocking pool: the task hands it to a
-//! pool thread, which blocks in `fdatasync` and then wakes the task from
-//! outside the workers, two thread hand-offs around the device's time.
-//! On the ring the kernel runs the sync in its own workers and posts the
-//! completion to the queue the workers already read: no pool thread, and
-//! the wake is a reap, as a socket's event is. That holds for an
-//! operation a worker's task asks for; one asked for off the workers
-//! goes to the pool (see [`sync_on_ring`]).
+//! On epoll a file call is a job for the blocking pool: the task hands it
+//! to a pool thread, which blocks in the system call and then wakes the
+//! task from outside the workers, two thread hand-offs around the call.
+//! On the ring the kernel does the work at submission where it can (an
+//! open, a read the page cache serves, a buffered write on a filesystem
+//! that takes it without blocking, such as XFS) or in its own workers (a
+//! sync), and posts the completion to the queue the workers already
+//! read: no pool thread, and the wake is a reap, as a socket's event is.
+//! Reads and writes are never left to the kernel's workers: their round
+//! trip costs more than the pool's, so one that would block is refused
+//! and made on the pool (see [`write_on_ring`]). That holds for an operation a worker's
+//! task asks for; one asked for off the workers goes to the pool (see
+//! [`sync_on_ring`]).
 //!
 //! # Invariants
 //!
 //! - **The descriptor and the buffers outlive the kernel's use of them.**
 //!   An operation holds a reference to the file (an `Arc` of the
-//!   `std::fs::File`) and owns the bytes its writes take, never touched
-//!   again once built; each entry in flight holds a reference to the
+//!   `std::fs::File`), owns the bytes its writes take, never touched
+//!   again once built, and the buffer its read fills ([`ReadBuf`]), read
+//!   by Rust code only once the operation is done (an open owns the
+//!   path); each entry in flight holds a reference to the
 //!   operation (its user data is an `Arc` turned into a pointer, tagged
 //!   with the entry's step), taken back only when that entry's
 //!   completion is reaped or when the ring itself drops after cancelling
 //!   it. A task that stops waiting (its future dropped) drops its own
 //!   reference only: the file is closed and the bytes freed after the
-//!   last completion, never under the kernel.
+//!   last completion, never under the kernel. A read's bytes are copied
+//!   into the caller's buffer when its future sees the completion.
+//! - **A descriptor an open made is never leaked**: it belongs to the
+//!   operation until the waiting task takes it; an operation dropped
+//!   with it untaken (the task stopped waiting) closes it.
 //! - **The steps of a chain reach the kernel together, in order**: they
 //!   are pushed to the submission queue all at once or not at all, so a
 //!   submission never ends inside a chain (which would unlink its tail).
@@ -40,14 +53,23 @@
 //!   is reported as an error, never as success: nothing says its data
 //!   reached the device.
 
+use std::ffi::CString;
 use std::fs::File;
 use std::io;
-use std::os::fd::{AsRawFd, RawFd};
-use std::pin::Pin;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
 
 use super::lock;
+
+mod calls;
+mod read_buf;
+
+pub(crate) use calls::{
+    open_on_ring, read_on_ring, ring_worker, sync_on_ring, would_block_on_ring, write_on_ring,
+    write_then_sync_on_ring, Always,
+};
+pub(crate) use read_buf::ReadBuf;
 
 /// Which sync an operation asks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -58,6 +80,12 @@ pub(crate) enum SyncKind {
     All,
 }
 
+/// The offset of a read or write step that reads or writes at the file
+/// position and moves it, as `read(2)` and `write(2)` do (io_uring's −1,
+/// `IORING_FEAT_RW_CUR_POS`: Linux 5.6, older than the 6.0 the driver
+/// needs).
+pub(crate) const AT_POSITION: u64 = u64::MAX;
+
 /// One step of a [`FileOp`].
 #[derive(Debug)]
 pub(crate) enum Step {
@@ -66,8 +94,31 @@ pub(crate) enum Step {
     Write {
         /// The bytes, read by the kernel while the step is in flight.
         buf: Vec<u8>,
-        /// Where in the file.
+        /// Where in the file, or [`AT_POSITION`].
         offset: u64,
+        /// Fail (`EAGAIN`, or `EOPNOTSUPP` where the filesystem never
+        /// writes without blocking) rather than hand the write to the
+        /// kernel's workers (`RWF_NOWAIT`).
+        nowait: bool,
+    },
+    /// Read up to `buf`'s length at `offset` (one `IORING_OP_READ`),
+    /// at submission or not at all (`RWF_NOWAIT`, as a write's `nowait`).
+    Read {
+        /// Where the kernel puts the bytes.
+        buf: ReadBuf,
+        /// Where in the file, or [`AT_POSITION`].
+        offset: u64,
+    },
+    /// Open `path`, relative to the current directory, with `open(2)`'s
+    /// `flags` and `mode` (one `IORING_OP_OPENAT`); the result is the new
+    /// descriptor. Only ever the one step of an operation without a file.
+    Open {
+        /// The path, read by the kernel while the step is in flight.
+        path: CString,
+        /// `O_*` flags.
+        flags: i32,
+        /// The permission bits of a file the open creates.
+        mode: u32,
     },
     /// Sync the file.
     Sync(SyncKind),
@@ -103,11 +154,12 @@ struct State {
     waker: Option<Waker>,
 }
 
-/// Positional writes and syncs of one file, linked in order (see the
-/// module docs).
+/// Reads, writes and syncs of one file, linked in order, or an open (see
+/// the module docs).
 #[derive(Debug)]
 pub(crate) struct FileOp {
-    file: Arc<File>,
+    /// The file the steps work on; `None` for an open.
+    file: Option<Arc<File>>,
     steps: Vec<Step>,
     state: Mutex<State>,
 }
@@ -117,17 +169,25 @@ impl FileOp {
     ///
     /// # Panics
     ///
-    /// If `steps` is empty or longer than [`MAX_STEPS`], or a write is
-    /// longer than [`MAX_WRITE`]: the callers build bounded chains.
-    fn new(file: Arc<File>, steps: Vec<Step>) -> Arc<FileOp> {
+    /// If `steps` is empty or longer than [`MAX_STEPS`], a read or write
+    /// is longer than [`MAX_WRITE`], or an open is not the one step of an
+    /// operation without a file: the callers build bounded chains.
+    fn new(file: Option<Arc<File>>, steps: Vec<Step>) -> Arc<FileOp> {
         assert!(
             (1..=MAX_STEPS).contains(&steps.len()),
             "a chain of {} steps",
             steps.len()
         );
-        assert!(steps
-            .iter()
-            .all(|step| !matches!(step, Step::Write { buf, .. } if buf.len() > MAX_WRITE)));
+        assert!(steps.iter().all(|step| match step {
+            Step::Write { buf, .. } => buf.len() <= MAX_WRITE,
+            Step::Read { buf, .. } => buf.len() <= MAX_WRITE,
+            Step::Open { .. } | Step::Sync(_) => true,
+        }));
+        assert_eq!(
+            file.is_none(),
+            matches!(steps[..], [Step::Open { .. }]),
+            "an open is the one step of an operation without a file"
+        );
         let results = steps.iter().map(|_| None).collect();
         Arc::new(FileOp {
             file,
@@ -140,17 +200,19 @@ impl FileOp {
         })
     }
 
-    /// Called by the ring under its submission lock: the descriptor and
-    /// the steps to submit, if the operation is still queued; it is then
-    /// in flight. The steps, and the bytes their writes point to, do not
-    /// change or move while the operation lives.
+    /// Called by the ring under its submission lock: the descriptor
+    /// (`AT_FDCWD` for an open) and the steps to submit, if the operation
+    /// is still queued; it is then in flight. The steps, and the bytes
+    /// their buffers and paths point to, do not move while the operation
+    /// lives.
     pub(crate) fn take_for_submission(&self) -> Option<(RawFd, &[Step])> {
         let mut state = lock(&self.state);
         if !matches!(state.phase, Phase::Queued) {
             return None;
         }
         state.phase = Phase::InFlight(self.steps.len());
-        Some((self.file.as_raw_fd(), &self.steps))
+        let fd = self.file.as_ref().map_or(libc::AT_FDCWD, |f| f.as_raw_fd());
+        Some((fd, &self.steps))
     }
 
     /// Step `step` completed with `result` (bytes written, 0 for a sync, or
@@ -187,8 +249,9 @@ impl FileOp {
     }
 
     /// Every step's result once the last is known: a write's bytes
-    /// written (all of its buffer unless the kernel took less), a sync's
-    /// 0, or the step's error.
+    /// written (all of its buffer unless the kernel took less), a read's
+    /// bytes read, a sync's 0, an open's descriptor (the caller's to own
+    /// from now on), or the step's error.
     fn poll_done(&self, cx: &mut Context<'_>) -> Poll<Vec<io::Result<usize>>> {
         let mut state = lock(&self.state);
         match std::mem::replace(&mut state.phase, Phase::Taken) {
@@ -214,120 +277,50 @@ impl FileOp {
     }
 }
 
+impl FileOp {
+    /// The first `n` bytes the operation's read step read, once the
+    /// operation is done (empty before, or without a read step).
+    fn read_bytes(&self, n: usize) -> &[u8] {
+        if !matches!(lock(&self.state).phase, Phase::Done | Phase::Taken) {
+            return &[];
+        }
+        match self
+            .steps
+            .iter()
+            .find(|step| matches!(step, Step::Read { .. }))
+        {
+            // SAFETY: done means every entry's completion was reaped, or
+            // none was ever pushed: the kernel no longer writes the buffer.
+            Some(Step::Read { buf, .. }) => unsafe { buf.filled(n) },
+            _ => &[],
+        }
+    }
+}
+
+impl Drop for FileOp {
+    /// Closes the descriptor of an open whose result nobody took.
+    fn drop(&mut self) {
+        let state = self.state.get_mut().unwrap_or_else(|e| e.into_inner());
+        for (step, result) in self.steps.iter().zip(&state.results) {
+            if let (Step::Open { .. }, Some(Ok(fd))) = (step, result) {
+                if let Ok(fd) = RawFd::try_from(*fd) {
+                    // SAFETY: the open's own new descriptor, which nothing
+                    // took: nothing else owns it.
+                    drop(unsafe { OwnedFd::from_raw_fd(fd) });
+                }
+            }
+        }
+    }
+}
+
 /// A step's result, which its completion set.
 fn known(result: Option<io::Result<usize>>) -> io::Result<usize> {
     result.unwrap_or_else(|| Err(io::Error::other("a step completed without a result")))
 }
 
-/// The current runtime, where its reactor is a ring and the caller is one
-/// of its workers: where an operation queued now goes to the ring.
-pub(crate) fn ring_worker() -> Option<crate::runtime::Handle> {
-    crate::runtime::context::current().filter(|handle| {
-        handle.shared.reactor.completes_operations() && handle.shared.on_worker_thread()
-    })
-}
-
-/// Queues `steps` on `file` on the current runtime's ring, or returns
-/// `None` where [`ring_worker`] finds none.
-fn queue_on_ring(file: &Arc<File>, steps: Vec<Step>) -> Option<Arc<FileOp>> {
-    let shared = ring_worker()?.shared;
-    let operation = FileOp::new(Arc::clone(file), steps);
-    shared.reactor.queue_file_op(Arc::clone(&operation));
-    Some(operation)
-}
-
-/// A sync of `file` on the current runtime's ring, or `None` where the
-/// runtime's reactor is not a ring or the caller is not one of its
-/// workers (the caller then syncs on the blocking pool). Queued at once,
-/// for the worker's next look at the ring; the future waits for the
-/// completion.
-///
-/// Off the workers (`block_on`'s thread, the urgent lane) the pool is the
-/// quicker way: such a thread must not submit to the ring itself (see
-/// `driver::uring`), so the sync would wait for the poller to be woken to
-/// submit it, then for the poller to wake the caller (two hops where the
-/// pool takes two, plus the poller's wait; 350–370 µs a write and sync
-/// against the pool's 220–320 on the machine of BENCHMARKS.md, 2026-11-27).
-pub(crate) fn sync_on_ring(file: &Arc<File>, kind: SyncKind) -> Option<SyncOnRing> {
-    let operation = queue_on_ring(file, vec![Step::Sync(kind)])?;
-    Some(SyncOnRing { operation })
-}
-
-/// The future of [`sync_on_ring`].
-#[derive(Debug)]
-pub(crate) struct SyncOnRing {
-    operation: Arc<FileOp>,
-}
-
-impl std::future::Future for SyncOnRing {
-    type Output = io::Result<()>;
-
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        self.operation.poll_done(cx).map(|results| {
-            results
-                .into_iter()
-                .next()
-                .unwrap_or_else(|| Err(io::Error::other("a sync without a result")))
-                .map(|_| ())
-        })
-    }
-}
-
-/// Writes each of `writes` (bytes, offset) to `file` in order, then syncs
-/// it as `kind`, all linked on the current runtime's ring; `None` where
-/// [`sync_on_ring`] would give `None` (the caller then writes and syncs
-/// on its own thread or the pool). At most [`MAX_STEPS`] − 1 writes, each
-/// at most [`MAX_WRITE`] bytes.
-///
-/// The future gives each write's bytes written and the sync's result. A
-/// write that fails or writes less than its bytes ends the chain: the
-/// steps after it report `ECANCELED` (the sync too, so the writes before
-/// are not known to be durable).
-pub(crate) fn write_then_sync_on_ring(
-    file: &Arc<File>,
-    writes: Vec<(Vec<u8>, u64)>,
-    kind: SyncKind,
-) -> Option<WriteThenSync> {
-    let mut steps: Vec<Step> = writes
-        .into_iter()
-        .map(|(buf, offset)| Step::Write { buf, offset })
-        .collect();
-    steps.push(Step::Sync(kind));
-    let operation = queue_on_ring(file, steps)?;
-    Some(WriteThenSync { operation })
-}
-
-/// The future of [`write_then_sync_on_ring`].
-#[derive(Debug)]
-pub(crate) struct WriteThenSync {
-    operation: Arc<FileOp>,
-}
-
-/// What a [`WriteThenSync`] did.
-#[derive(Debug)]
-pub(crate) struct Written {
-    /// Each write's bytes written, or its error, in order.
-    pub(crate) writes: Vec<io::Result<usize>>,
-    /// The sync's result.
-    pub(crate) sync: io::Result<()>,
-}
-
-impl std::future::Future for WriteThenSync {
-    type Output = Written;
-
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Written> {
-        self.operation.poll_done(cx).map(|mut writes| {
-            let sync = writes
-                .pop()
-                .unwrap_or_else(|| Err(io::Error::other("a sync without a result")))
-                .map(|_| ());
-            Written { writes, sync }
-        })
-    }
-}
-
 #[cfg(test)]
 mod tests {
+    use super::calls::Written;
     use super::*;
 
     fn temp_file() -> Arc<File> {
@@ -355,11 +348,12 @@ mod tests {
         Step::Write {
             buf: vec![byte; len],
             offset,
+            nowait: false,
         }
     }
 
     fn sync(kind: SyncKind) -> Arc<FileOp> {
-        FileOp::new(temp_file(), vec![Step::Sync(kind)])
+        FileOp::new(Some(temp_file()), vec![Step::Sync(kind)])
     }
 
     #[test]
@@ -368,7 +362,7 @@ mod tests {
         let sync = sync(SyncKind::Data);
         assert!(poll(&sync).is_pending());
         let (fd, steps) = sync.take_for_submission().expect("queued");
-        assert_eq!(fd, sync.file.as_raw_fd());
+        assert_eq!(fd, sync.file.as_ref().unwrap().as_raw_fd());
         assert!(matches!(steps, [Step::Sync(SyncKind::Data)]));
         assert!(sync.take_for_submission().is_none());
         assert!(poll(&sync).is_pending());
@@ -405,7 +399,7 @@ mod tests {
     #[cfg_attr(miri, ignore = "creates a file, which Miri's isolation refuses")]
     fn a_chain_is_done_at_its_last_completion_with_every_steps_result() {
         let op = FileOp::new(
-            temp_file(),
+            Some(temp_file()),
             vec![
                 write(1, 10, 0),
                 write(0, 20, 10),
@@ -435,7 +429,7 @@ mod tests {
     #[cfg_attr(miri, ignore = "creates a file, which Miri's isolation refuses")]
     fn a_chain_the_ring_refused_fails_every_step() {
         let op = FileOp::new(
-            temp_file(),
+            Some(temp_file()),
             vec![write(1, 10, 0), Step::Sync(SyncKind::All)],
         );
         op.take_for_submission().unwrap();
@@ -524,5 +518,107 @@ mod tests {
         sync.complete(0, 0, &mut wake);
         wake.into_iter().for_each(Waker::wake);
         assert_eq!(count.0.load(Ordering::SeqCst), 1);
+    }
+
+    #[test]
+    fn a_read_buffer_gives_back_what_was_written_into_it() {
+        let buf = ReadBuf::new(8);
+        assert_eq!(buf.len(), 8);
+        // SAFETY: writes 3 bytes inside the 8-byte allocation; no slice of
+        // it lives meanwhile (the kernel's part in a real read).
+        unsafe { std::ptr::copy_nonoverlapping(b"abc".as_ptr(), buf.as_mut_ptr(), 3) };
+        // SAFETY: nothing writes the buffer any more.
+        assert_eq!(unsafe { buf.filled(3) }, b"abc");
+        // SAFETY: as above; asking for more than it holds gives all of it.
+        assert_eq!(unsafe { buf.filled(100) }, b"abc\0\0\0\0\0");
+    }
+
+    #[test]
+    #[cfg_attr(miri, ignore = "creates a file, which Miri's isolation refuses")]
+    fn a_read_gives_its_bytes_only_once_done() {
+        let op = FileOp::new(
+            Some(temp_file()),
+            vec![Step::Read {
+                buf: ReadBuf::new(16),
+                offset: AT_POSITION,
+            }],
+        );
+        let (_, steps) = op.take_for_submission().unwrap();
+        let Step::Read { buf, .. } = &steps[0] else {
+            panic!("{steps:?}");
+        };
+        // SAFETY: as the kernel would, into the operation's own buffer,
+        // while no slice of it lives.
+        unsafe { std::ptr::copy_nonoverlapping(b"read".as_ptr(), buf.as_mut_ptr(), 4) };
+        assert!(op.read_bytes(4).is_empty(), "read before its completion");
+        op.complete(0, 4, &mut Vec::new());
+        assert!(matches!(poll(&op), Poll::Ready(results) if matches!(results[..], [Ok(4)])));
+        assert_eq!(op.read_bytes(4), b"read");
+    }
+
+    /// An open's operation whose completion gave it a descriptor (a
+    /// duplicate of a new file's, at 700 or above, a number no other test
+    /// takes), and that descriptor.
+    fn an_open_that_completed() -> (Arc<FileOp>, RawFd) {
+        let path = CString::new("/").unwrap();
+        let op = FileOp::new(
+            None,
+            vec![Step::Open {
+                path,
+                flags: libc::O_RDONLY,
+                mode: 0,
+            }],
+        );
+        let (fd, _) = op.take_for_submission().unwrap();
+        assert_eq!(fd, libc::AT_FDCWD);
+        let file = temp_file();
+        // SAFETY: duplicates a live descriptor; the new one is owned by
+        // the operation from its completion on.
+        let new = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 700) };
+        assert!(new >= 700, "{}", io::Error::last_os_error());
+        op.complete(0, new, &mut Vec::new());
+        (op, new)
+    }
+
+    fn is_open(fd: RawFd) -> bool {
+        // SAFETY: F_GETFD reads the descriptor's flags; no memory.
+        let flags = unsafe { libc::fcntl(fd, libc::F_GETFD) };
+        flags >= 0
+    }
+
+    #[test]
+    #[cfg_attr(miri, ignore = "creates a file, which Miri's isolation refuses")]
+    fn an_opens_descriptor_is_closed_with_the_operation_unless_taken() {
+        let (op, fd) = an_open_that_completed();
+        assert!(is_open(fd));
+        drop(op);
+        assert!(!is_open(fd), "the untaken descriptor was left open");
+
+        let (op, fd) = an_open_that_completed();
+        let Poll::Ready(results) = poll(&op) else {
+            panic!("an open is done at its completion");
+        };
+        assert_eq!(*results[0].as_ref().unwrap(), fd as usize);
+        drop(op);
+        assert!(is_open(fd), "the taken descriptor was closed");
+        // SAFETY: the descriptor was taken above: this test owns it.
+        drop(unsafe { OwnedFd::from_raw_fd(fd) });
+    }
+
+    #[test]
+    #[should_panic(expected = "an open is the one step")]
+    fn an_open_cannot_be_chained() {
+        let path = CString::new("/").unwrap();
+        FileOp::new(
+            None,
+            vec![
+                Step::Open {
+                    path,
+                    flags: 0,
+                    mode: 0,
+                },
+                Step::Sync(SyncKind::Data),
+            ],
+        );
     }
 }
