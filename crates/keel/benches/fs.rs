@@ -55,51 +55,45 @@ enum Call {
     Open,
 }
 
+/// The body of [`keel_calls`] and [`tokio_calls`]: `iters` calls of
+/// `call` on `path` through the `fs` module `$fs`, timed. The two
+/// runtimes' files differ in type and traits but not in these calls'
+/// names, so one body serves both.
+macro_rules! timed_calls {
+    ($fs:path, $call:expr, $path:expr, $iters:expr) => {{
+        use $fs as fs;
+        let (call, path, iters): (Call, PathBuf, u64) = ($call, $path, $iters);
+        let mut file = fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&path)
+            .await
+            .unwrap();
+        let mut buf = vec![7u8; CHUNK];
+        let start = Instant::now();
+        for i in 0..iters {
+            if i % (FILE_LEN / CHUNK) as u64 == 0 && !matches!(call, Call::Open) {
+                file.seek(SeekFrom::Start(0)).await.unwrap();
+            }
+            match call {
+                Call::Read => assert_eq!(file.read(&mut buf).await.unwrap(), CHUNK),
+                Call::Write => file.write_all(&buf).await.unwrap(),
+                Call::Open => drop(fs::File::open(&path).await.unwrap()),
+            }
+        }
+        file.flush().await.unwrap();
+        start.elapsed()
+    }};
+}
+
 /// `iters` calls of `call` on `path` through `keel::fs`, timed.
 async fn keel_calls(call: Call, path: PathBuf, iters: u64) -> Duration {
-    let mut file = keel::fs::File::options()
-        .read(true)
-        .write(true)
-        .open(&path)
-        .await
-        .unwrap();
-    let mut buf = vec![7u8; CHUNK];
-    let start = Instant::now();
-    for i in 0..iters {
-        if i % (FILE_LEN / CHUNK) as u64 == 0 && !matches!(call, Call::Open) {
-            file.seek(SeekFrom::Start(0)).await.unwrap();
-        }
-        match call {
-            Call::Read => assert_eq!(file.read(&mut buf).await.unwrap(), CHUNK),
-            Call::Write => file.write_all(&buf).await.unwrap(),
-            Call::Open => drop(keel::fs::File::open(&path).await.unwrap()),
-        }
-    }
-    start.elapsed()
+    timed_calls!(keel::fs, call, path, iters)
 }
 
 /// The same through `tokio::fs`.
 async fn tokio_calls(call: Call, path: PathBuf, iters: u64) -> Duration {
-    let mut file = tokio::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(&path)
-        .await
-        .unwrap();
-    let mut buf = vec![7u8; CHUNK];
-    let start = Instant::now();
-    for i in 0..iters {
-        if i % (FILE_LEN / CHUNK) as u64 == 0 && !matches!(call, Call::Open) {
-            file.seek(SeekFrom::Start(0)).await.unwrap();
-        }
-        match call {
-            Call::Read => assert_eq!(file.read(&mut buf).await.unwrap(), CHUNK),
-            Call::Write => file.write_all(&buf).await.unwrap(),
-            Call::Open => drop(tokio::fs::File::open(&path).await.unwrap()),
-        }
-    }
-    file.flush().await.unwrap();
-    start.elapsed()
+    timed_calls!(tokio::fs, call, path, iters)
 }
 
 fn bench_file_calls(c: &mut Criterion) {

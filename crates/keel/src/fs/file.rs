@@ -1,5 +1,5 @@
 //! `File`: an open file whose calls run on the blocking pool, and whose
-//! reads, writes and syncs complete on the ring where the runtime has one.
+//! reads and syncs complete on the ring where the runtime has one.
 
 use std::fmt;
 use std::fs::Metadata;
@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use super::{run, OpenOptions};
 use crate::io::ring_file::{
-    read_on_ring, sync_on_ring, would_block_on_ring, write_on_ring, Always, SyncKind, AT_POSITION,
+    read_on_ring, sync_on_ring, would_block_on_ring, Always, SyncKind, AT_POSITION,
 };
 
 /// Most bytes one [`File::read`] or [`File::write`] moves: 1 MiB.
@@ -22,10 +22,9 @@ use crate::io::ring_file::{
 pub const MAX_CHUNK: usize = 1 << 20;
 
 /// An open file. Every call runs on the runtime's blocking pool (see
-/// [`crate::fs`]), except the reads, writes and syncs of a task on the
-/// workers of an io_uring runtime, which complete on the ring (writes
-/// only where the kernel makes them without blocking: see
-/// [`crate::fs`]).
+/// [`crate::fs`]), except the reads and syncs of a task on the workers of
+/// an io_uring runtime, which complete on the ring (reads only where the
+/// kernel makes them without blocking: see [`crate::fs`]).
 ///
 /// Calls that move the file position (`read`, `write`, `seek`) take
 /// `&mut self`, so one handle has one of them in flight at a time; the
@@ -56,8 +55,6 @@ pub struct File {
     std: Arc<std::fs::File>,
     /// Whether the next read tries the ring (see [`RingPath`]).
     reads: RingPath,
-    /// Whether the next write tries the ring.
-    writes: RingPath,
 }
 
 impl File {
@@ -94,9 +91,8 @@ impl File {
     /// Wraps a `std` file; its calls then run on the pool.
     pub fn from_std(file: std::fs::File) -> File {
         File {
+            reads: RingPath::for_reads_of(&file),
             std: Arc::new(file),
-            reads: RingPath::default(),
-            writes: RingPath::default(),
         }
     }
 
@@ -138,13 +134,8 @@ impl File {
     }
 
     /// Writes up to [`MAX_CHUNK`] bytes of `buf` at the file position, and
-    /// returns how many were written.
-    ///
-    /// On the ring the write is made at submission, without blocking,
-    /// where the filesystem can (XFS can); where it cannot (ext4, tmpfs)
-    /// the write goes to the pool, and after two in a row so do this
-    /// handle's later writes, but for a try on the ring every 256 writes
-    /// (see `RingPath`).
+    /// returns how many were written. Writes run on the pool on the ring's
+    /// runtime too (see [`crate::fs`] for why).
     ///
     /// # Errors
     ///
@@ -154,11 +145,12 @@ impl File {
         if buf.is_empty() {
             return Ok(0);
         }
-        self.write_chunk(&buf[..buf.len().min(MAX_CHUNK)]).await
+        let chunk = buf[..buf.len().min(MAX_CHUNK)].to_vec();
+        let file = self.std.clone();
+        run(move || (&*file).write(&chunk)).await
     }
 
-    /// Writes all of `buf`, one write (one pool job, or one write on the
-    /// ring) per [`MAX_CHUNK`] bytes, and more for what a short write left.
+    /// Writes all of `buf`, one job per [`MAX_CHUNK`] bytes.
     ///
     /// # Errors
     ///
@@ -167,31 +159,25 @@ impl File {
     /// been written.
     pub async fn write_all(&mut self, mut buf: &[u8]) -> io::Result<()> {
         while !buf.is_empty() {
-            let written = self.write_chunk(&buf[..buf.len().min(MAX_CHUNK)]).await?;
-            if written == 0 {
-                return Err(io::Error::new(
-                    io::ErrorKind::WriteZero,
-                    "the file accepted no more bytes",
-                ));
-            }
-            buf = &buf[written..];
+            let chunk = buf[..buf.len().min(MAX_CHUNK)].to_vec();
+            let file = self.std.clone();
+            run(move || (&*file).write_all(&chunk)).await?;
+            buf = &buf[buf.len().min(MAX_CHUNK)..];
         }
         Ok(())
     }
 
-    /// One write of `chunk` at the file position: on the ring where the
-    /// kernel makes it without blocking, else on the pool.
-    async fn write_chunk(&mut self, chunk: &[u8]) -> io::Result<usize> {
-        if self.writes.tries_the_ring() {
-            if let Some(write) = write_on_ring(&self.std, chunk, AT_POSITION) {
-                if let Some(done) = self.writes.answered(write.await) {
-                    return done;
-                }
-            }
-        }
-        let chunk = chunk.to_vec();
-        let file = self.std.clone();
-        run(move || (&*file).write(&chunk)).await
+    /// Does nothing and succeeds: a `File` keeps no bytes of its own, every
+    /// write is handed to the kernel before it returns (as
+    /// [`std::fs::File`]'s `flush`, and unlike `tokio::fs::File`, whose
+    /// writes return before they are made). Durability is
+    /// [`sync_data`](Self::sync_data)'s.
+    ///
+    /// # Errors
+    ///
+    /// None.
+    pub async fn flush(&mut self) -> io::Result<()> {
+        Ok(())
     }
 
     /// Moves the file position; returns the new position from the start.
@@ -269,22 +255,23 @@ impl File {
 }
 
 /// Tries on the ring in a row that would have blocked before a handle's
-/// reads or writes go to the pool.
+/// reads go to the pool.
 const MISSES_BEFORE_THE_POOL: u32 = 2;
-/// Calls on the pool between two tries of the ring.
+/// Reads on the pool between two tries of the ring.
 const POOL_CALLS_BETWEEN_TRIES: u32 = 256;
 
-/// Where a handle's reads, or its writes, go on the ring's runtime.
+/// Where a handle's reads go on the ring's runtime.
 ///
-/// A read or write on the ring is made at submission or not at all (see
-/// `io::ring_file::write_on_ring`): where the kernel cannot make it
-/// without blocking (a read the page cache misses; any read on tmpfs, any
-/// write on ext4 or tmpfs), the try costs a round trip to the ring (about
-/// 2 µs) before the pool's. So after [`MISSES_BEFORE_THE_POOL`] tries in a
-/// row that would have blocked, the handle's calls go to the pool, with a
-/// try of the ring once every [`POOL_CALLS_BETWEEN_TRIES`] calls (the
-/// cache may have warmed, a shortage of clean pages passed); a filesystem
-/// that says it never can (`EOPNOTSUPP`) is not tried again.
+/// A read on the ring is made at submission or not at all (see
+/// `io::ring_file::read_on_ring`): where the kernel cannot make it
+/// without blocking (the page cache misses; any read on tmpfs), the try
+/// costs a round trip to the ring (about 2 µs) before the pool's. So
+/// after [`MISSES_BEFORE_THE_POOL`] tries in a row that would have
+/// blocked, the handle's reads go to the pool, with a try of the ring
+/// once every [`POOL_CALLS_BETWEEN_TRIES`] reads (the cache may have
+/// warmed); a filesystem that says it never can (`EOPNOTSUPP`) is not
+/// tried again, nor is a handle opened with `O_DIRECT`, whose reads the
+/// kernel completes later without moving the file position.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 struct RingPath {
     /// The filesystem never makes such a call without blocking.
@@ -296,6 +283,17 @@ struct RingPath {
 }
 
 impl RingPath {
+    /// The path of `file`'s reads: never the ring for an `O_DIRECT` file
+    /// (or one whose flags cannot be read).
+    fn for_reads_of(file: &std::fs::File) -> RingPath {
+        // SAFETY: F_GETFL reads the open file's status flags; no memory.
+        let flags = unsafe { libc::fcntl(std::os::fd::AsRawFd::as_raw_fd(file), libc::F_GETFL) };
+        RingPath {
+            never: flags < 0 || flags & libc::O_DIRECT != 0,
+            ..RingPath::default()
+        }
+    }
+
     /// Whether this call tries the ring; counts it if it does not.
     fn tries_the_ring(&mut self) -> bool {
         if self.never {

@@ -12,22 +12,26 @@
 //!
 //! On the io_uring driver ([`Builder::io_backend`]), a task on the
 //! workers opens files ([`OpenOptions::open`], [`File::open`],
-//! [`File::create`]), reads and writes them ([`File::read`],
-//! [`File::write`], [`File::write_all`]) and syncs them
+//! [`File::create`]), reads them ([`File::read`]) and syncs them
 //! ([`File::sync_data`], [`File::sync_all`]) on the ring instead, and the
 //! task is woken by the completion, without a pool thread:
 //!
-//! - opens are done by the kernel at submission: about 2 µs a call where
-//!   the pool's round trip costs 20 to 30 (`cargo bench -p keel --bench
-//!   fs`; BENCHMARKS.md, "Files");
+//! - opens, and reads the page cache serves, are done by the kernel at
+//!   submission: about 2 µs a call where the pool's round trip costs 20
+//!   to 30 (`cargo bench -p keel --bench fs`; BENCHMARKS.md, "Files");
 //! - syncs run in the kernel's own workers;
-//! - a read or a write is made at submission or not at all
-//!   (`RWF_NOWAIT`), at the same 2 µs: a read the page cache serves
-//!   (ext4, XFS; not tmpfs), a buffered write on XFS (not on ext4 or
-//!   tmpfs). One the kernel would have handed to its workers goes to the
-//!   pool instead, where it costs less than on those workers; after two
-//!   in a row, so do the handle's later reads (or writes), with a try on
-//!   the ring every 256.
+//! - a read is made at submission or not at all (`RWF_NOWAIT`). One the
+//!   kernel would have handed to its workers (the page cache misses; any
+//!   read on tmpfs) goes to the pool instead, where it costs less than on
+//!   those workers; after two in a row, so do the handle's later reads,
+//!   with a try on the ring every 256. An `O_DIRECT` handle
+//!   ([`File::from_std`]) reads on the pool.
+//!
+//! Writes ([`File::write`], [`File::write_all`]) stay on the pool. On
+//! the ring a write at the file position made without blocking and cut
+//! short leaves the position where it was (seen on Linux 6.18 with XFS),
+//! and one allowed to block is handed to the kernel's workers on ext4
+//! and tmpfs, at more than the pool's cost.
 //!
 //! Off the workers (in `block_on`'s own future) these calls still run on
 //! the pool, which is quicker there. The whole-file helpers ([`read()`], [`write()`] and so on) stay

@@ -8,8 +8,8 @@
 //!   eventfd watched by another. Looking for events without blocking
 //!   reads the completion queue, memory the kernel shares with the
 //!   process: no system call when nothing happened. TCP streams' reads
-//!   (`io::ring_recv`) and files' opens, reads, writes and linked syncs
-//!   (`io::ring_file`) complete on it; socket writes, accepts and the
+//!   (`io::ring_recv`) and files' opens, reads and syncs, and the log's
+//!   linked writes (`io::ring_file`) complete on it; socket writes, accepts and the
 //!   rest still go by readiness.
 //!
 //! [`IoBackend`] chooses between them; `Auto` sets a ring up and falls

@@ -1,8 +1,9 @@
 //! The io_uring driver: each source watched by a multishot `POLL_ADD`,
 //! the waker an eventfd watched the same way, TCP reads completed as
 //! `IORING_OP_RECV`s (see `io::ring_recv`) and files' opens, reads,
-//! writes and syncs as `IORING_OP_OPENAT`s, `IORING_OP_READ`s,
-//! `IORING_OP_WRITE`s and `IORING_OP_FSYNC`s (see `io::ring_file`).
+//! positional writes and syncs as `IORING_OP_OPENAT`s,
+//! `IORING_OP_READ`s, `IORING_OP_WRITE`s and `IORING_OP_FSYNC`s (see
+//! `io::ring_file`).
 //!
 //! # Why a ring
 //!
@@ -494,15 +495,10 @@ impl Uring {
             .enumerate()
             .map(|(index, step)| {
                 let entry = match step {
-                    Step::Write {
-                        buf,
-                        offset,
-                        nowait,
-                    } => {
+                    Step::Write { buf, offset } => {
                         // A step's length fits: `FileOp::new` checks it.
                         opcode::Write::new(Fd(fd), buf.as_ptr(), buf.len() as u32)
                             .offset(*offset)
-                            .rw_flags(if *nowait { libc::RWF_NOWAIT } else { 0 })
                             .build()
                     }
                     Step::Read { buf, offset } => {

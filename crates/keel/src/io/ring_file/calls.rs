@@ -42,7 +42,7 @@ fn queue_on_ring(
 /// workers (the caller then syncs on the blocking pool). Queued at once,
 /// for the worker's next look at the ring; the future waits for the
 /// completion. The other one-step operations ([`read_on_ring`],
-/// [`write_on_ring`], [`open_on_ring`]) go to the ring where this does.
+/// [`open_on_ring`]) go to the ring where this does.
 ///
 /// Off the workers (`block_on`'s thread, the urgent lane) the pool is the
 /// quicker way: such a thread must not submit to the ring itself (see
@@ -58,31 +58,10 @@ pub(crate) fn sync_on_ring(
     Some(async move { step.await.map(|_| ()) })
 }
 
-/// A write of `bytes` (at most [`MAX_WRITE`]) to `file` at `offset` (or
-/// [`AT_POSITION`]) on the ring, done at submission or not at all, or
-/// `None` (see [`sync_on_ring`]); the future gives the bytes written. The
-/// operation writes a copy of `bytes`, its own, so a dropped future
-/// leaves the write to finish.
-///
-/// A write the kernel cannot do without blocking fails with
-/// [`would_block_on_ring`]'s errors instead of going to the kernel's
-/// workers: on a filesystem without non-blocking buffered writes (ext4,
-/// tmpfs) every write would, and there the workers' round trip costs more
-/// than the blocking pool's (BENCHMARKS.md, "Files"); the caller writes on
-/// the pool instead.
-pub(crate) fn write_on_ring(file: &Arc<File>, bytes: &[u8], offset: u64) -> Option<OneStep> {
-    OneStep::queue(Some(file), || Step::Write {
-        buf: bytes.to_vec(),
-        offset,
-        nowait: true,
-    })
-}
-
-/// Whether `error`, from a [`write_on_ring`] or [`read_on_ring`], says
-/// that the call was not made because it would have blocked, and whether
-/// that is so for every such call on the file (`EOPNOTSUPP`: the
-/// filesystem never does it without blocking) rather than for this one
-/// (`EAGAIN`).
+/// Whether `error`, from a [`read_on_ring`], says that the read was not
+/// made because it would have blocked, and whether that is so for every
+/// read of the file (`EOPNOTSUPP`: the filesystem never reads without
+/// blocking) rather than for this one (`EAGAIN`).
 pub(crate) fn would_block_on_ring(error: &io::Error) -> Option<Always> {
     match error.raw_os_error() {
         Some(libc::EAGAIN) => Some(Always(false)),
@@ -91,7 +70,7 @@ pub(crate) fn would_block_on_ring(error: &io::Error) -> Option<Always> {
     }
 }
 
-/// Whether a call that would block always would (see
+/// Whether a read that would block always would (see
 /// [`would_block_on_ring`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Always(pub(crate) bool);
@@ -107,7 +86,9 @@ pub(crate) struct Always(pub(crate) bool);
 /// or a filesystem such as tmpfs that never reads without blocking)
 /// fails with [`would_block_on_ring`]'s errors instead of going to the
 /// kernel's workers, whose round trip costs more than the pool's
-/// (BENCHMARKS.md, "Files"); the caller reads on the pool instead.
+/// (BENCHMARKS.md, "Files"); the caller reads on the pool instead. A
+/// refused read does not move the file position; one cut short moves it
+/// by what it read.
 pub(crate) fn read_on_ring<'a>(
     file: &Arc<File>,
     into: &'a mut [u8],
@@ -190,11 +171,7 @@ pub(crate) fn write_then_sync_on_ring(
 ) -> Option<WriteThenSync> {
     let mut steps: Vec<Step> = writes
         .into_iter()
-        .map(|(buf, offset)| Step::Write {
-            buf,
-            offset,
-            nowait: false,
-        })
+        .map(|(buf, offset)| Step::Write { buf, offset })
         .collect();
     steps.push(Step::Sync(kind));
     let operation = queue_on_ring(Some(file), || steps)?;

@@ -1,8 +1,8 @@
 //! File operations that complete on the ring: on an io_uring reactor,
-//! [`File`](crate::fs::File)'s reads, writes and syncs and
+//! [`File`](crate::fs::File)'s reads and syncs and
 //! [`OpenOptions::open`](crate::fs::OpenOptions::open) are
-//! `IORING_OP_READ`s, `IORING_OP_WRITE`s, `IORING_OP_FSYNC`s and
-//! `IORING_OP_OPENAT`s submitted with the worker's other operations, and
+//! `IORING_OP_READ`s, `IORING_OP_FSYNC`s and `IORING_OP_OPENAT`s
+//! submitted with the worker's other operations, and
 //! the task is woken by their completion (the calls that queue them are
 //! in `calls`). A chain of positional writes ending in a sync
 //! ([`write_then_sync_on_ring`]) goes to the kernel as linked entries
@@ -15,15 +15,18 @@
 //! to a pool thread, which blocks in the system call and then wakes the
 //! task from outside the workers, two thread hand-offs around the call.
 //! On the ring the kernel does the work at submission where it can (an
-//! open, a read the page cache serves, a buffered write on a filesystem
-//! that takes it without blocking, such as XFS) or in its own workers (a
-//! sync), and posts the completion to the queue the workers already
-//! read: no pool thread, and the wake is a reap, as a socket's event is.
-//! Reads and writes are never left to the kernel's workers: their round
-//! trip costs more than the pool's, so one that would block is refused
-//! and made on the pool (see [`write_on_ring`]). That holds for an operation a worker's
-//! task asks for; one asked for off the workers goes to the pool (see
-//! [`sync_on_ring`]).
+//! open, a read the page cache serves) or in its own workers (a sync),
+//! and posts the completion to the queue the workers already read: no
+//! pool thread, and the wake is a reap, as a socket's event is. Reads
+//! are never left to the kernel's workers: their round trip costs more
+//! than the pool's, so one that would block is refused and made on the
+//! pool (see [`read_on_ring`]). `File`'s writes stay on the pool: a write
+//! at the file position made without blocking (`RWF_NOWAIT`) and cut
+//! short leaves the position where it was (Linux 6.18), so the rest of
+//! the bytes would be written over the first; without `RWF_NOWAIT`
+//! every buffered write on ext4 goes to the kernel's workers. That holds
+//! for an operation a worker's task asks for; one asked for off the
+//! workers goes to the pool (see [`sync_on_ring`]).
 //!
 //! # Invariants
 //!
@@ -66,7 +69,7 @@ mod calls;
 mod read_buf;
 
 pub(crate) use calls::{
-    open_on_ring, read_on_ring, ring_worker, sync_on_ring, would_block_on_ring, write_on_ring,
+    open_on_ring, read_on_ring, ring_worker, sync_on_ring, would_block_on_ring,
     write_then_sync_on_ring, Always,
 };
 pub(crate) use read_buf::ReadBuf;
@@ -80,8 +83,8 @@ pub(crate) enum SyncKind {
     All,
 }
 
-/// The offset of a read or write step that reads or writes at the file
-/// position and moves it, as `read(2)` and `write(2)` do (io_uring's −1,
+/// The offset of a read step that reads at the file position and moves
+/// it, as `read(2)` does (io_uring's −1,
 /// `IORING_FEAT_RW_CUR_POS`: Linux 5.6, older than the 6.0 the driver
 /// needs).
 pub(crate) const AT_POSITION: u64 = u64::MAX;
@@ -94,15 +97,13 @@ pub(crate) enum Step {
     Write {
         /// The bytes, read by the kernel while the step is in flight.
         buf: Vec<u8>,
-        /// Where in the file, or [`AT_POSITION`].
+        /// Where in the file.
         offset: u64,
-        /// Fail (`EAGAIN`, or `EOPNOTSUPP` where the filesystem never
-        /// writes without blocking) rather than hand the write to the
-        /// kernel's workers (`RWF_NOWAIT`).
-        nowait: bool,
     },
     /// Read up to `buf`'s length at `offset` (one `IORING_OP_READ`),
-    /// at submission or not at all (`RWF_NOWAIT`, as a write's `nowait`).
+    /// at submission or not at all (`RWF_NOWAIT`: `EAGAIN`, or
+    /// `EOPNOTSUPP` where the filesystem never reads without blocking,
+    /// rather than a hand-off to the kernel's workers).
     Read {
         /// Where the kernel puts the bytes.
         buf: ReadBuf,
@@ -348,7 +349,6 @@ mod tests {
         Step::Write {
             buf: vec![byte; len],
             offset,
-            nowait: false,
         }
     }
 
