@@ -573,20 +573,31 @@ fn opens_reads_and_writes_dropped_in_flight_leak_no_descriptor_and_finish() {
                 poll_once_and_drop(file.read(&mut buf)).await;
                 poll_once_and_drop(file.write(b"dropped")).await;
             }
+            // An open queued after them: the ring submits its queue in
+            // order, all at once, so once this completes every dropped
+            // operation has been submitted, and is counted in flight until
+            // it is reaped.
+            drop(File::open(&task_path).await.unwrap());
             file
         }))
         .unwrap();
     // Every dropped operation completes and is reaped, and each open's
-    // descriptor is closed with it. (An operation still queued for its
-    // submission is not counted in flight: wait for both.)
+    // descriptor is closed with it. The dropped writes' jobs on the pool
+    // run to their end too, and move the file position when they do: wait
+    // for the pool to be idle as well.
     let left_open = || open_paths().into_iter().filter(|p| *p == path).count();
+    let pool_busy = || {
+        let pool = rt.stats().blocking;
+        pool.queued > 0 || pool.waiting > 0 || pool.idle < pool.threads
+    };
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while (rt.stats().io.operations_in_flight > 0 || left_open() > 1)
+    while (rt.stats().io.operations_in_flight > 0 || left_open() > 1 || pool_busy())
         && std::time::Instant::now() < deadline
     {
         rt.block_on(keel::time::sleep(std::time::Duration::from_millis(1)));
     }
     assert_eq!(rt.stats().io.operations_in_flight, 0);
+    assert!(!pool_busy(), "{:?}", rt.stats().blocking);
     // Only the handle's own descriptor is left.
     assert_eq!(
         left_open(),
