@@ -17,8 +17,9 @@ use crate::io::ring_file::{
 /// Each call copies through a buffer of its own, on the pool thread or
 /// held by the ring's operation. The cap bounds that buffer and the time
 /// one call holds a pool thread, while keeping the cost of the hand-off
-/// (some microseconds) small next to the copy and the system call. [`File::write_all`] loops over chunks of this
-/// size; a read returns at most this much, as a read may.
+/// (some microseconds) small next to the copy and the system call.
+/// [`File::write_all`] loops over chunks of this size; a read returns at
+/// most this much, as a read may.
 pub const MAX_CHUNK: usize = 1 << 20;
 
 /// An open file. Every call runs on the runtime's blocking pool (see
@@ -274,7 +275,8 @@ const POOL_CALLS_BETWEEN_TRIES: u32 = 256;
 /// kernel completes later without moving the file position.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 struct RingPath {
-    /// The filesystem never makes such a call without blocking.
+    /// Never try the ring: the filesystem never reads without blocking,
+    /// or the handle is `O_DIRECT`.
     never: bool,
     /// Tries in a row that would have blocked.
     misses: u32,

@@ -34,9 +34,10 @@
 //! and tmpfs, at more than the pool's cost.
 //!
 //! Off the workers (in `block_on`'s own future) these calls still run on
-//! the pool, which is quicker there. The whole-file helpers ([`read()`], [`write()`] and so on) stay
-//! on the pool everywhere: one pool job opens, reads or writes, and
-//! closes, where the ring would take a round trip for each.
+//! the pool, which is quicker there. The whole-file helpers ([`read()`],
+//! [`write()`] and so on) stay on the pool everywhere: one pool job
+//! opens, reads or writes, and closes, where the ring would take a round
+//! trip for each.
 //!
 //! [`Builder::io_backend`]: crate::Builder::io_backend
 //!
@@ -58,9 +59,9 @@
 //!   be started) also fails with an `io::Error`.
 //! - Buffers cross to the pool thread, or to the ring's operation, by
 //!   copy: a [`File::write`] copies its bytes (at most [`MAX_CHUNK`] per
-//!   call) into a buffer the job or the operation owns, a [`File::read`]
-//!   reads into one and copies out. The caller's buffer is never borrowed
-//!   by another thread or by the kernel.
+//!   call) into a buffer the job owns, a [`File::read`] reads into one
+//!   the job or the operation owns and copies out. The caller's buffer is
+//!   never borrowed by another thread or by the kernel.
 //! - Dropping a call's future before its job starts cancels the job. A job
 //!   that has started cannot be interrupted: it finishes on the pool
 //!   thread and its result is lost. On the ring, a dropped call's

@@ -9,8 +9,8 @@
 //!   reads the completion queue, memory the kernel shares with the
 //!   process: no system call when nothing happened. TCP streams' reads
 //!   (`io::ring_recv`) and files' opens, reads and syncs, and the log's
-//!   linked writes (`io::ring_file`) complete on it; socket writes, accepts and the
-//!   rest still go by readiness.
+//!   linked writes (`io::ring_file`) complete on it; socket writes,
+//!   accepts and the rest still go by readiness.
 //!
 //! [`IoBackend`] chooses between them; `Auto` sets a ring up and falls
 //! back to epoll with the reason, which [`Stats`](crate::stats::Stats)

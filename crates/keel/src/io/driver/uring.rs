@@ -149,7 +149,8 @@ struct Unarmed {
 pub(crate) enum Operation {
     /// A stream's receive (see `io::ring_recv`).
     Recv(Arc<RecvSlot>),
-    /// A file's open, read, write, or writes and sync (see `io::ring_file`).
+    /// A file's open, read or sync, or its writes and a sync (see
+    /// `io::ring_file`).
     File(Arc<FileOp>),
 }
 
@@ -734,8 +735,9 @@ impl Drop for Uring {
     /// and their buffers freed and files closed. One whose completion the
     /// kernel has not posted yet (it posts from the thread that submitted
     /// it, or when the device answers) stays allocated, a sync's file
-    /// open (and an open's new descriptor): a bounded leak, at the runtime's end only, rather than memory
-    /// the kernel might write or a descriptor it might still use.
+    /// open (and an open's new descriptor): a bounded leak, at the
+    /// runtime's end only, rather than memory the kernel might write or a
+    /// descriptor it might still use.
     fn drop(&mut self) {
         if self.in_flight() == 0 {
             return;

@@ -1,6 +1,6 @@
 //! The calls that queue file operations on the current worker's ring:
-//! one-step reads, writes, opens and syncs, and a chain of writes ending
-//! in a sync; each gives `None` where the caller is not a worker of an
+//! one-step reads, opens and syncs, and a chain of positional writes
+//! ending in a sync; each gives `None` where the caller is not a worker of an
 //! io_uring runtime, so that it makes the call on the blocking pool.
 
 use std::ffi::CString;

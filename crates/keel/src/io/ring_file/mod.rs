@@ -2,9 +2,8 @@
 //! [`File`](crate::fs::File)'s reads and syncs and
 //! [`OpenOptions::open`](crate::fs::OpenOptions::open) are
 //! `IORING_OP_READ`s, `IORING_OP_FSYNC`s and `IORING_OP_OPENAT`s
-//! submitted with the worker's other operations, and
-//! the task is woken by their completion (the calls that queue them are
-//! in `calls`). A chain of positional writes ending in a sync
+//! submitted with the worker's other operations, and the task is woken
+//! by their completion (the calls that queue them are in `calls`). A chain of positional writes ending in a sync
 //! ([`write_then_sync_on_ring`]) goes to the kernel as linked entries
 //! (`IOSQE_IO_LINK`), so the sync starts only once the writes are done,
 //! and the task is woken once, by the last completion.
@@ -276,9 +275,7 @@ impl FileOp {
             }
         }
     }
-}
 
-impl FileOp {
     /// The first `n` bytes the operation's read step read, once the
     /// operation is done (empty before, or without a read step).
     fn read_bytes(&self, n: usize) -> &[u8] {
