@@ -110,21 +110,17 @@ fn keel_group_acknowledges() {
 }
 
 /// keel's log connections run in the bulk class and the echo service in
-/// normal, as the node's documentation promises: a ping is picked ahead of
-/// queued log work.
+/// normal, as the node's documentation promises: the polls that serve
+/// pings are counted in normal, those that serve records in bulk.
+///
+/// How many polls a phase takes is not fixed: a task that has just
+/// answered reads again in the same poll, and finds the next request there
+/// when the client was quick. So each phase checks where its polls went,
+/// not how many there were.
 #[test]
 fn keel_serves_the_log_in_bulk_and_the_echo_in_normal() {
     let dir = scratch_dir("s5-keel-classes");
     let mut node = s5_node("keel", "group", &dir);
-    let before = node.mark("classes");
-    let mut echo = connect(node.addr("addr"));
-    for _ in 0..20 {
-        echo.write_all(b"ping").unwrap();
-        let mut back = [0u8; 4];
-        echo.read_exact(&mut back).unwrap();
-    }
-    assert_eq!(append(node.addr("log_addr"), 20).len(), 20);
-    let after = node.mark("classes");
     let polls = |classes: &serde_json::Value, name: &str| {
         classes
             .as_array()
@@ -135,11 +131,34 @@ fn keel_serves_the_log_in_bulk_and_the_echo_in_normal() {
             .as_u64()
             .unwrap()
     };
-    let grew = |name: &str| polls(&after, name) - polls(&before, name);
-    // Each record takes at least a poll to read it and one to answer it.
-    assert!(grew("bulk") >= 40, "bulk: {before} -> {after}");
-    // Each ping takes at least one poll of the echo task.
-    assert!(grew("normal") >= 20, "normal: {before} -> {after}");
+    let grew = |before: &serde_json::Value, after: &serde_json::Value, name: &str| {
+        polls(after, name) - polls(before, name)
+    };
+
+    let start = node.mark("classes");
+    let mut echo = connect(node.addr("addr"));
+    for _ in 0..20 {
+        echo.write_all(b"ping").unwrap();
+        let mut back = [0u8; 4];
+        echo.read_exact(&mut back).unwrap();
+    }
+    let pinged = node.mark("classes");
+    let normal = grew(&start, &pinged, "normal");
+    assert!(normal >= 1, "pings: {start} -> {pinged}");
+    assert!(
+        grew(&start, &pinged, "bulk") < normal,
+        "pings: {start} -> {pinged}"
+    );
+
+    assert_eq!(append(node.addr("log_addr"), 20).len(), 20);
+    let logged = node.mark("classes");
+    let bulk = grew(&pinged, &logged, "bulk");
+    assert!(bulk >= 1, "records: {pinged} -> {logged}");
+    assert!(
+        grew(&pinged, &logged, "normal") < bulk,
+        "records: {pinged} -> {logged}"
+    );
+    assert_eq!(grew(&start, &logged, "urgent"), 0, "{start} -> {logged}");
     node.stop();
     std::fs::remove_dir_all(&dir).unwrap();
 }
