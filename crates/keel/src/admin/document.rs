@@ -128,6 +128,9 @@ pub struct IoFigures {
     /// (0 on epoll).
     #[serde(default)]
     pub operations_in_flight: u64,
+    /// io_uring instances (0 on epoll).
+    #[serde(default)]
+    pub rings: usize,
 }
 
 impl From<&IoDriverStats> for IoFigures {
@@ -137,6 +140,7 @@ impl From<&IoDriverStats> for IoFigures {
             requested: io.requested.to_string(),
             fallback: io.fallback.clone(),
             operations_in_flight: io.operations_in_flight,
+            rings: io.rings,
         }
     }
 }
@@ -808,6 +812,7 @@ mod tests {
                 requested: "auto".into(),
                 fallback: Some("io_uring_setup: a seccomp filter forbids it".into()),
                 operations_in_flight: 0,
+                rings: 0,
             }),
             ..StatsDocument::default()
         }
@@ -940,6 +945,7 @@ mod tests {
             "requested",
             "fallback",
             "operations_in_flight",
+            "rings",
         ]);
         assert_eq!(keys(&json), expected);
     }

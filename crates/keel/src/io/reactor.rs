@@ -100,13 +100,14 @@ pub(crate) struct Reactor {
 }
 
 impl Reactor {
-    /// A reactor on the driver `backend` asks for.
+    /// A reactor on the driver `backend` asks for, with `rings` rings if
+    /// that is io_uring.
     ///
     /// # Errors
     ///
     /// If the driver cannot be set up (see [`Driver::new`]).
-    pub(crate) fn new(backend: IoBackend) -> io::Result<Reactor> {
-        let (driver, poller, fallback) = Driver::new(backend, WAKER_TOKEN)?;
+    pub(crate) fn new(backend: IoBackend, rings: usize) -> io::Result<Reactor> {
+        let (driver, poller, fallback) = Driver::new(backend, rings, WAKER_TOKEN)?;
         Ok(Reactor {
             driver,
             requested: backend,
@@ -128,6 +129,7 @@ impl Reactor {
             requested: self.requested,
             fallback: self.fallback.clone(),
             operations_in_flight: self.driver.in_flight(),
+            rings: self.driver.rings(),
         }
     }
 

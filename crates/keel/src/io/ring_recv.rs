@@ -122,6 +122,11 @@ pub(crate) struct Submission {
 }
 
 impl RecvSlot {
+    /// The stream's descriptor.
+    pub(crate) fn fd(&self) -> RawFd {
+        self.fd
+    }
+
     /// The slot of the stream on descriptor `fd`.
     pub(crate) fn new(fd: RawFd) -> Arc<RecvSlot> {
         Arc::new(RecvSlot {

@@ -156,6 +156,8 @@ pub struct Builder {
     tokio_on_workers: bool,
     /// `None`: from `KEEL_IO_BACKEND`, or epoll.
     io_backend: Option<crate::io::IoBackend>,
+    /// `None`: from `KEEL_IO_RINGS`, or 1.
+    io_rings: Option<usize>,
     ring_receives: bool,
 }
 
@@ -196,6 +198,7 @@ impl Builder {
             tokio_threads: DEFAULT_TOKIO_THREADS,
             tokio_on_workers: false,
             io_backend: None,
+            io_rings: None,
             ring_receives: false,
         }
     }
@@ -268,6 +271,33 @@ impl Builder {
     /// ```
     pub fn io_backend(&mut self, backend: crate::io::IoBackend) -> &mut Builder {
         self.io_backend = Some(backend);
+        self
+    }
+
+    /// How many io_uring instances the workers' reactor runs, on the
+    /// io_uring driver (see [`io_backend`](Self::io_backend)); on epoll it
+    /// changes nothing. Default: what the environment variable
+    /// `KEEL_IO_RINGS` says, else 1; a number set here wins over the
+    /// variable.
+    ///
+    /// What it prevents: a ring has one kernel lock, which every
+    /// submission, cancellation and completion of its sources takes. One
+    /// ring shared by eight workers serving short connections spent 7% of
+    /// their CPU waiting for it and set up a third fewer connections a
+    /// second than epoll; with `n` rings each lock sees about `1/n` of the
+    /// traffic. A descriptor's ring is its number modulo `n`, and the
+    /// worker that polls the reactor looks at every ring, so any number of
+    /// rings serves every worker. Why the default is 1: on two CPUs, two
+    /// rings showed no gain (the lock is rarely contended there), and the
+    /// gain on many cores is not yet measured (see BENCHMARKS.md); more
+    /// rings than workers buy nothing.
+    ///
+    /// # Errors
+    ///
+    /// [`build`](Self::build) fails with `InvalidInput` for 0, or for a
+    /// `KEEL_IO_RINGS` that is not a positive number.
+    pub fn io_rings(&mut self, rings: usize) -> &mut Builder {
+        self.io_rings = Some(rings);
         self
     }
 
@@ -670,6 +700,27 @@ impl Builder {
                     .to_owned(),
             ));
         }
+        let io_rings = match self.io_rings {
+            Some(0) => {
+                return Err(invalid(
+                    "io_rings(0): a ring driver needs a ring".to_owned(),
+                ))
+            }
+            Some(rings) => rings,
+            None => match std::env::var_os("KEEL_IO_RINGS") {
+                None => 1,
+                Some(value) => value
+                    .to_str()
+                    .and_then(|value| value.trim().parse().ok())
+                    .filter(|&rings: &usize| rings > 0)
+                    .ok_or_else(|| {
+                        invalid(format!(
+                            "KEEL_IO_RINGS={}: expected a positive number of rings",
+                            value.to_string_lossy()
+                        ))
+                    })?,
+            },
+        };
         let io_backend = match self.io_backend {
             Some(backend) => backend,
             None => crate::io::IoBackend::from_env()?,
@@ -677,6 +728,7 @@ impl Builder {
         let nanos = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
         Ok(Config {
             io_backend,
+            io_rings,
             ring_receives: self.ring_receives,
             urgent_lane: self.urgent_lane.clone(),
             workers,

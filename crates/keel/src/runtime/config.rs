@@ -15,6 +15,8 @@ pub(crate) struct ClassConfig {
 #[derive(Debug, Clone)]
 pub(crate) struct Config {
     pub(crate) workers: usize,
+    /// io_uring instances of the workers' reactor, at least one.
+    pub(crate) io_rings: usize,
     pub(crate) classes: Vec<ClassConfig>,
     /// How long an idle worker busy-waits before it parks.
     pub(crate) spin: Duration,

@@ -239,7 +239,7 @@ impl Shared {
                 .collect(),
             delays,
             timer_driver: TimerDriver::new(clock.clone()),
-            reactor: Reactor::new(config.io_backend)?,
+            reactor: Reactor::new(config.io_backend, config.io_rings)?,
             lane: config
                 .urgent_lane
                 .is_some()

@@ -241,7 +241,8 @@ impl Lane {
     pub(crate) fn new(backend: crate::io::IoBackend) -> io::Result<Lane> {
         Ok(Lane {
             queue: Injector::new(),
-            reactor: Reactor::new(backend)?,
+            // The lane's one thread: one ring.
+            reactor: Reactor::new(backend, 1)?,
             asleep: AtomicBool::new(false),
             worker_nice: Mutex::new(None),
             report: Mutex::new(String::from("starting")),

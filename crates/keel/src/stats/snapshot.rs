@@ -86,6 +86,9 @@ pub struct IoDriverStats {
     /// to read once the runtime is quiet; one that grows with streams that
     /// were dropped is a leak.
     pub operations_in_flight: u64,
+    /// The io_uring instances the reactor runs (see
+    /// [`Builder::io_rings`](crate::Builder::io_rings)); 0 on epoll.
+    pub rings: usize,
 }
 
 /// The runtime's tokio side: the tokio runtime that runs what libraries

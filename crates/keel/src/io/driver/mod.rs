@@ -61,6 +61,7 @@
 //!    `io::ring_file`).
 
 mod epoll;
+mod rings;
 mod uring;
 
 use std::fmt;
@@ -170,18 +171,19 @@ pub(crate) enum Owner {
 #[allow(clippy::large_enum_variant)]
 pub(crate) enum Driver {
     Epoll(epoll::Epoll),
-    Uring(uring::Uring),
+    Uring(rings::Rings),
 }
 
 /// The right to poll a driver; one exists per driver.
 #[derive(Debug)]
 pub(crate) enum Poller {
     Epoll(epoll::Poller),
-    Uring(uring::Poller),
+    Uring(rings::Poller),
 }
 
 impl Driver {
-    /// Sets up the driver `backend` asks for. `wake_token` is the token
+    /// Sets up the driver `backend` asks for, on a ring `rings` rings (at
+    /// least one; see `rings`). `wake_token` is the token
     /// the driver keeps for its waker, never passed to the callback of
     /// [`poll`](Driver::poll). Returns the driver, its poller, and for
     /// `Auto` on epoll the reason the ring was not used.
@@ -191,6 +193,7 @@ impl Driver {
     /// If epoll cannot be set up, or the ring when `backend` is `Uring`.
     pub(crate) fn new(
         backend: IoBackend,
+        rings: usize,
         wake_token: usize,
     ) -> io::Result<(Driver, Poller, Option<String>)> {
         let epoll = |fallback| {
@@ -200,12 +203,12 @@ impl Driver {
         match backend {
             IoBackend::Epoll => epoll(None),
             IoBackend::Uring => {
-                let (driver, poller) = uring::Uring::new(wake_token).map_err(|why| {
+                let (driver, poller) = rings::Rings::new(rings, wake_token).map_err(|why| {
                     io::Error::new(why.kind(), format!("the io_uring driver: {why}"))
                 })?;
                 Ok((Driver::Uring(driver), Poller::Uring(poller), None))
             }
-            IoBackend::Auto => match uring::Uring::new(wake_token) {
+            IoBackend::Auto => match rings::Rings::new(rings, wake_token) {
                 Ok((driver, poller)) => Ok((Driver::Uring(driver), Poller::Uring(poller), None)),
                 Err(why) => epoll(Some(why.to_string())),
             },
@@ -219,6 +222,14 @@ impl Driver {
         match self {
             Driver::Epoll(_) => "epoll",
             Driver::Uring(_) => "io_uring",
+        }
+    }
+
+    /// How many io_uring instances it runs; 0 on epoll.
+    pub(crate) fn rings(&self) -> usize {
+        match self {
+            Driver::Epoll(_) => 0,
+            Driver::Uring(rings) => rings.count(),
         }
     }
 
@@ -268,7 +279,7 @@ impl Driver {
     pub(crate) fn wait(&self, poller: &mut Poller, timeout: Option<Duration>) -> io::Result<()> {
         match (self, poller) {
             (Driver::Epoll(_), Poller::Epoll(poller)) => poller.wait(timeout),
-            (Driver::Uring(ring), Poller::Uring(_)) => ring.wait(timeout),
+            (Driver::Uring(rings), Poller::Uring(poller)) => rings.wait(poller, timeout),
             _ => unreachable!("a poller polls the driver it came with"),
         }
     }
@@ -366,7 +377,7 @@ impl Driver {
     pub(crate) fn fd(&self, poller: &Poller) -> RawFd {
         match (self, poller) {
             (Driver::Epoll(_), Poller::Epoll(poller)) => poller.fd(),
-            (Driver::Uring(ring), Poller::Uring(_)) => ring.fd(),
+            (Driver::Uring(rings), Poller::Uring(_)) => rings.fd(),
             _ => unreachable!("a poller polls the driver it came with"),
         }
     }

@@ -723,9 +723,18 @@ impl Uring {
         }
     }
 
-    #[cfg(feature = "tokio-context")]
-    pub(super) fn fd(&self) -> RawFd {
+    /// The ring's descriptor: readable while its completion queue holds
+    /// entries.
+    pub(super) fn ring_fd(&self) -> RawFd {
         self.ring.as_raw_fd()
+    }
+
+    /// Whether completions wait to be reaped.
+    pub(super) fn has_completions(&self, poller: &mut Poller) -> bool {
+        let _ = poller;
+        // SAFETY: `poller` is the ring's one poller, borrowed mutably for
+        // this call: no other completion queue view exists meanwhile.
+        !unsafe { self.ring.completion_shared() }.is_empty()
     }
 }
 
@@ -778,6 +787,14 @@ impl Operation {
                     | ((step as u64) << STEP_SHIFT) & STEP_MASK
                     | Arc::into_raw(op) as u64
             }
+        }
+    }
+
+    /// The descriptor the operation works on; `None` for an open.
+    pub(super) fn fd(&self) -> Option<RawFd> {
+        match self {
+            Operation::Recv(slot) => Some(slot.fd()),
+            Operation::File(op) => op.fd(),
         }
     }
 

@@ -200,6 +200,11 @@ impl FileOp {
         })
     }
 
+    /// The file's descriptor; `None` for an open.
+    pub(crate) fn fd(&self) -> Option<RawFd> {
+        self.file.as_ref().map(|file| file.as_raw_fd())
+    }
+
     /// Called by the ring under its submission lock: the descriptor
     /// (`AT_FDCWD` for an open) and the steps to submit, if the operation
     /// is still queued; it is then in flight. The steps, and the bytes

@@ -1,0 +1,321 @@
+//! A ring driver of several rings (`Builder::io_rings`): a descriptor's
+//! poll, receives and cancellation go to ring `fd % rings`, and the one
+//! poller looks at every ring, blocking on all of them at once. These
+//! tests put sources on every ring and check that each wakes its task
+//! while the workers sleep, whether a worker or another thread registered
+//! it and whether reads complete by readiness or on the ring, and that a
+//! dropped source on any ring closes its socket.
+//!
+//! These need a ring: where the kernel or a sandbox refuses one, they
+//! fail with the reason.
+
+#![cfg(target_os = "linux")]
+
+mod support;
+
+use std::io::{Read, Write};
+use std::os::fd::AsRawFd;
+use std::sync::mpsc;
+use std::time::Duration;
+
+use keel::io::{AsyncReadExt, AsyncWriteExt, IoBackend};
+use keel::net::{TcpListener, TcpStream};
+use keel::Runtime;
+
+const RINGS: usize = 4;
+
+/// A runtime of two workers on `RINGS` rings.
+fn on_rings(ring_receives: bool) -> Runtime {
+    Runtime::builder()
+        .workers(2)
+        .io_backend(IoBackend::Uring)
+        .io_rings(RINGS)
+        .ring_receives(ring_receives)
+        .build()
+        .unwrap_or_else(|error| {
+            panic!(
+                "this test needs io_uring: {error} (probe: {})",
+                keel::io::probe_io_uring()
+            )
+        })
+}
+
+/// Loopback connections, the client's end and the accepted one, until the
+/// accepted ends' descriptors fall on every ring at least twice.
+fn pairs_on_every_ring() -> Vec<(std::net::TcpStream, std::net::TcpStream)> {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let mut pairs = Vec::new();
+    let mut per_ring = [0; RINGS];
+    // Two descriptors a pair would put every accepted end on every other
+    // ring: a third, held until the end, moves the next pair along.
+    let mut spacers = Vec::new();
+    while per_ring.iter().any(|&n| n < 2) {
+        spacers.push(std::fs::File::open("/dev/null").unwrap());
+        assert!(pairs.len() < 64, "descriptors never covered every ring");
+        let peer = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (accepted, _) = listener.accept().unwrap();
+        per_ring[accepted.as_raw_fd() as usize % RINGS] += 1;
+        peer.set_read_timeout(Some(Duration::from_secs(20)))
+            .unwrap();
+        pairs.push((peer, accepted));
+    }
+    pairs
+}
+
+/// Each accepted end is read by a task; the test writes to the peers one
+/// at a time, after the workers had time to go to sleep, and waits for
+/// the task to echo. `register_on_workers`: the tasks make their streams
+/// (so a worker arms the polls); otherwise the test's thread does.
+fn every_ring_wakes_sleeping_workers(ring_receives: bool, register_on_workers: bool) {
+    let rt = on_rings(ring_receives);
+    assert_eq!(rt.stats().io.rings, RINGS);
+    let pairs = pairs_on_every_ring();
+    let mut peers = Vec::new();
+    let mut readers = Vec::new();
+    for (peer, accepted) in pairs {
+        let fd = accepted.as_raw_fd();
+        let stream = if register_on_workers {
+            None
+        } else {
+            let _entered = rt.handle().enter();
+            Some(TcpStream::from_std(accepted.try_clone().unwrap()).unwrap())
+        };
+        readers.push(rt.spawn(async move {
+            let mut stream = match stream {
+                Some(stream) => stream,
+                None => TcpStream::from_std(accepted).unwrap(),
+            };
+            let mut buf = [0; 4];
+            for _ in 0..2 {
+                stream.read_exact(&mut buf).await.unwrap();
+                stream.write_all(&buf).await.unwrap();
+            }
+        }));
+        peers.push((fd, peer));
+    }
+    for round in 0..2u8 {
+        for (fd, peer) in &mut peers {
+            // Long enough for both workers to park, one in the rings' wait.
+            std::thread::sleep(Duration::from_millis(5));
+            let message = [round, *fd as u8, 0xee, 0xff];
+            peer.write_all(&message).unwrap();
+            let mut echo = [0; 4];
+            peer.read_exact(&mut echo).unwrap_or_else(|error| {
+                panic!(
+                    "descriptor {fd} on ring {}, round {round}: no echo ({error})",
+                    *fd as usize % RINGS
+                )
+            });
+            assert_eq!(echo, message);
+        }
+    }
+    for reader in readers {
+        rt.block_on(reader).unwrap();
+    }
+}
+
+#[test]
+fn sources_armed_by_workers_on_every_ring_wake_sleeping_workers() {
+    every_ring_wakes_sleeping_workers(false, true);
+}
+
+#[test]
+fn sources_registered_off_the_workers_on_every_ring_wake_sleeping_workers() {
+    every_ring_wakes_sleeping_workers(false, false);
+}
+
+#[test]
+fn receives_on_every_ring_wake_sleeping_workers() {
+    every_ring_wakes_sleeping_workers(true, true);
+}
+
+/// A stream dropped on any ring is cancelled there: its socket closes,
+/// and the peer reads end of stream after what was written.
+#[test]
+fn a_stream_dropped_on_any_ring_closes_its_socket() {
+    let rt = on_rings(true);
+    let pairs = pairs_on_every_ring();
+    let (done_tx, done_rx) = mpsc::channel();
+    let mut peers = Vec::new();
+    for (peer, accepted) in pairs {
+        let done = done_tx.clone();
+        rt.spawn(async move {
+            let mut stream = TcpStream::from_std(accepted).unwrap();
+            // A receive in flight on the stream's ring when it drops.
+            let mut buf = [0; 1];
+            let pending = keel::time::timeout(Duration::from_millis(1), stream.read(&mut buf));
+            assert!(pending.await.is_err(), "nothing was sent");
+            stream.write_all(b"bye").await.unwrap();
+            drop(stream);
+            done.send(()).unwrap();
+        });
+        peers.push(peer);
+    }
+    for _ in &peers {
+        done_rx.recv_timeout(Duration::from_secs(20)).unwrap();
+    }
+    for mut peer in peers {
+        let mut received = Vec::new();
+        peer.read_to_end(&mut received)
+            .expect("end of stream, not a timeout: the dropped stream's socket was closed");
+        assert_eq!(received, b"bye");
+    }
+}
+
+/// A listener dropped on any ring stops listening at once: its address
+/// binds again right after the drop.
+#[test]
+fn a_listener_dropped_on_any_ring_frees_its_address() {
+    let rt = on_rings(false);
+    let mut rings_seen = [false; RINGS];
+    let mut tries = 0;
+    while rings_seen.iter().any(|seen| !seen) {
+        tries += 1;
+        assert!(tries < 64, "listeners never covered every ring");
+        let fd = rt.block_on(async {
+            let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            let addr = listener.local_addr().unwrap();
+            let fd = listener.as_raw_fd();
+            // Armed by a worker, and reported once.
+            let accepting = keel::spawn(async move {
+                let listener = TcpListener::from_std(listener).unwrap();
+                let accepted = listener.accept().await.map(drop);
+                (listener, accepted)
+            });
+            let client = std::net::TcpStream::connect(addr).unwrap();
+            let (listener, accepted) = accepting.await.unwrap();
+            accepted.unwrap();
+            drop(listener);
+            drop(client);
+            std::net::TcpListener::bind(addr)
+                .unwrap_or_else(|error| panic!("ring {}: {error}", fd as usize % RINGS));
+            fd
+        });
+        rings_seen[fd as usize % RINGS] = true;
+        // The next listener gets another descriptor.
+        let _hold = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        std::mem::forget(_hold);
+    }
+}
+
+/// Files open (on the rings in turn), read and sync on a runtime of
+/// several rings.
+#[test]
+fn files_open_read_and_sync_on_several_rings() {
+    let rt = on_rings(false);
+    let dir = std::env::temp_dir().join(format!("keel-io-rings-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let written: Vec<_> = (0..2 * RINGS)
+        .map(|i| {
+            let path = dir.join(format!("{i}"));
+            std::fs::write(&path, format!("file {i}")).unwrap();
+            path
+        })
+        .collect();
+    let read = rt.block_on(async move {
+        keel::spawn(async move {
+            let mut contents = Vec::new();
+            for path in &written {
+                let mut file = keel::fs::File::open(path).await.unwrap();
+                let mut buf = [0; 64];
+                let n = file.read(&mut buf).await.unwrap();
+                file.sync_all().await.unwrap();
+                contents.push(String::from_utf8(buf[..n].to_vec()).unwrap());
+            }
+            contents
+        })
+        .await
+        .unwrap()
+    });
+    let expected: Vec<_> = (0..2 * RINGS).map(|i| format!("file {i}")).collect();
+    assert_eq!(read, expected);
+    assert_eq!(rt.stats().io.operations_in_flight, 0);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn a_runtime_runs_the_rings_it_is_asked_for() {
+    let ring = |workers: usize, rings: Option<usize>| {
+        let mut builder = Runtime::builder();
+        builder.workers(workers).io_backend(IoBackend::Uring);
+        if let Some(rings) = rings {
+            builder.io_rings(rings);
+        }
+        builder.build()
+    };
+    if std::env::var_os("KEEL_IO_RINGS").is_none() {
+        assert_eq!(ring(3, None).unwrap().stats().io.rings, 1, "the default");
+    }
+    assert_eq!(ring(3, Some(1)).unwrap().stats().io.rings, 1);
+    assert_eq!(ring(1, Some(5)).unwrap().stats().io.rings, 5);
+    let refused = ring(2, Some(0)).unwrap_err();
+    assert_eq!(refused.kind(), std::io::ErrorKind::InvalidInput);
+    assert!(refused.to_string().contains("io_rings"), "{refused}");
+    let epoll = Runtime::builder()
+        .workers(2)
+        .io_backend(IoBackend::Epoll)
+        .build()
+        .unwrap();
+    assert_eq!(epoll.stats().io.rings, 0);
+}
+
+/// `KEEL_IO_RINGS` sets the default number of rings, checked in child
+/// processes (the variable is the process's).
+#[test]
+fn the_environment_sets_the_default_rings() {
+    let child = |value: &str| {
+        let output = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--ignored",
+                "--exact",
+                "report_the_default_rings",
+                "--nocapture",
+            ])
+            .env("KEEL_IO_RINGS", value)
+            .env(CHILD, "1")
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+        assert!(output.status.success(), "the child failed: {stdout}");
+        stdout
+            .lines()
+            .find_map(|line| line.strip_prefix("rings: "))
+            .unwrap_or_else(|| panic!("the child printed no report: {stdout}"))
+            .to_owned()
+    };
+    assert_eq!(child("3"), "3; explicit 2: 2");
+    for bad in ["0", "many"] {
+        let refused = child(bad);
+        assert!(
+            refused.starts_with(&format!(
+                "refused: KEEL_IO_RINGS={bad}: expected a positive number of rings"
+            )),
+            "{refused}"
+        );
+        assert!(refused.ends_with("; explicit 2: 2"), "{refused}");
+    }
+}
+
+const CHILD: &str = "KEEL_IO_RINGS_CHILD";
+
+/// The child's half of the test above.
+#[test]
+#[ignore = "run by the_environment_sets_the_default_rings in a child process"]
+fn report_the_default_rings() {
+    assert!(
+        std::env::var_os(CHILD).is_some(),
+        "run only as the child of the_environment_sets_the_default_rings"
+    );
+    let ring = || {
+        let mut builder = Runtime::builder();
+        builder.workers(1).io_backend(IoBackend::Uring);
+        builder
+    };
+    let default = match ring().build() {
+        Ok(rt) => rt.stats().io.rings.to_string(),
+        Err(error) => format!("refused: {error}"),
+    };
+    // A number set on the builder wins over the variable.
+    let explicit = ring().io_rings(2).build().unwrap().stats().io.rings;
+    println!("rings: {default}; explicit 2: {explicit}");
+}
