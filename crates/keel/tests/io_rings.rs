@@ -319,3 +319,98 @@ fn report_the_default_rings() {
     let explicit = ring().io_rings(2).build().unwrap().stats().io.rings;
     println!("rings: {default}; explicit 2: {explicit}");
 }
+
+/// A ring refused after others were set up (here for want of
+/// descriptors) fails the build with the ring's place and the kernel's
+/// reason, leaks none of the rings set up before it, and a later build
+/// succeeds. Run in a child process: the descriptor limit is the
+/// process's.
+#[test]
+fn a_ring_refused_midway_fails_the_build_and_leaks_nothing() {
+    let output = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--ignored",
+            "--exact",
+            "report_a_ring_refused_midway",
+            "--nocapture",
+        ])
+        .env(CHILD, "1")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(output.status.success(), "the child failed: {stdout}");
+    let report = |key: &str| {
+        stdout
+            .lines()
+            .find_map(|line| line.strip_prefix(key))
+            .unwrap_or_else(|| panic!("the child printed no {key:?}: {stdout}"))
+            .to_owned()
+    };
+    // Some limit let a ring or more be set up, and refused a later one.
+    let midway = report("midway: ");
+    assert!(midway.starts_with("the io_uring driver: ring "), "{stdout}");
+    assert!(midway.contains("Too many open files"), "{stdout}");
+    assert_eq!(report("leaked after a refusal: "), "0", "{stdout}");
+    assert_eq!(report("then: "), RINGS.to_string(), "{stdout}");
+}
+
+/// The child's half of the test above: raises the descriptor limit one
+/// at a time from 0 until a runtime of `RINGS` rings builds.
+#[test]
+#[ignore = "run by a_ring_refused_midway_fails_the_build_and_leaks_nothing in a child process"]
+fn report_a_ring_refused_midway() {
+    assert!(
+        std::env::var_os(CHILD).is_some(),
+        "run only as the child of a_ring_refused_midway_fails_the_build_and_leaks_nothing"
+    );
+    let open = || std::fs::read_dir("/proc/self/fd").unwrap().count();
+    let rings = || {
+        Runtime::builder()
+            .workers(1)
+            .io_backend(IoBackend::Uring)
+            .io_rings(RINGS)
+            .build()
+    };
+    // Whatever a first build opens once for the process is open from here.
+    drop(rings().unwrap());
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: writes the limit into `limit`, which lives across the call.
+    let got = unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) };
+    assert_eq!(got, 0);
+    let saved = limit;
+    let baseline = open();
+    let mut midway = None;
+    let mut leaked = 0;
+    // The limit bounds descriptor numbers, not their count: each step up
+    // frees at most one more number for the build.
+    for ceiling in 0..1024 {
+        limit.rlim_cur = ceiling;
+        // SAFETY: reads `limit`, which lives across the call.
+        assert_eq!(unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &limit) }, 0);
+        let built = rings();
+        // SAFETY: as above, with the saved limit, so that `open` can read.
+        assert_eq!(unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &saved) }, 0);
+        match built {
+            Ok(_) => break,
+            Err(error) => {
+                let error = error.to_string();
+                if (2..=RINGS).any(|ring| error.contains(&format!("ring {ring} of {RINGS}: "))) {
+                    midway = Some(error);
+                }
+                leaked = leaked.max(open().saturating_sub(baseline));
+            }
+        }
+    }
+    // SAFETY: as above.
+    assert_eq!(unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &saved) }, 0);
+    let then = rings().map_or_else(
+        |error| error.to_string(),
+        |rt| rt.stats().io.rings.to_string(),
+    );
+    println!("midway: {}", midway.as_deref().unwrap_or("none"));
+    println!("leaked after a refusal: {leaked}");
+    println!("then: {then}");
+}

@@ -82,10 +82,21 @@ impl Rings {
     /// What refused a ring (see [`Uring::new`]), or a failure to make the
     /// hub.
     pub(super) fn new(count: usize, wake_token: usize) -> io::Result<(Rings, Poller)> {
+        let count = count.max(1);
         let mut rings = Vec::new();
         let mut pollers = Vec::new();
-        for _ in 0..count.max(1) {
-            let (ring, poller) = Uring::new(wake_token)?;
+        for index in 0..count {
+            let (ring, poller) = Uring::new(wake_token).map_err(|error| {
+                if count == 1 {
+                    return error;
+                }
+                // The first ring's refusal is the kernel's or the sandbox's;
+                // a later one's is most often a limit (memory, descriptors).
+                io::Error::new(
+                    error.kind(),
+                    format!("ring {} of {count}: {error}", index + 1),
+                )
+            })?;
             rings.push(ring);
             pollers.push(poller);
         }
