@@ -177,24 +177,9 @@ fn a_socket_registered_by_a_thread_that_exited_still_wakes_its_reader() {
 #[test]
 fn the_environment_picks_the_default_backend() {
     let child = |value: &str| {
-        let output = std::process::Command::new(std::env::current_exe().unwrap())
-            .args([
-                "--ignored",
-                "--exact",
-                "report_the_default_backend",
-                "--nocapture",
-            ])
-            .env(IoBackend::ENV, value)
-            .env(CHILD, "1")
-            .output()
-            .unwrap();
-        let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
-        assert!(output.status.success(), "the child failed: {stdout}");
-        stdout
-            .lines()
-            .find_map(|line| line.strip_prefix("default: "))
-            .unwrap_or_else(|| panic!("the child printed no report: {stdout}"))
-            .to_owned()
+        let stdout =
+            support::child_output("report_the_default_backend", &[(IoBackend::ENV, value)]);
+        support::reported(&stdout, "default: ")
     };
     assert_eq!(child("uring"), "io_uring; explicit epoll: epoll");
     assert_eq!(child("epoll"), "epoll; explicit epoll: epoll");
@@ -206,14 +191,12 @@ fn the_environment_picks_the_default_backend() {
     assert!(refused.ends_with("; explicit epoll: epoll"), "{refused}");
 }
 
-const CHILD: &str = "KEEL_IO_BACKEND_CHILD";
-
 /// The child's half of the test above.
 #[test]
 #[ignore = "run by the_environment_picks_the_default_backend in a child process"]
 fn report_the_default_backend() {
     assert!(
-        std::env::var_os(CHILD).is_some(),
+        support::in_child_process(),
         "run only as the child of the_environment_picks_the_default_backend"
     );
     let default = match Runtime::builder().workers(1).build() {

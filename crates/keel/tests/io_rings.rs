@@ -26,18 +26,7 @@ const RINGS: usize = 4;
 
 /// A runtime of two workers on `RINGS` rings.
 fn on_rings(ring_receives: bool) -> Runtime {
-    Runtime::builder()
-        .workers(2)
-        .io_backend(IoBackend::Uring)
-        .io_rings(RINGS)
-        .ring_receives(ring_receives)
-        .build()
-        .unwrap_or_else(|error| {
-            panic!(
-                "this test needs io_uring: {error} (probe: {})",
-                keel::io::probe_io_uring()
-            )
-        })
+    support::on_rings(2, Some(RINGS), ring_receives)
 }
 
 /// Loopback connections, the client's end and the accepted one, until the
@@ -264,24 +253,8 @@ fn a_runtime_runs_the_rings_it_is_asked_for() {
 #[test]
 fn the_environment_sets_the_default_rings() {
     let child = |value: &str| {
-        let output = std::process::Command::new(std::env::current_exe().unwrap())
-            .args([
-                "--ignored",
-                "--exact",
-                "report_the_default_rings",
-                "--nocapture",
-            ])
-            .env("KEEL_IO_RINGS", value)
-            .env(CHILD, "1")
-            .output()
-            .unwrap();
-        let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
-        assert!(output.status.success(), "the child failed: {stdout}");
-        stdout
-            .lines()
-            .find_map(|line| line.strip_prefix("rings: "))
-            .unwrap_or_else(|| panic!("the child printed no report: {stdout}"))
-            .to_owned()
+        let stdout = support::child_output("report_the_default_rings", &[("KEEL_IO_RINGS", value)]);
+        support::reported(&stdout, "rings: ")
     };
     assert_eq!(child("3"), "3; explicit 2: 2");
     for bad in ["0", "many"] {
@@ -296,14 +269,12 @@ fn the_environment_sets_the_default_rings() {
     }
 }
 
-const CHILD: &str = "KEEL_IO_RINGS_CHILD";
-
 /// The child's half of the test above.
 #[test]
 #[ignore = "run by the_environment_sets_the_default_rings in a child process"]
 fn report_the_default_rings() {
     assert!(
-        std::env::var_os(CHILD).is_some(),
+        support::in_child_process(),
         "run only as the child of the_environment_sets_the_default_rings"
     );
     let ring = || {
@@ -327,31 +298,21 @@ fn report_the_default_rings() {
 /// process's.
 #[test]
 fn a_ring_refused_midway_fails_the_build_and_leaks_nothing() {
-    let output = std::process::Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--ignored",
-            "--exact",
-            "report_a_ring_refused_midway",
-            "--nocapture",
-        ])
-        .env(CHILD, "1")
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
-    assert!(output.status.success(), "the child failed: {stdout}");
-    let report = |key: &str| {
-        stdout
-            .lines()
-            .find_map(|line| line.strip_prefix(key))
-            .unwrap_or_else(|| panic!("the child printed no {key:?}: {stdout}"))
-            .to_owned()
-    };
+    let stdout = support::child_output("report_a_ring_refused_midway", &[]);
     // Some limit let a ring or more be set up, and refused a later one.
-    let midway = report("midway: ");
+    let midway = support::reported(&stdout, "midway: ");
     assert!(midway.starts_with("the io_uring driver: ring "), "{stdout}");
     assert!(midway.contains("Too many open files"), "{stdout}");
-    assert_eq!(report("leaked after a refusal: "), "0", "{stdout}");
-    assert_eq!(report("then: "), RINGS.to_string(), "{stdout}");
+    assert_eq!(
+        support::reported(&stdout, "leaked after a refusal: "),
+        "0",
+        "{stdout}"
+    );
+    assert_eq!(
+        support::reported(&stdout, "then: "),
+        RINGS.to_string(),
+        "{stdout}"
+    );
 }
 
 /// The child's half of the test above: raises the descriptor limit one
@@ -360,7 +321,7 @@ fn a_ring_refused_midway_fails_the_build_and_leaks_nothing() {
 #[ignore = "run by a_ring_refused_midway_fails_the_build_and_leaks_nothing in a child process"]
 fn report_a_ring_refused_midway() {
     assert!(
-        std::env::var_os(CHILD).is_some(),
+        support::in_child_process(),
         "run only as the child of a_ring_refused_midway_fails_the_build_and_leaks_nothing"
     );
     let open = || std::fs::read_dir("/proc/self/fd").unwrap().count();

@@ -168,6 +168,14 @@ pub fn in_child_process() -> bool {
 /// [`in_child_process`] true there) and fails unless the child exits
 /// successfully. For scenarios whose failure mode is a process abort.
 pub fn run_in_child_process(name: &str) {
+    child_output(name, &[]);
+}
+
+/// Runs the test called `name` in a child process, as
+/// [`run_in_child_process`] does, with the environment variables `env`
+/// set there (for what a process reads once, or a limit that is the
+/// process's), and returns what it printed.
+pub fn child_output(name: &str, env: &[(&str, &str)]) -> String {
     let output = std::process::Command::new(std::env::current_exe().expect("test binary path"))
         .args([
             name,
@@ -177,15 +185,28 @@ pub fn run_in_child_process(name: &str) {
             "--test-threads=1",
         ])
         .env(CHILD_ENV, "1")
+        .envs(env.iter().copied())
         .output()
         .expect("child test process starts");
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
     assert!(
         output.status.success(),
         "child process failed ({}):\n--- stdout\n{}\n--- stderr\n{}",
         output.status,
-        String::from_utf8_lossy(&output.stdout),
+        stdout,
         String::from_utf8_lossy(&output.stderr)
     );
+    stdout
+}
+
+/// What follows `key` on the first line of `stdout` that holds it (the
+/// harness may have printed the test's name before it on that line).
+pub fn reported(stdout: &str, key: &str) -> String {
+    stdout
+        .lines()
+        .find_map(|line| line.split_once(key).map(|(_, rest)| rest))
+        .unwrap_or_else(|| panic!("the child printed no {key:?}: {stdout}"))
+        .to_owned()
 }
 
 use std::future::Future;
@@ -397,29 +418,34 @@ pub fn runtime() -> Runtime {
 /// (and the probe's answer) where the ring is refused.
 #[cfg(target_os = "linux")]
 pub fn on_the_ring(workers: usize) -> Runtime {
-    ring_runtime(workers, false)
+    on_rings(workers, None, false)
 }
 
 /// A runtime of `workers` on the io_uring driver whose TCP reads
 /// complete on the ring (`Builder::ring_receives`).
 #[cfg(target_os = "linux")]
 pub fn receiving_on_the_ring(workers: usize) -> Runtime {
-    ring_runtime(workers, true)
+    on_rings(workers, None, true)
 }
 
+/// A runtime of `workers` on the io_uring driver, on `rings` rings (the
+/// default when `None`), its TCP reads on the ring if `ring_receives`.
 #[cfg(target_os = "linux")]
-fn ring_runtime(workers: usize, ring_receives: bool) -> Runtime {
-    Runtime::builder()
+pub fn on_rings(workers: usize, rings: Option<usize>, ring_receives: bool) -> Runtime {
+    let mut builder = Runtime::builder();
+    builder
         .workers(workers)
         .io_backend(keel::io::IoBackend::Uring)
-        .ring_receives(ring_receives)
-        .build()
-        .unwrap_or_else(|error| {
-            panic!(
-                "this test needs io_uring: {error} (probe: {})",
-                keel::io::probe_io_uring()
-            )
-        })
+        .ring_receives(ring_receives);
+    if let Some(rings) = rings {
+        builder.io_rings(rings);
+    }
+    builder.build().unwrap_or_else(|error| {
+        panic!(
+            "this test needs io_uring: {error} (probe: {})",
+            keel::io::probe_io_uring()
+        )
+    })
 }
 
 /// `workers` workers each, with the tokio side (feature `tokio-context`)
