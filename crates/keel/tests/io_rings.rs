@@ -118,6 +118,51 @@ fn receives_on_every_ring_wake_sleeping_workers() {
     every_ring_wakes_sleeping_workers(true, true);
 }
 
+/// Receives queued off the workers (a read in `block_on`) wake their own
+/// ring's eventfd, which ends the poller's wait in the hub, on every ring.
+#[test]
+fn receives_queued_off_the_workers_on_every_ring_end_the_wait() {
+    let rt = on_rings(true);
+    for (mut peer, accepted) in pairs_on_every_ring() {
+        let fd = accepted.as_raw_fd();
+        let mut stream = {
+            let _entered = rt.handle().enter();
+            TcpStream::from_std(accepted).unwrap()
+        };
+        let writer = std::thread::spawn(move || {
+            // Long enough for the read to be queued and the workers to
+            // park, one in the rings' wait.
+            std::thread::sleep(Duration::from_millis(5));
+            peer.write_all(&[fd as u8]).unwrap();
+            peer
+        });
+        let mut byte = [0];
+        rt.block_on(keel::time::timeout(
+            Duration::from_secs(20),
+            stream.read_exact(&mut byte),
+        ))
+        .unwrap_or_else(|_| panic!("descriptor {fd} on ring {}: no wake", fd as usize % RINGS))
+        .unwrap();
+        assert_eq!(byte, [fd as u8]);
+        drop(writer.join().unwrap());
+    }
+}
+
+/// A task spawned from outside while every worker sleeps wakes one: the
+/// runtime's waker (the first ring's eventfd) ends the wait in the hub.
+#[test]
+fn a_spawn_from_outside_ends_the_wait_in_the_hub() {
+    let rt = on_rings(false);
+    // Sources on every ring, so the wait is the hub's.
+    let _pairs = pairs_on_every_ring();
+    for round in 0..20 {
+        std::thread::sleep(Duration::from_millis(5));
+        let (tx, rx) = mpsc::channel();
+        rt.spawn(async move { tx.send(round).unwrap() });
+        assert_eq!(rx.recv_timeout(Duration::from_secs(20)), Ok(round));
+    }
+}
+
 /// A stream dropped on any ring is cancelled there: its socket closes,
 /// and the peer reads end of stream after what was written.
 #[test]

@@ -276,7 +276,7 @@ impl Builder {
 
     /// How many io_uring instances the workers' reactor runs, on the
     /// io_uring driver (see [`io_backend`](Self::io_backend)); on epoll it
-    /// changes nothing. Default: what the environment variable
+    /// changes nothing, but is still checked. Default: what the environment variable
     /// `KEEL_IO_RINGS` says, else 1; a number set here wins over the
     /// variable.
     ///
@@ -289,13 +289,13 @@ impl Builder {
     /// worker that polls the reactor looks at every ring, so any number of
     /// rings serves every worker. Why the default is 1: on two CPUs, two
     /// rings showed no gain (the lock is rarely contended there), and the
-    /// gain on many cores is not yet measured (see BENCHMARKS.md); more
-    /// rings than workers buy nothing.
+    /// gain on many cores is not yet measured (see BENCHMARKS.md).
     ///
     /// # Errors
     ///
     /// [`build`](Self::build) fails with `InvalidInput` for 0, or for a
-    /// `KEEL_IO_RINGS` that is not a positive number.
+    /// `KEEL_IO_RINGS` that is not a positive number, on every backend:
+    /// a bad setting is found before the backend is switched to the ring.
     pub fn io_rings(&mut self, rings: usize) -> &mut Builder {
         self.io_rings = Some(rings);
         self

@@ -36,13 +36,14 @@
 //! queue holds entries, so a completion posted after the look ends the
 //! wait, and one still unreaped makes the next wait return at once. The
 //! driver's waker is the first ring's eventfd, whose completion makes
-//! that ring readable. A poll completion posted by a thread asleep in
+//! that ring readable; a registration or a receive queued off the workers
+//! wakes its own ring's eventfd instead, to the same effect. A poll completion posted by a thread asleep in
 //! the hub interrupts its `epoll_wait` (`EINTR`), as it would interrupt
 //! any system call (see `uring`): the wait then returns, and the reap
 //! finds the completion.
 //!
-//! With one ring (one worker, or the urgent lane) there is no hub: the
-//! poller waits in the ring itself, as before.
+//! With one ring (the default, and always the urgent lane's) there is no
+//! hub: the poller waits in the ring itself.
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -180,6 +181,7 @@ impl Rings {
         wake: &mut Vec<Waker>,
         mut on_event: impl FnMut(usize, Event, &mut Vec<Waker>) -> Owner,
     ) -> io::Result<()> {
+        debug_assert_eq!(self.rings.len(), poller.rings.len());
         let mut outcome = Ok(());
         for (ring, ring_poller) in self.rings.iter().zip(&mut poller.rings) {
             // One ring's failure to arm a poll again does not keep the
@@ -197,6 +199,7 @@ impl Rings {
         let Some(hub) = &self.hub else {
             return self.rings[0].wait(timeout);
         };
+        debug_assert_eq!(self.rings.len(), poller.rings.len());
         let mut found = false;
         for (ring, ring_poller) in self.rings.iter().zip(&mut poller.rings) {
             // A look: arms, submits, and enters where the kernel holds
