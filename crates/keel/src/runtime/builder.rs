@@ -276,9 +276,9 @@ impl Builder {
 
     /// How many io_uring instances the workers' reactor runs, on the
     /// io_uring driver (see [`io_backend`](Self::io_backend)); on epoll it
-    /// changes nothing, but is still checked. Default: what the environment variable
-    /// `KEEL_IO_RINGS` says, else 1; a number set here wins over the
-    /// variable.
+    /// changes nothing, but is still checked. Default: what the
+    /// environment variable `KEEL_IO_RINGS` says, else 1; a number set
+    /// here wins over the variable.
     ///
     /// What it prevents: a ring has one kernel lock, which every
     /// submission, cancellation and completion of its sources takes. One

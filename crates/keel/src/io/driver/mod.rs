@@ -182,8 +182,8 @@ pub(crate) enum Poller {
 }
 
 impl Driver {
-    /// Sets up the driver `backend` asks for, on a ring `rings` rings (at
-    /// least one; see `rings`). `wake_token` is the token
+    /// Sets up the driver `backend` asks for, with `rings` rings (at least
+    /// one; see `rings`) if that is io_uring. `wake_token` is the token
     /// the driver keeps for its waker, never passed to the callback of
     /// [`poll`](Driver::poll). Returns the driver, its poller, and for
     /// `Auto` on epoll the reason the ring was not used.

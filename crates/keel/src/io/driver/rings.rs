@@ -37,10 +37,10 @@
 //! wait, and one still unreaped makes the next wait return at once. The
 //! driver's waker is the first ring's eventfd, whose completion makes
 //! that ring readable; a registration or a receive queued off the workers
-//! wakes its own ring's eventfd instead, to the same effect. A poll completion posted by a thread asleep in
-//! the hub interrupts its `epoll_wait` (`EINTR`), as it would interrupt
-//! any system call (see `uring`): the wait then returns, and the reap
-//! finds the completion.
+//! wakes its own ring's eventfd instead, to the same effect. A poll
+//! completion posted by a thread asleep in the hub interrupts its
+//! `epoll_wait` (`EINTR`), as it would interrupt any system call (see
+//! `uring`): the wait then returns, and the reap finds the completion.
 //!
 //! With one ring (the default, and always the urgent lane's) there is no
 //! hub: the poller waits in the ring itself.
