@@ -278,7 +278,8 @@ fn a_runtime_runs_the_rings_it_is_asked_for() {
         builder.build()
     };
     if std::env::var_os("KEEL_IO_RINGS").is_none() {
-        assert_eq!(ring(3, None).unwrap().stats().io.rings, 1, "the default");
+        let io = ring(3, None).unwrap().stats().io;
+        assert_eq!((io.rings, io.ring_per_worker), (3, true), "the default");
     }
     assert_eq!(ring(3, Some(1)).unwrap().stats().io.rings, 1);
     assert_eq!(ring(1, Some(5)).unwrap().stats().io.rings, 5);

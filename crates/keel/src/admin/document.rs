@@ -131,6 +131,9 @@ pub struct IoFigures {
     /// io_uring instances (0 on epoll).
     #[serde(default)]
     pub rings: usize,
+    /// Whether each worker has a ring of its own (`false` on epoll).
+    #[serde(default)]
+    pub ring_per_worker: bool,
 }
 
 impl From<&IoDriverStats> for IoFigures {
@@ -141,6 +144,7 @@ impl From<&IoDriverStats> for IoFigures {
             fallback: io.fallback.clone(),
             operations_in_flight: io.operations_in_flight,
             rings: io.rings,
+            ring_per_worker: io.ring_per_worker,
         }
     }
 }
@@ -813,6 +817,7 @@ mod tests {
                 fallback: Some("io_uring_setup: a seccomp filter forbids it".into()),
                 operations_in_flight: 0,
                 rings: 0,
+                ring_per_worker: false,
             }),
             ..StatsDocument::default()
         }
@@ -946,6 +951,7 @@ mod tests {
             "fallback",
             "operations_in_flight",
             "rings",
+            "ring_per_worker",
         ]);
         assert_eq!(keys(&json), expected);
     }

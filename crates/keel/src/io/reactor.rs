@@ -27,6 +27,17 @@
 //! of only when a worker runs out of work. The second is what lets an idle
 //! runtime sleep without polling.
 //!
+//! # Poll groups
+//!
+//! What is said above holds for each *poll group*: a poller and its
+//! blocker role. A reactor has one group, unless each worker has a ring of
+//! its own (`Builder::io_ring_per_worker`): then group `i` is worker `i`'s
+//! ring, which only worker `i` polls and blocks in; sources are watched
+//! lazily ([`Reactor::arm`]) on the ring of the worker whose task first
+//! waits for them, and a sleeping worker wakes every few milliseconds to
+//! look after the rings of the workers that run ([`Reactor::steal`]; see
+//! the driver's `rings`).
+//!
 //! # Tokens
 //!
 //! Each registration holds an [`Arc<ScheduledIo>`] in a slab; the driver's
@@ -77,6 +88,19 @@ struct Entry {
     fd: RawFd,
 }
 
+/// A poller and its blocker role (see the module docs).
+#[derive(Debug)]
+struct PollGroup {
+    /// Modelled under loom with the blocker flag: the hand-off between a
+    /// worker that polls without blocking and one that comes to block is
+    /// part of the protocol loom checks.
+    poller: ModelledMutex<Poller>,
+    /// A parked worker is blocked in the driver's poll: busy workers of
+    /// the group need not poll, the blocker sees every event as it
+    /// arrives.
+    blocked: AtomicBool,
+}
+
 /// See the module docs.
 #[derive(Debug)]
 pub(crate) struct Reactor {
@@ -85,13 +109,9 @@ pub(crate) struct Reactor {
     requested: IoBackend,
     /// Why `IoBackend::Auto` did not get a ring, when it did not.
     fallback: Option<String>,
-    /// Modelled under loom with the blocker flag: the hand-off between a
-    /// worker that polls without blocking and one that comes to block is
-    /// part of the protocol loom checks.
-    poller: ModelledMutex<Poller>,
-    /// A parked worker is blocked in the driver's poll: busy workers need
-    /// not poll, the blocker sees every event as it arrives.
-    blocked: AtomicBool,
+    /// The pollers and their blockers: one group, or with a ring per
+    /// worker one per worker (see [`Reactor::group_of`]).
+    groups: Box<[PollGroup]>,
     entries: Mutex<Slab<Entry>>,
     next_generation: AtomicU64,
     /// Under loom, the kernel's side: see [`model`].
@@ -101,19 +121,26 @@ pub(crate) struct Reactor {
 
 impl Reactor {
     /// A reactor on the driver `backend` asks for, with `rings` rings if
-    /// that is io_uring.
+    /// that is io_uring, each a worker's own if `per_worker` (`rings` is
+    /// then the number of workers).
     ///
     /// # Errors
     ///
     /// If the driver cannot be set up (see [`Driver::new`]).
-    pub(crate) fn new(backend: IoBackend, rings: usize) -> io::Result<Reactor> {
-        let (driver, poller, fallback) = Driver::new(backend, rings, WAKER_TOKEN)?;
+    pub(crate) fn new(backend: IoBackend, rings: usize, per_worker: bool) -> io::Result<Reactor> {
+        let (driver, pollers, fallback) = Driver::new(backend, rings, per_worker, WAKER_TOKEN)?;
+        let groups = pollers
+            .into_iter()
+            .map(|poller| PollGroup {
+                poller: ModelledMutex::new(poller),
+                blocked: AtomicBool::new(false),
+            })
+            .collect();
         Ok(Reactor {
             driver,
             requested: backend,
             fallback,
-            poller: ModelledMutex::new(poller),
-            blocked: AtomicBool::new(false),
+            groups,
             entries: Mutex::new(Slab::new()),
             next_generation: AtomicU64::new(0),
             #[cfg(loom)]
@@ -130,21 +157,24 @@ impl Reactor {
             fallback: self.fallback.clone(),
             operations_in_flight: self.driver.in_flight(),
             rings: self.driver.rings(),
+            ring_per_worker: self.driver.per_worker(),
         }
     }
 
     /// Registers `source` for `interest`; events set the returned
     /// readiness. Undo with [`Reactor::deregister`] before closing it.
-    /// `assume_ready`: see [`ScheduledIo::new`]; `on_worker`: the calling
-    /// thread is one of the runtime's workers (see [`Driver::register`]).
+    /// `assume_ready`: see [`ScheduledIo::new`]; `worker`: the calling
+    /// thread's index among the runtime's workers, if it is one (see
+    /// [`Driver::register`]). With a ring per worker the source is watched
+    /// from its first [`arm`](Reactor::arm) on.
     pub(crate) fn register(
         &self,
         source: &mut (impl Source + AsRawFd),
         interest: Interest,
         assume_ready: bool,
-        on_worker: bool,
+        worker: Option<usize>,
     ) -> io::Result<(Arc<ScheduledIo>, Token)> {
-        let io = Arc::new(ScheduledIo::new(assume_ready));
+        let io = Arc::new(ScheduledIo::new(assume_ready, self.driver.per_worker()));
         // The generation leaves the token's top bit clear: the ring marks
         // its operations with it (see `driver`).
         let generation = (self.next_generation.fetch_add(1, Ordering::Relaxed) as usize)
@@ -164,11 +194,38 @@ impl Reactor {
             }
             Token(index | (generation << INDEX_BITS))
         };
-        if let Err(error) = self.driver.register(source, token.0, interest, on_worker) {
+        if let Err(error) = self.driver.register(source, token.0, interest, worker) {
             self.forget(token);
             return Err(error);
         }
         Ok((io, token))
+    }
+
+    /// Watches `io`'s source (registered under `token` on `fd`) from now
+    /// on, if it is not watched yet (with a ring per worker, see
+    /// [`Driver::arm`]); called before a task waits for its events.
+    /// `worker`: as for [`register`](Reactor::register).
+    ///
+    /// # Errors
+    ///
+    /// If the ring could not watch it; it is tried again at the next call.
+    pub(crate) fn arm(
+        &self,
+        io: &ScheduledIo,
+        fd: RawFd,
+        token: Token,
+        worker: Option<usize>,
+    ) -> io::Result<()> {
+        if !io.take_unarmed() {
+            return Ok(());
+        }
+        let armed = self
+            .driver
+            .arm(fd, token.0, Interest::READABLE | Interest::WRITABLE, worker);
+        if armed.is_err() {
+            io.set_unarmed();
+        }
+        armed
     }
 
     /// Removes `source` from the driver and forgets its token; a waiting
@@ -200,9 +257,15 @@ impl Reactor {
         }
     }
 
-    /// The poller, unless another thread holds it.
-    pub(crate) fn try_poller(&self) -> Option<MutexGuard<'_, Poller>> {
-        match self.poller.try_lock() {
+    /// The poll group worker `worker` polls: its own with a ring per
+    /// worker, the one group otherwise.
+    pub(crate) fn group_of(&self, worker: usize) -> usize {
+        worker % self.groups.len()
+    }
+
+    /// The poller of `group`, unless another thread holds it.
+    pub(crate) fn try_poller(&self, group: usize) -> Option<MutexGuard<'_, Poller>> {
+        match self.groups[group].poller.try_lock() {
             Ok(guard) => Some(guard),
             Err(TryLockError::Poisoned(poisoned)) => Some(poisoned.into_inner()),
             Err(TryLockError::WouldBlock) => None,
@@ -212,22 +275,52 @@ impl Reactor {
     /// Takes the role of the blocker if nobody has it (see the module
     /// docs), and then the poller, waiting for a non-blocking poll that
     /// holds it to end. `None` if another worker is the blocker.
-    pub(crate) fn become_blocker(&self) -> Option<MutexGuard<'_, Poller>> {
-        if self.blocked.swap(true, Ordering::AcqRel) {
+    pub(crate) fn become_blocker(&self, group: usize) -> Option<MutexGuard<'_, Poller>> {
+        let group = &self.groups[group];
+        if group.blocked.swap(true, Ordering::AcqRel) {
             return None;
         }
-        Some(crate::loom::lock(&self.poller))
+        Some(crate::loom::lock(&group.poller))
     }
 
-    /// Gives up the blocker role (the poller guard is dropped by the
-    /// caller right after).
-    pub(crate) fn stop_blocking(&self) {
-        self.blocked.store(false, Ordering::Release);
+    /// Gives up the blocker role of `group` (the poller guard is dropped
+    /// by the caller right after).
+    pub(crate) fn stop_blocking(&self, group: usize) {
+        self.groups[group].blocked.store(false, Ordering::Release);
     }
 
-    /// Whether a parked worker is blocked in the driver's poll.
-    pub(crate) fn has_blocker(&self) -> bool {
-        self.blocked.load(Ordering::Relaxed)
+    /// Whether there are several poll groups (a ring per worker).
+    pub(crate) fn has_groups(&self) -> bool {
+        self.groups.len() > 1
+    }
+
+    /// For a sleeping worker that looks after the workers that run (see
+    /// `sched::worker`): in each group other than `group` that has no
+    /// blocker (its worker runs) and whose poller is free, submits the
+    /// queued operations and arms the sources' watches left to the
+    /// group's worker (the calling thread then posts their completions,
+    /// to that group's ring), and reaps what completed. The group's waker
+    /// and the watches that end stay for its own worker to arm. Appends
+    /// the wakers of the tasks woken to `wake`.
+    pub(crate) fn steal(&self, group: usize, wake: &mut Vec<Waker>) {
+        for other in (0..self.groups.len()).filter(|&other| other != group) {
+            if self.has_blocker(other) {
+                continue;
+            }
+            if let Some(mut poller) = self.try_poller(other) {
+                // A watch that could not be armed is tried again later;
+                // its task waits for it.
+                let _ = self.driver.serve_for(&poller);
+                if self.driver.has_events(&mut poller) {
+                    self.reap(&mut poller, wake, false);
+                }
+            }
+        }
+    }
+
+    /// Whether a parked worker is blocked in `group`'s poll.
+    pub(crate) fn has_blocker(&self, group: usize) -> bool {
+        self.groups[group].blocked.load(Ordering::Relaxed)
     }
 
     /// Whether operations (reads, file syncs) may complete on this
@@ -237,25 +330,29 @@ impl Reactor {
     }
 
     /// Queues `slot`'s receive (see [`Driver::queue_recv`]).
-    pub(crate) fn queue_recv(&self, slot: Arc<crate::io::ring_recv::RecvSlot>, on_worker: bool) {
-        self.driver.queue_recv(slot, on_worker);
+    pub(crate) fn queue_recv(
+        &self,
+        slot: Arc<crate::io::ring_recv::RecvSlot>,
+        worker: Option<usize>,
+    ) {
+        self.driver.queue_recv(slot, worker);
     }
 
     /// Queues a file's writes and sync (see [`Driver::queue_file_op`]).
-    pub(crate) fn queue_file_op(&self, op: Arc<crate::io::ring_file::FileOp>) {
-        self.driver.queue_file_op(op);
+    pub(crate) fn queue_file_op(&self, op: Arc<crate::io::ring_file::FileOp>, worker: usize) {
+        self.driver.queue_file_op(op, worker);
     }
 
     /// Submits the queued operations now (see [`Driver::flush`]).
-    pub(crate) fn flush(&self) {
-        self.driver.flush();
+    pub(crate) fn flush(&self, worker: Option<usize>) {
+        self.driver.flush(worker);
     }
 
-    /// Interrupts the blocker's poll.
-    pub(crate) fn wake(&self) {
+    /// Interrupts the poll of `group`'s blocker.
+    pub(crate) fn wake(&self, group: usize) {
         #[cfg(loom)]
         self.model.wake();
-        self.driver.wake();
+        self.driver.wake(group);
     }
 
     /// A descriptor that is readable while events wait, for a tokio side
@@ -289,23 +386,35 @@ impl Reactor {
         // runtime owns both; treated the same way. Either way, what is
         // there is reaped.
         let _ = self.driver.wait(poller, timeout);
+        if !self.driver.has_events(poller) {
+            return 0;
+        }
+        self.reap(poller, wake, true)
+    }
+
+    /// Reaps what the driver holds for `poller`, as [`poll`](Self::poll)
+    /// does after its wait; `for_its_poller`: see [`Driver::reap`].
+    /// Returns the number of source events.
+    fn reap(&self, poller: &mut Poller, wake: &mut Vec<Waker>, for_its_poller: bool) -> usize {
         let mut count = 0;
         // Locked for the whole reap, not the wait: a driver that watches a
         // source again does it before the reap returns, and no
         // deregistration may run in between (see the driver contract, 5).
         let entries = lock(&self.entries);
-        let reaped = self.driver.reap(poller, wake, |token, event, wake| {
-            let index = token & INDEX_MASK;
-            let Some(entry) = entries.get(index) else {
-                return Owner::Stale;
-            };
-            if entry.generation != token >> INDEX_BITS {
-                return Owner::Stale;
-            }
-            count += 1;
-            entry.io.set(event, wake);
-            Owner::Live(entry.fd)
-        });
+        let reaped = self
+            .driver
+            .reap(poller, wake, for_its_poller, |token, event, wake| {
+                let index = token & INDEX_MASK;
+                let Some(entry) = entries.get(index) else {
+                    return Owner::Stale;
+                };
+                if entry.generation != token >> INDEX_BITS {
+                    return Owner::Stale;
+                }
+                count += 1;
+                entry.io.set(event, wake);
+                Owner::Live(entry.fd)
+            });
         // A source the ring could not watch again was reported ready both
         // ways: its task tries, and finds out.
         let _ = reaped;

@@ -147,6 +147,10 @@ pub(crate) struct ScheduledIo {
     state: AtomicUsize,
     readers: Mutex<Vec<Waker>>,
     writers: Mutex<Vec<Waker>>,
+    /// The driver does not watch the source yet: with a ring per worker,
+    /// the first task to wait for it arms its watch (see
+    /// `Reactor::arm`).
+    unarmed: std::sync::atomic::AtomicBool,
 }
 
 impl ScheduledIo {
@@ -156,13 +160,37 @@ impl ScheduledIo {
     /// first read or write of an accepted connection, which matters when
     /// every worker is busy. A connecting socket must not assume it: its
     /// first writability *is* the news that the connection is up.
-    pub(crate) fn new(assume_ready: bool) -> ScheduledIo {
+    ///
+    /// `unarmed`: the driver watches the source only once
+    /// [`take_unarmed`](Self::take_unarmed) says so and the caller arms
+    /// it.
+    pub(crate) fn new(assume_ready: bool, unarmed: bool) -> ScheduledIo {
         let state = if assume_ready { READABLE | WRITABLE } else { 0 };
         ScheduledIo {
             state: AtomicUsize::new(state),
             readers: Mutex::new(Vec::new()),
             writers: Mutex::new(Vec::new()),
+            unarmed: std::sync::atomic::AtomicBool::new(unarmed),
         }
+    }
+
+    /// Whether the driver does not watch the source yet.
+    #[inline]
+    pub(crate) fn is_unarmed(&self) -> bool {
+        self.unarmed.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Whether the source still waits for its watch to be armed, which
+    /// the caller then does: `true` once, to one caller.
+    pub(crate) fn take_unarmed(&self) -> bool {
+        self.unarmed
+            .swap(false, std::sync::atomic::Ordering::AcqRel)
+    }
+
+    /// The arm failed: the next wait tries again.
+    pub(crate) fn set_unarmed(&self) {
+        self.unarmed
+            .store(true, std::sync::atomic::Ordering::Release);
     }
 
     /// Records `event` and returns the wakers to wake (outside any lock).
@@ -295,7 +323,7 @@ mod tests {
 
     #[test]
     fn clear_keeps_an_event_that_came_after_the_snapshot() {
-        let io = ScheduledIo::new(true);
+        let io = ScheduledIo::new(true, false);
         let (_, waker) = counting();
         let mut cx = Context::from_waker(&waker);
         let Poll::Ready(seen) = io.poll_ready(&mut cx, Direction::Read) else {
@@ -309,7 +337,7 @@ mod tests {
 
     #[test]
     fn a_drained_read_clears_readable_unless_an_event_came_since() {
-        let io = ScheduledIo::new(false);
+        let io = ScheduledIo::new(false, false);
         let (_, waker) = counting();
         let mut cx = Context::from_waker(&waker);
         let data_and_error = Event {
@@ -343,7 +371,7 @@ mod tests {
 
     #[test]
     fn clear_then_event_wakes_the_waiting_reader_only() {
-        let io = ScheduledIo::new(true);
+        let io = ScheduledIo::new(true, false);
         let (reads, read_waker) = counting();
         let (writes, write_waker) = counting();
         let Poll::Ready(seen) =
@@ -368,7 +396,7 @@ mod tests {
 
     #[test]
     fn closed_is_final_but_an_error_clears_with_a_would_block() {
-        let io = ScheduledIo::new(true);
+        let io = ScheduledIo::new(true, false);
         let (_, waker) = counting();
         let mut cx = Context::from_waker(&waker);
         io.set(

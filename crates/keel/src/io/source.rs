@@ -67,7 +67,7 @@ impl<E: Source + AsRawFd> IoSource<E> {
             &mut io,
             Interest::READABLE | Interest::WRITABLE,
             assume_ready,
-            shared.on_worker_thread(),
+            shared.worker_index(),
         )?;
         Ok(IoSource {
             io: Some(io),
@@ -135,7 +135,7 @@ impl<E: Source + AsRawFd> IoSource<E> {
         }
         ready!(coop::poll_proceed(cx));
         loop {
-            let seen = ready!(self.scheduled.poll_ready(cx, direction));
+            let seen = ready!(self.wait_ready(cx, direction));
             match op(self.get_ref()) {
                 Err(error) if error.kind() == io::ErrorKind::WouldBlock => {
                     self.scheduled.clear(seen, direction);
@@ -185,7 +185,7 @@ impl<E: Source + AsRawFd> IoSource<E> {
             self.scheduled.clear(seen, Direction::Read);
             // Registers the waker; ready only if an event came since `seen`
             // (then look again) or the direction closed or failed.
-            if self.scheduled.poll_ready(cx, Direction::Read).is_pending() {
+            if self.wait_ready(cx, Direction::Read).is_pending() {
                 return Poll::Pending;
             }
         }
@@ -218,7 +218,7 @@ impl<E: Source + AsRawFd> IoSource<E> {
         let result = ready!(slot.poll_read(cx, wanted, copy, |slot| {
             self.shared
                 .reactor_of(self.on_lane)
-                .queue_recv(slot, self.shared.on_worker_thread());
+                .queue_recv(slot, self.shared.worker_index());
         }));
         coop::spend();
         Poll::Ready(result)
@@ -252,7 +252,7 @@ impl<E: Source + AsRawFd> IoSource<E> {
         if let Some(gone) = ready!(self.poll_stopped(cx)) {
             return Poll::Ready(Err(gone));
         }
-        self.scheduled.poll_ready(cx, direction).map(Ok)
+        self.wait_ready(cx, direction).map(Ok)
     }
 
     /// `Some(error)` once the runtime is stopping: every operation then
@@ -277,6 +277,37 @@ impl<E: Source + AsRawFd> IoSource<E> {
         ready!(coop::poll_proceed(cx));
         coop::spend();
         Poll::Ready(Some(runtime_gone()))
+    }
+
+    /// [`ScheduledIo::poll_ready`], which arms the driver's watch of the
+    /// source the first time the task would wait (with a ring per worker:
+    /// see `Reactor::arm`). The watch reports the source at once if it is
+    /// ready when armed, after the waker is registered here, so no event
+    /// is lost in between.
+    #[inline]
+    fn wait_ready(&self, cx: &mut Context<'_>, direction: Direction) -> Poll<Ready> {
+        let ready = self.scheduled.poll_ready(cx, direction);
+        if ready.is_pending() && self.scheduled.is_unarmed() {
+            self.arm();
+        }
+        ready
+    }
+
+    /// Arms the source's watch on the calling worker's ring (see
+    /// [`wait_ready`](Self::wait_ready)). A failed arm (the kernel out of
+    /// memory) wakes every task waiting on the source (this one was
+    /// registered just before), and the first to wait again tries again.
+    #[cold]
+    fn arm(&self) {
+        let reactor = self.shared.reactor_of(self.on_lane);
+        let fd = self.get_ref().as_raw_fd();
+        let worker = self.shared.worker_index();
+        if reactor
+            .arm(&self.scheduled, fd, self.token, worker)
+            .is_err()
+        {
+            self.scheduled.wake_all();
+        }
     }
 
     /// Forgets the readiness `seen` showed in `direction` (the caller found

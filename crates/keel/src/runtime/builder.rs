@@ -49,6 +49,42 @@ pub const DEFAULT_STALL_THRESHOLD: Duration = Duration::from_millis(10);
 /// of jobs can do to one: beyond it, jobs queue.
 pub const DEFAULT_MAX_BLOCKING_THREADS: usize = 64;
 
+/// Default [`Builder::io_ring_per_worker`]: on.
+pub const DEFAULT_RING_PER_WORKER: bool = true;
+
+/// What the environment variable `KEEL_IO_RINGS` asks for.
+enum RingsFromEnv {
+    /// Nothing: the variable is unset.
+    Unset,
+    /// `per-worker`: a ring per worker.
+    PerWorker,
+    /// A positive number: that many rings the workers share.
+    Shared(usize),
+}
+
+/// Reads `KEEL_IO_RINGS` (see [`Builder::io_rings`]).
+fn rings_from_env() -> io::Result<RingsFromEnv> {
+    let Some(value) = std::env::var_os("KEEL_IO_RINGS") else {
+        return Ok(RingsFromEnv::Unset);
+    };
+    let text = value.to_str().map(str::trim);
+    if text == Some("per-worker") {
+        return Ok(RingsFromEnv::PerWorker);
+    }
+    text.and_then(|text| text.parse().ok())
+        .filter(|&rings: &usize| rings > 0)
+        .map(RingsFromEnv::Shared)
+        .ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "KEEL_IO_RINGS={}: expected a positive number of rings, or per-worker",
+                    value.to_string_lossy()
+                ),
+            )
+        })
+}
+
 /// Default [`Builder::tokio_threads`] with the `tokio-context` feature: 1
 /// thread (0 without the feature: there is no tokio side).
 ///
@@ -156,8 +192,10 @@ pub struct Builder {
     tokio_on_workers: bool,
     /// `None`: from `KEEL_IO_BACKEND`, or epoll.
     io_backend: Option<crate::io::IoBackend>,
-    /// `None`: from `KEEL_IO_RINGS`, or 1.
+    /// `None`: from `KEEL_IO_RINGS`, or none (a ring per worker).
     io_rings: Option<usize>,
+    /// `None`: from `KEEL_IO_RINGS`, or [`DEFAULT_RING_PER_WORKER`].
+    io_ring_per_worker: Option<bool>,
     ring_receives: bool,
 }
 
@@ -199,6 +237,7 @@ impl Builder {
             tokio_on_workers: false,
             io_backend: None,
             io_rings: None,
+            io_ring_per_worker: None,
             ring_receives: false,
         }
     }
@@ -274,30 +313,64 @@ impl Builder {
         self
     }
 
-    /// How many io_uring instances the workers' reactor runs, on the
-    /// io_uring driver (see [`io_backend`](Self::io_backend)); on epoll it
-    /// changes nothing, but is still checked. Default: what the
-    /// environment variable `KEEL_IO_RINGS` says, else 1; a number set
-    /// here wins over the variable.
+    /// Makes the workers share `rings` io_uring instances, on the io_uring
+    /// driver (see [`io_backend`](Self::io_backend)), instead of having a
+    /// ring each (see [`io_ring_per_worker`](Self::io_ring_per_worker), the
+    /// default); on epoll it changes nothing, but is still checked.
+    /// Default: none set, unless the environment variable `KEEL_IO_RINGS`
+    /// gives a number; a number set here wins over the variable.
     ///
-    /// What it prevents: a ring has one kernel lock, which every
-    /// submission, cancellation and completion of its sources takes. One
-    /// ring shared by eight workers serving short connections spent 7% of
-    /// their CPU waiting for it and set up a third fewer connections a
-    /// second than epoll; with `n` rings each lock sees about `1/n` of the
-    /// traffic. A descriptor's ring is its number modulo `n`, and the
-    /// worker that polls the reactor looks at every ring, so any number of
-    /// rings serves every worker. Why the default is 1: on two CPUs, two
-    /// rings showed no gain (the lock is rarely contended there), and the
-    /// gain on many cores is not yet measured (see BENCHMARKS.md).
+    /// What it is for: comparing the layouts. A ring has one kernel lock,
+    /// which every submission, cancellation and completion of its sources
+    /// takes; one ring shared by eight workers serving short connections
+    /// spent 7% of their CPU waiting for it. With `n` shared rings a
+    /// descriptor's ring is its number modulo `n`, and the worker that
+    /// polls the reactor looks at every ring, so each lock sees about
+    /// `1/n` of the traffic; eight rings on eight workers still set up
+    /// fewer than two thirds of the connections a second that a ring per
+    /// worker did (see BENCHMARKS.md).
     ///
     /// # Errors
     ///
-    /// [`build`](Self::build) fails with `InvalidInput` for 0, or for a
-    /// `KEEL_IO_RINGS` that is not a positive number, on every backend:
-    /// a bad setting is found before the backend is switched to the ring.
+    /// [`build`](Self::build) fails with `InvalidInput` for 0, for a
+    /// `KEEL_IO_RINGS` that is neither a positive number nor `per-worker`,
+    /// and with [`io_ring_per_worker(true)`](Self::io_ring_per_worker)
+    /// set too, on every backend: a bad setting is found before the
+    /// backend is switched to the ring.
     pub fn io_rings(&mut self, rings: usize) -> &mut Builder {
         self.io_rings = Some(rings);
+        self
+    }
+
+    /// Gives each worker an io_uring instance of its own, on the io_uring
+    /// driver (see [`io_backend`](Self::io_backend)), instead of the
+    /// [`io_rings`](Self::io_rings) the workers share. Default
+    /// ([`DEFAULT_RING_PER_WORKER`], on): off if
+    /// [`io_rings`](Self::io_rings) is set or the environment variable
+    /// `KEEL_IO_RINGS` gives a number, on if it says `per-worker`; a
+    /// setting here wins over the variable. On epoll it changes nothing.
+    ///
+    /// What it prevents: the kernel posts a socket's events from the
+    /// thread that armed its watch. On rings the workers share, that
+    /// thread is often asleep while another worker waits in the ring, and
+    /// each event then wakes two threads. With a ring each, a worker arms
+    /// a source's watch on its own ring the first time one of its tasks
+    /// waits for the source, and sleeps in that ring: an event wakes the
+    /// one worker that both posts and reaps it, and its task is queued
+    /// there. On eight workers of a 16-CPU machine it set up 2.7 times the
+    /// short connections a second of one shared ring, and 1.4 times
+    /// epoll's (medians of three interleaved runs: see BENCHMARKS.md). A
+    /// sleeping worker still serves the rings of the workers that run,
+    /// every 5 ms, so that one running a long poll holds its ring's events
+    /// (posted by the kernel at its next system call or timer tick) at
+    /// most that much longer, not until its next look.
+    ///
+    /// # Errors
+    ///
+    /// [`build`](Self::build) fails with `InvalidInput` for `true` with
+    /// [`io_rings`](Self::io_rings) set too.
+    pub fn io_ring_per_worker(&mut self, per_worker: bool) -> &mut Builder {
+        self.io_ring_per_worker = Some(per_worker);
         self
     }
 
@@ -700,25 +773,23 @@ impl Builder {
                     .to_owned(),
             ));
         }
-        let io_rings = match self.io_rings {
-            Some(0) => {
+        let (io_rings, ring_per_worker) = match (self.io_rings, self.io_ring_per_worker) {
+            (Some(0), _) => {
                 return Err(invalid(
                     "io_rings(0): a ring driver needs a ring".to_owned(),
                 ))
             }
-            Some(rings) => rings,
-            None => match std::env::var_os("KEEL_IO_RINGS") {
-                None => 1,
-                Some(value) => value
-                    .to_str()
-                    .and_then(|value| value.trim().parse().ok())
-                    .filter(|&rings: &usize| rings > 0)
-                    .ok_or_else(|| {
-                        invalid(format!(
-                            "KEEL_IO_RINGS={}: expected a positive number of rings",
-                            value.to_string_lossy()
-                        ))
-                    })?,
+            (Some(rings), Some(true)) => {
+                return Err(invalid(format!(
+                    "io_rings({rings}) and io_ring_per_worker(true): the workers either share \
+                     rings or have one each"
+                )))
+            }
+            (Some(rings), _) => (rings, false),
+            (None, per_worker) => match rings_from_env()? {
+                RingsFromEnv::Unset => (1, per_worker.unwrap_or(DEFAULT_RING_PER_WORKER)),
+                RingsFromEnv::PerWorker => (1, per_worker.unwrap_or(true)),
+                RingsFromEnv::Shared(rings) => (rings, per_worker.unwrap_or(false)),
             },
         };
         let io_backend = match self.io_backend {
@@ -729,6 +800,7 @@ impl Builder {
         Ok(Config {
             io_backend,
             io_rings,
+            ring_per_worker,
             ring_receives: self.ring_receives,
             urgent_lane: self.urgent_lane.clone(),
             workers,

@@ -17,6 +17,9 @@ pub(crate) struct Config {
     pub(crate) workers: usize,
     /// io_uring instances of the workers' reactor, at least one.
     pub(crate) io_rings: usize,
+    /// Each worker has a ring of its own, instead (see
+    /// `Builder::io_ring_per_worker`).
+    pub(crate) ring_per_worker: bool,
     pub(crate) classes: Vec<ClassConfig>,
     /// How long an idle worker busy-waits before it parks.
     pub(crate) spin: Duration,

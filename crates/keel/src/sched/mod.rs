@@ -95,6 +95,8 @@ use timers::TimerHandle;
 /// and pops, others steal through [`Shared::stealers`].
 pub(crate) struct Local {
     pub(crate) shared: Arc<Shared>,
+    /// This worker's index among the runtime's workers.
+    pub(crate) index: usize,
     pub(crate) queues: Deques,
     /// The task most recently woken by this worker's own tasks, run next if
     /// its class is picked (see the module docs). Not stealable.
@@ -239,7 +241,11 @@ impl Shared {
                 .collect(),
             delays,
             timer_driver: TimerDriver::new(clock.clone()),
-            reactor: Reactor::new(config.io_backend, config.io_rings)?,
+            reactor: if config.ring_per_worker {
+                Reactor::new(config.io_backend, config.workers, true)?
+            } else {
+                Reactor::new(config.io_backend, config.io_rings, false)?
+            },
             lane: config
                 .urgent_lane
                 .is_some()
@@ -516,10 +522,10 @@ impl Shared {
     }
 
     /// Wakes `worker` from its parker, or from `epoll_wait` if it is the
-    /// reactor's blocker.
+    /// blocker of its reactor poll group.
     pub(crate) fn unpark(&self, worker: usize) {
         if self.parkers[worker].unpark() {
-            self.reactor.wake();
+            self.reactor.wake(self.reactor.group_of(worker));
         }
     }
 
@@ -538,7 +544,17 @@ impl Shared {
 
     /// Whether the calling thread is one of this runtime's workers.
     pub(crate) fn on_worker_thread(self: &Arc<Self>) -> bool {
-        context::with_local(|local| local.is_some_and(|l| Arc::ptr_eq(&l.shared, self)))
+        self.worker_index().is_some()
+    }
+
+    /// The calling thread's index among this runtime's workers, if it is
+    /// one of them.
+    pub(crate) fn worker_index(self: &Arc<Self>) -> Option<usize> {
+        context::with_local(|local| {
+            local
+                .filter(|l| Arc::ptr_eq(&l.shared, self))
+                .map(|l| l.index)
+        })
     }
 
     /// The reactor of a source: the lane's when `on_lane`.

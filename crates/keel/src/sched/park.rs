@@ -113,10 +113,11 @@ impl Parker {
     /// Sleeps in `block`, which must return soon after the caller of an
     /// [`unpark`](Parker::unpark) that returned `true` interrupts it (see
     /// the module docs). Returns without calling `block` if a token is
-    /// waiting; consumes a token that arrives during the call.
-    pub(crate) fn park_in(&self, block: impl FnOnce()) {
+    /// waiting; consumes a token that arrives during the call. Returns
+    /// whether a token was consumed.
+    pub(crate) fn park_in(&self, block: impl FnOnce()) -> bool {
         if self.take_token() {
-            return;
+            return true;
         }
         match self
             .state
@@ -125,14 +126,14 @@ impl Parker {
             Ok(_) => {}
             Err(NOTIFIED) => {
                 self.state.swap(EMPTY, SeqCst);
-                return;
+                return true;
             }
             Err(other) => unreachable!("parker in state {other} while its owner parks"),
         }
         block();
         // Woken, timed out, or an event: awake either way; a token that
         // came meanwhile is consumed with the state.
-        self.state.swap(EMPTY, SeqCst);
+        self.state.swap(EMPTY, SeqCst) == NOTIFIED
     }
 
     /// Step 1 of `park`: consumes a waiting token and returns `None`, or

@@ -242,7 +242,7 @@ impl Lane {
         Ok(Lane {
             queue: Injector::new(),
             // The lane's one thread: one ring.
-            reactor: Reactor::new(backend, 1)?,
+            reactor: Reactor::new(backend, 1, false)?,
             asleep: AtomicBool::new(false),
             worker_nice: Mutex::new(None),
             report: Mutex::new(String::from("starting")),
@@ -266,7 +266,7 @@ impl Lane {
         // of the protocol in the module docs).
         fence(Ordering::SeqCst);
         if self.asleep.load(Ordering::Relaxed) {
-            self.reactor.wake();
+            self.reactor.wake(0);
         }
     }
 
@@ -283,7 +283,7 @@ impl Lane {
 
     /// Wakes the lane thread (to see that the runtime stops).
     pub(crate) fn wake(&self) {
-        self.reactor.wake();
+        self.reactor.wake(0);
     }
 
     /// The nice steps each worker takes at start, if any.
@@ -489,7 +489,7 @@ pub(crate) fn run_lane(shared: Arc<Shared>, ready: std::sync::mpsc::Sender<()>) 
 /// events.
 fn poll_reactor(lane: &Lane, timeout: Option<Duration>, woken: &mut Vec<Waker>) {
     // Only the lane thread polls this reactor: the poller is always free.
-    if let Some(mut poller) = lane.reactor.try_poller() {
+    if let Some(mut poller) = lane.reactor.try_poller(0) {
         lane.reactor.poll(&mut poller, timeout, woken);
     }
     for waker in woken.drain(..) {

@@ -118,6 +118,7 @@ pub(crate) fn run_worker(
 ) {
     let local = Rc::new(Local {
         shared: shared.clone(),
+        index,
         queues,
         lifo: Cell::new(None),
         yielded: Cell::new(false),
@@ -646,17 +647,18 @@ impl Worker {
         // is what the tick woke.
         let tick_woke = ticked && self.local.queues.iter().any(|lanes| lanes.has_work());
         let reactor = &self.shared.reactor;
-        let poller = if reactor.has_blocker() {
+        let group = reactor.group_of(self.index);
+        let poller = if reactor.has_blocker(group) {
             None
         } else {
-            reactor.try_poller()
+            reactor.try_poller(group)
         };
         let Some(mut poller) = poller else {
             // The poller (a parked worker blocked in the ring, most often)
             // does not see receives queued since it entered: submit the
             // ones this worker's tasks queued, within `io_interval` as a
             // look would.
-            reactor.flush();
+            reactor.flush(Some(self.index));
             if ticked {
                 self.account.switch(State::Search, self.shared.clock.now());
             }
@@ -756,7 +758,7 @@ impl Worker {
         // Spinning looks at the queues only: receives this worker's tasks
         // queued must reach the kernel first, or nothing they wait for
         // can arrive during the spin.
-        self.shared.reactor.flush();
+        self.shared.reactor.flush(Some(self.index));
         let clock = &self.shared.clock;
         let start = clock.now();
         self.account.switch(State::Spin, start);
@@ -793,28 +795,58 @@ impl Worker {
             fence(Ordering::SeqCst);
             let timeout = self.watch_timers();
             let parker = &shared.parkers[self.index];
-            if let Some(mut poller) = Self::blocker(shared) {
-                let blocking = StopBlocking(&shared.reactor);
+            let group = shared.reactor.group_of(self.index);
+            if let Some(mut poller) = shared.reactor.become_blocker(group) {
+                let blocking = StopBlocking(&shared.reactor, group);
                 let local = &self.local;
                 #[cfg(feature = "tokio-context")]
                 let tokio = self.tokio.as_ref();
-                parker.park_in(|| {
-                    #[cfg(feature = "tokio-context")]
-                    if let Some(tokio) = tokio {
-                        local.in_tokio_park.set(true);
-                        let parked = tokio.park(shared.reactor.poll_fd(&mut poller), timeout);
-                        local.in_tokio_park.set(false);
-                        if parked {
-                            // Collect what woke keel's side, if anything.
-                            shared
-                                .reactor
-                                .poll(&mut poller, Some(Duration::ZERO), &mut self.woken);
-                            return;
+                let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
+                loop {
+                    let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+                    // With a ring per worker, the rings of the workers that
+                    // run are looked at now and then (below), as sleepers
+                    // look for a vacant blocker role on one shared ring: a
+                    // worker may start to run after this one fell asleep.
+                    let check = shared
+                        .reactor
+                        .has_groups()
+                        .then(|| Duration::from_nanos(REACTOR_CHECK_NS));
+                    let wait = match (left, check) {
+                        (Some(left), Some(check)) => Some(left.min(check)),
+                        (left, check) => left.or(check),
+                    };
+                    let notified = parker.park_in(|| {
+                        #[cfg(feature = "tokio-context")]
+                        if let Some(tokio) = tokio {
+                            local.in_tokio_park.set(true);
+                            let parked = tokio.park(shared.reactor.poll_fd(&mut poller), wait);
+                            local.in_tokio_park.set(false);
+                            if parked {
+                                // Collect what woke keel's side, if anything.
+                                shared.reactor.poll(
+                                    &mut poller,
+                                    Some(Duration::ZERO),
+                                    &mut self.woken,
+                                );
+                                return;
+                            }
                         }
+                        let _ = local;
+                        shared.reactor.poll(&mut poller, wait, &mut self.woken);
+                    });
+                    let timed_out = left.is_some_and(|left| left <= wait.unwrap_or(left));
+                    if notified || check.is_none() || timed_out || !self.woken.is_empty() {
+                        break;
                     }
-                    let _ = local;
-                    shared.reactor.poll(&mut poller, timeout, &mut self.woken);
-                });
+                    // With a ring per worker, the rings of the workers
+                    // that run: one running a long poll would hold its
+                    // ring's events until its next look.
+                    shared.reactor.steal(group, &mut self.woken);
+                    if !self.woken.is_empty() {
+                        break;
+                    }
+                }
                 drop(blocking);
                 drop(poller);
             } else {
@@ -826,7 +858,7 @@ impl Worker {
                 // even that would take a core from someone who needs it.
                 // Receives this worker's tasks queued would wait for the
                 // blocker's next wait: submit them before sleeping.
-                shared.reactor.flush();
+                shared.reactor.flush(Some(self.index));
                 let check = Duration::from_nanos(REACTOR_CHECK_NS);
                 let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
                 loop {
@@ -835,7 +867,7 @@ impl Worker {
                     });
                     if parker.park_timeout(left.min(check))
                         || left <= check
-                        || !shared.reactor.has_blocker()
+                        || !shared.reactor.has_blocker(group)
                     {
                         break;
                     }
@@ -875,14 +907,6 @@ impl Worker {
         }
     }
 
-    /// The reactor's poller, if this worker may block in it (see
-    /// [`crate::io`]).
-    fn blocker(
-        shared: &Shared,
-    ) -> Option<crate::loom::sync::MutexGuard<'_, crate::io::reactor::Poller>> {
-        shared.reactor.become_blocker()
-    }
-
     /// Decides how long to park: until the earliest timer if no parked
     /// worker watches one at or before it (this worker then becomes the
     /// watcher), otherwise until notified.
@@ -912,11 +936,11 @@ impl Worker {
 
 /// Gives up the reactor's blocker role when dropped, so a panic on the way
 /// cannot leave the role taken and IO unpolled.
-struct StopBlocking<'a>(&'a crate::io::reactor::Reactor);
+struct StopBlocking<'a>(&'a crate::io::reactor::Reactor, usize);
 
 impl Drop for StopBlocking<'_> {
     fn drop(&mut self) {
-        self.0.stop_blocking();
+        self.0.stop_blocking(self.1);
     }
 }
 

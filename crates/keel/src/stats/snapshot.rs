@@ -86,9 +86,14 @@ pub struct IoDriverStats {
     /// to read once the runtime is quiet; one that grows with streams that
     /// were dropped is a leak.
     pub operations_in_flight: u64,
-    /// The io_uring instances the reactor runs (see
+    /// The io_uring instances the reactor runs: one per worker (see
+    /// `ring_per_worker`), or the rings the workers share (see
     /// [`Builder::io_rings`](crate::Builder::io_rings)); 0 on epoll.
     pub rings: usize,
+    /// Each worker has a ring of its own (see
+    /// [`Builder::io_ring_per_worker`](crate::Builder::io_ring_per_worker));
+    /// `rings` is then the number of workers. `false` on epoll.
+    pub ring_per_worker: bool,
 }
 
 /// The runtime's tokio side: the tokio runtime that runs what libraries

@@ -69,6 +69,11 @@ impl Poller {
         self.poll.poll(&mut self.events, timeout)
     }
 
+    /// Whether the last wait put events in the buffer.
+    pub(super) fn has_events(&self) -> bool {
+        !self.events.is_empty()
+    }
+
     /// Reports what the last wait put in the buffer, once.
     pub(super) fn reap(
         &mut self,

@@ -3,9 +3,10 @@
 //!
 //! - `epoll` (the default): one epoll instance through `mio`, its sources
 //!   registered edge triggered, an eventfd to interrupt a blocked poll.
-//! - `uring`: one io_uring instance, each source watched by a multishot
-//!   `POLL_ADD` (edge triggered, as epoll's registrations are), the same
-//!   eventfd watched by another. Looking for events without blocking
+//! - `uring`: io_uring instances (one per worker by default, or rings
+//!   the workers share: see `rings`), each source watched by a multishot
+//!   `POLL_ADD` (edge triggered, as epoll's registrations are), each
+//!   ring's eventfd watched by another. Looking for events without blocking
 //!   reads the completion queue, memory the kernel shares with the
 //!   process: no system call when nothing happened. TCP streams' reads
 //!   (`io::ring_recv`) and files' opens, reads and syncs, and the log's
@@ -25,7 +26,10 @@
 //!    chooses) from then until [`Driver::deregister`]. It reports edges:
 //!    an event means the readiness may have changed since the last event
 //!    for that token, and at least one event follows every change (a
-//!    source that is ready when registered gets one).
+//!    source that is ready when registered gets one). A driver with a
+//!    ring per worker watches it from its [`Driver::arm`] on, which the
+//!    reactor calls before a task first waits for the source; a source
+//!    ready when armed gets an event.
 //! 2. **Deregistration** is complete when it returns: no event for the
 //!    source is produced afterwards, and closing the descriptor closes the
 //!    socket (epoll holds no reference to the file; the ring's cancelled
@@ -35,9 +39,11 @@
 //! 3. **Polling** is a [`Driver::wait`] for events, at most a timeout,
 //!    then a [`Driver::reap`] of the events produced since the last reap.
 //!    Both are called by one thread at a time, the holder of the
-//!    [`Poller`]; registration, waking and deregistration may run on any
-//!    thread at the same time, including during a wait (so the reactor
-//!    holds none of its locks across one).
+//!    [`Poller`] (one per driver, or with a ring per worker one per ring,
+//!    each reaping its own ring's events); registration, arming, waking
+//!    and deregistration may run on any thread at the same time,
+//!    including during a wait (so the reactor holds none of its locks
+//!    across one).
 //! 4. **Waking** ([`Driver::wake`]) makes a poll that is blocked, or the
 //!    next one, return; it reports no source event.
 //! 5. **Liveness.** A driver that stops watching a registered source by
@@ -46,19 +52,26 @@
 //!    before its next poll returns, and reports it ready in both
 //!    directions, so that no edge is lost in between: before the reap that
 //!    met its end returns. For that the reap's callback answers with the
-//!    source's descriptor while it is registered ([`Owner`]).
+//!    source's descriptor while it is registered ([`Owner`]). With a ring
+//!    per worker, a reap by another worker than the ring's leaves the
+//!    watch to the ring's poller, whose next wait arms it before it
+//!    blocks.
 //! 6. **Operations** (the ring only, [`Driver::completes_operations`]): a
 //!    receive queued by [`Driver::queue_recv`], or a file's writes and
 //!    sync by [`Driver::queue_file_op`], is submitted by the next
 //!    wait, or by a [`Driver::flush`], which the workers call before they
 //!    sleep without waiting on the driver and at their looks while another
 //!    worker waits on it; a receive queued off the workers wakes the
-//!    poller. Its completion is reaped like an event, and wakes the tasks
-//!    waiting on it. Deregistering a descriptor cancels its operations
-//!    too, including one still in the submission queue (see
-//!    `io::ring_recv` for why that matters); a file operation holds its
-//!    file open, and its bytes, until its completion instead (see
-//!    `io::ring_file`).
+//!    poller. With a ring per worker, an operation waits on its ring for
+//!    that ring's worker's next wait or look, or for a sleeping worker
+//!    that serves the ring ([`Driver::serve_for`]); a worker's flush
+//!    submits its own ring's, and a receive queued on another worker's
+//!    ring wakes that ring's poller. Its completion is reaped like an
+//!    event, and wakes the tasks waiting on it. Deregistering a
+//!    descriptor cancels its operations too, including one still in the
+//!    submission queue (see `io::ring_recv` for why that matters); a file
+//!    operation holds its file open, and its bytes, until its completion
+//!    instead (see `io::ring_file`).
 
 mod epoll;
 mod rings;
@@ -174,7 +187,8 @@ pub(crate) enum Driver {
     Uring(rings::Rings),
 }
 
-/// The right to poll a driver; one exists per driver.
+/// The right to poll a driver: one per driver, or with a ring per worker
+/// one per ring (a *group*: see `rings`).
 #[derive(Debug)]
 pub(crate) enum Poller {
     Epoll(epoll::Poller),
@@ -183,10 +197,12 @@ pub(crate) enum Poller {
 
 impl Driver {
     /// Sets up the driver `backend` asks for, with `rings` rings (at least
-    /// one; see `rings`) if that is io_uring. `wake_token` is the token
-    /// the driver keeps for its waker, never passed to the callback of
-    /// [`poll`](Driver::poll). Returns the driver, its poller, and for
-    /// `Auto` on epoll the reason the ring was not used.
+    /// one; see `rings`) if that is io_uring, each a worker's own if
+    /// `per_worker`. `wake_token` is the token the driver keeps for its
+    /// waker, never passed to the callback of [`poll`](Driver::poll).
+    /// Returns the driver, its pollers (one, or one per ring with a ring
+    /// per worker), and for `Auto` on epoll the reason the ring was not
+    /// used.
     ///
     /// # Errors
     ///
@@ -194,25 +210,33 @@ impl Driver {
     pub(crate) fn new(
         backend: IoBackend,
         rings: usize,
+        per_worker: bool,
         wake_token: usize,
-    ) -> io::Result<(Driver, Poller, Option<String>)> {
+    ) -> io::Result<(Driver, Vec<Poller>, Option<String>)> {
         let epoll = |fallback| {
             let (driver, poller) = epoll::Epoll::new(wake_token)?;
-            Ok((Driver::Epoll(driver), Poller::Epoll(poller), fallback))
+            Ok((Driver::Epoll(driver), vec![Poller::Epoll(poller)], fallback))
+        };
+        let uring = |(driver, pollers): (rings::Rings, Vec<rings::Poller>)| {
+            let pollers = pollers.into_iter().map(Poller::Uring).collect();
+            (Driver::Uring(driver), pollers, None)
         };
         match backend {
             IoBackend::Epoll => epoll(None),
-            IoBackend::Uring => {
-                let (driver, poller) = rings::Rings::new(rings, wake_token).map_err(|why| {
-                    io::Error::new(why.kind(), format!("the io_uring driver: {why}"))
-                })?;
-                Ok((Driver::Uring(driver), Poller::Uring(poller), None))
-            }
-            IoBackend::Auto => match rings::Rings::new(rings, wake_token) {
-                Ok((driver, poller)) => Ok((Driver::Uring(driver), Poller::Uring(poller), None)),
+            IoBackend::Uring => rings::Rings::new(rings, per_worker, wake_token)
+                .map(uring)
+                .map_err(|why| io::Error::new(why.kind(), format!("the io_uring driver: {why}"))),
+            IoBackend::Auto => match rings::Rings::new(rings, per_worker, wake_token) {
+                Ok(built) => Ok(uring(built)),
                 Err(why) => epoll(Some(why.to_string())),
             },
         }
+    }
+
+    /// Whether each worker has a ring of its own, watched lazily (see
+    /// `rings`): sources are then watched by [`arm`](Driver::arm).
+    pub(crate) fn per_worker(&self) -> bool {
+        matches!(self, Driver::Uring(rings) if rings.per_worker())
     }
 
     /// The driver's name, as [`IoDriverStats::driver`] gives it.
@@ -233,19 +257,37 @@ impl Driver {
         }
     }
 
-    /// Watches `source` under `token` (contract, 1). `on_worker`: the
-    /// calling thread is one of the runtime's workers, which the ring lets
-    /// arm its watches (see `uring`).
+    /// Watches `source` under `token` (contract, 1); with a ring per
+    /// worker, from its [`arm`](Driver::arm) on. `worker`: the calling
+    /// thread's index among the runtime's workers, if it is one; only they
+    /// arm the ring's watches (see `uring`).
     pub(crate) fn register(
         &self,
         source: &mut (impl Source + AsRawFd),
         token: usize,
         interest: Interest,
-        on_worker: bool,
+        worker: Option<usize>,
     ) -> io::Result<()> {
         match self {
             Driver::Epoll(epoll) => epoll.register(source, token, interest),
-            Driver::Uring(ring) => ring.register(source.as_raw_fd(), token, interest, on_worker),
+            Driver::Uring(ring) => ring.register(source.as_raw_fd(), token, interest, worker),
+        }
+    }
+
+    /// With a ring per worker, watches a registered source from now on,
+    /// on the calling worker's ring unless it already has a home (see
+    /// `rings`); called once per registration, before a task first waits
+    /// for an event. Nothing on the other drivers.
+    pub(crate) fn arm(
+        &self,
+        fd: RawFd,
+        token: usize,
+        interest: Interest,
+        worker: Option<usize>,
+    ) -> io::Result<()> {
+        match self {
+            Driver::Epoll(_) => Ok(()),
+            Driver::Uring(rings) => rings.arm(fd, token, interest, worker),
         }
     }
 
@@ -261,11 +303,11 @@ impl Driver {
         }
     }
 
-    /// Makes a blocked poll return (contract, 4).
-    pub(crate) fn wake(&self) {
+    /// Makes a blocked poll of poller `group` return (contract, 4).
+    pub(crate) fn wake(&self, group: usize) {
         match self {
             Driver::Epoll(epoll) => epoll.wake(),
-            Driver::Uring(ring) => ring.wake(),
+            Driver::Uring(ring) => ring.wake(group),
         }
     }
 
@@ -296,9 +338,9 @@ impl Driver {
     pub(crate) fn prepare_to_wait_elsewhere(&self, poller: &mut Poller) -> io::Result<()> {
         match (self, poller) {
             (Driver::Epoll(_), Poller::Epoll(_)) => Ok(()),
-            (Driver::Uring(ring), Poller::Uring(_)) => {
-                ring.flush();
-                ring.arm_registered_elsewhere()
+            (Driver::Uring(ring), Poller::Uring(poller)) => {
+                ring.submit_queued(poller);
+                ring.arm_registered_elsewhere(poller)
             }
             _ => unreachable!("a poller polls the driver it came with"),
         }
@@ -312,10 +354,14 @@ impl Driver {
     ///
     /// If a source could not be watched again (the kernel is out of
     /// memory); the others were reported.
+    /// `for_its_poller`: false for a thread that reaps a ring per
+    /// worker's ring for its busy worker (see `rings`), which leaves the
+    /// watches to arm again to that worker.
     pub(crate) fn reap(
         &self,
         poller: &mut Poller,
         wake: &mut Vec<Waker>,
+        for_its_poller: bool,
         on_event: impl FnMut(usize, Event, &mut Vec<Waker>) -> Owner,
     ) -> io::Result<()> {
         match (self, poller) {
@@ -323,7 +369,34 @@ impl Driver {
                 poller.reap(wake, on_event);
                 Ok(())
             }
-            (Driver::Uring(ring), Poller::Uring(poller)) => ring.reap(poller, wake, on_event),
+            (Driver::Uring(ring), Poller::Uring(poller)) => {
+                ring.reap(poller, wake, for_its_poller, on_event)
+            }
+            _ => unreachable!("a poller polls the driver it came with"),
+        }
+    }
+
+    /// For a thread that is not `poller`'s holder but serves its rings
+    /// while their worker runs (a ring per worker: see `rings`): submits
+    /// the operations queued on them (contract, 6) and arms the sources'
+    /// watches left to their poller, not its waker's; nothing on epoll.
+    ///
+    /// # Errors
+    ///
+    /// If a watch could not be armed; it is tried again later.
+    pub(crate) fn serve_for(&self, poller: &Poller) -> io::Result<()> {
+        match (self, poller) {
+            (Driver::Uring(ring), Poller::Uring(poller)) => ring.serve_for(poller),
+            _ => Ok(()),
+        }
+    }
+
+    /// Whether the last [`wait`](Driver::wait) left something to reap;
+    /// a reap that would find nothing can be skipped.
+    pub(crate) fn has_events(&self, poller: &mut Poller) -> bool {
+        match (self, poller) {
+            (Driver::Epoll(_), Poller::Epoll(poller)) => poller.has_events(),
+            (Driver::Uring(ring), Poller::Uring(poller)) => ring.has_completions(poller),
             _ => unreachable!("a poller polls the driver it came with"),
         }
     }
@@ -335,12 +408,13 @@ impl Driver {
     }
 
     /// Queues `slot`'s receive for the next submission (contract, 6);
-    /// `on_worker`: the calling thread is one of the runtime's workers,
-    /// which submit at their next look (otherwise the poller is woken).
-    pub(crate) fn queue_recv(&self, slot: Arc<RecvSlot>, on_worker: bool) {
+    /// `worker`: the calling thread's index among the runtime's workers,
+    /// which submit at their next look, if it is one (otherwise the
+    /// poller is woken).
+    pub(crate) fn queue_recv(&self, slot: Arc<RecvSlot>, worker: Option<usize>) {
         match self {
             Driver::Epoll(_) => unreachable!("receives complete only on a ring"),
-            Driver::Uring(ring) => ring.queue(Operation::Recv(slot), !on_worker),
+            Driver::Uring(ring) => ring.queue(Operation::Recv(slot), worker),
         }
     }
 
@@ -348,17 +422,18 @@ impl Driver {
     /// 6), as [`queue_recv`](Self::queue_recv) does a worker's receive:
     /// only the workers queue them (see `io::ring_file`), and they submit
     /// them.
-    pub(crate) fn queue_file_op(&self, op: Arc<FileOp>) {
+    pub(crate) fn queue_file_op(&self, op: Arc<FileOp>, worker: usize) {
         match self {
             Driver::Epoll(_) => unreachable!("file operations complete only on a ring"),
-            Driver::Uring(ring) => ring.queue(Operation::File(op), false),
+            Driver::Uring(ring) => ring.queue(Operation::File(op), Some(worker)),
         }
     }
 
-    /// Submits the queued operations now (contract, 6); nothing on epoll.
-    pub(crate) fn flush(&self) {
+    /// Submits the queued operations now (contract, 6): those `worker`
+    /// submits (see `rings`); nothing on epoll.
+    pub(crate) fn flush(&self, worker: Option<usize>) {
         if let Driver::Uring(ring) = self {
-            ring.flush();
+            ring.flush(worker);
         }
     }
 
@@ -377,7 +452,7 @@ impl Driver {
     pub(crate) fn fd(&self, poller: &Poller) -> RawFd {
         match (self, poller) {
             (Driver::Epoll(_), Poller::Epoll(poller)) => poller.fd(),
-            (Driver::Uring(rings), Poller::Uring(_)) => rings.fd(),
+            (Driver::Uring(rings), Poller::Uring(poller)) => rings.fd(poller),
             _ => unreachable!("a poller polls the driver it came with"),
         }
     }

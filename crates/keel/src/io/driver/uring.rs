@@ -367,6 +367,20 @@ impl Uring {
         Ok(())
     }
 
+    /// Watches again a source whose poll ended: at once if `here`, else
+    /// at the poller's next wait.
+    fn watch_again(&self, fd: RawFd, token: u64, interest: Interest, here: bool) -> io::Result<()> {
+        if here {
+            return self.watch(fd, token, interest);
+        }
+        self.leave_to_the_poller(Unarmed {
+            fd,
+            token,
+            interest,
+        });
+        Ok(())
+    }
+
     /// Leaves `unarmed` for the poller's next wait to arm.
     fn leave_to_the_poller(&self, unarmed: Unarmed) {
         lock(&self.unarmed).push(unarmed);
@@ -378,17 +392,39 @@ impl Uring {
     /// deregistration either finds its source still unarmed or finds its
     /// poll submitted, to cancel.
     pub(super) fn arm_registered_elsewhere(&self) -> io::Result<()> {
+        self.arm_left_to_the_poller(false)
+    }
+
+    /// [`arm_registered_elsewhere`](Self::arm_registered_elsewhere) for a
+    /// thread that is not the ring's poller (see `rings`): the sources'
+    /// polls, not the waker's, which stays for the poller to arm, since
+    /// the thread that arms it is the one its wakes reach first.
+    pub(super) fn arm_sources_left_to_the_poller(&self) -> io::Result<()> {
+        self.arm_left_to_the_poller(true)
+    }
+
+    fn arm_left_to_the_poller(&self, but_the_waker: bool) -> io::Result<()> {
         if !self.has_unarmed.swap(false, Ordering::Acquire) {
             return Ok(());
         }
         let mut unarmed = lock(&self.unarmed);
-        while let Some(next) = unarmed.last().copied() {
+        let mut kept = None;
+        while let Some(next) = unarmed.pop() {
+            if but_the_waker && next.token == self.wake_token {
+                kept = Some(next);
+                continue;
+            }
             if let Err(error) = self.watch(next.fd, next.token, next.interest) {
                 // Left in the list: the next wait tries again.
+                unarmed.push(next);
+                unarmed.extend(kept);
                 self.has_unarmed.store(true, Ordering::Release);
                 return Err(error);
             }
-            unarmed.pop();
+        }
+        if let Some(waker) = kept {
+            unarmed.push(waker);
+            self.has_unarmed.store(true, Ordering::Release);
         }
         Ok(())
     }
@@ -613,10 +649,17 @@ impl Uring {
         let _ = unsafe { libc::write(self.wake_fd.as_raw_fd(), one.as_ptr().cast(), one.len()) };
     }
 
+    /// Reports the completions to `on_event` and the operations' tasks.
+    /// A poll that ended is watched again here (contract 5), unless
+    /// `for_its_poller` is false (another ring's worker reaps: see
+    /// `rings`), where it is left to the ring's own poller's next wait,
+    /// which arms it before it blocks: the thread that arms a poll posts
+    /// its completions.
     pub(super) fn reap(
         &self,
         poller: &mut Poller,
         wake: &mut Vec<Waker>,
+        for_its_poller: bool,
         mut on_event: impl FnMut(usize, Event, &mut Vec<Waker>) -> Owner,
     ) -> io::Result<()> {
         let _ = poller;
@@ -629,7 +672,12 @@ impl Uring {
             if token == self.wake_token {
                 if ended {
                     // Armed again before this poll returns (contract 5).
-                    self.watch(self.wake_fd.as_raw_fd(), token, Interest::READABLE)?;
+                    self.watch_again(
+                        self.wake_fd.as_raw_fd(),
+                        token,
+                        Interest::READABLE,
+                        for_its_poller,
+                    )?;
                 }
                 continue;
             }
@@ -659,8 +707,14 @@ impl Uring {
             if let (true, Owner::Live(fd)) = (ended, on_event(token, event, wake)) {
                 // Still registered: the registry stays locked by the
                 // caller's callback until this poll returns, so no
-                // deregistration runs before the poll is armed again.
-                self.watch(fd, token as u64, Interest::READABLE | Interest::WRITABLE)?;
+                // deregistration runs before the poll is armed again (or
+                // left to the poller, where a deregistration finds it).
+                self.watch_again(
+                    fd,
+                    token as u64,
+                    Interest::READABLE | Interest::WRITABLE,
+                    for_its_poller,
+                )?;
             }
         }
         Ok(())
@@ -846,7 +900,7 @@ fn step_of(token: u64) -> usize {
 /// does not look stale). A listener shut for reading stops listening at
 /// once (TCP and Unix alike); a connected stream is left alone, since its
 /// close must send what a shutdown would not (a reset over unread data).
-fn stop_listening(fd: RawFd) {
+pub(super) fn stop_listening(fd: RawFd) {
     let mut listening: libc::c_int = 0;
     let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
     // SAFETY: getsockopt writes at most `len` bytes into `listening`,

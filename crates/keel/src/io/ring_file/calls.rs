@@ -32,8 +32,9 @@ fn queue_on_ring(
     steps: impl FnOnce() -> Vec<Step>,
 ) -> Option<Arc<FileOp>> {
     let shared = ring_worker()?.shared;
+    let worker = shared.worker_index()?;
     let operation = FileOp::new(file.cloned(), steps());
-    shared.reactor.queue_file_op(Arc::clone(&operation));
+    shared.reactor.queue_file_op(Arc::clone(&operation), worker);
     Some(operation)
 }
 

@@ -1,0 +1,359 @@
+//! A ring per worker (`Builder::io_ring_per_worker`): a source is watched
+//! on the ring of the worker whose task first waits for it, each worker
+//! sleeps in its own ring, and a sleeping worker looks after the rings of
+//! the workers that run. These tests check that sources wake their tasks
+//! while every worker sleeps, wherever they were first waited on (a
+//! worker, or a thread outside the runtime), that a worker held by a long
+//! poll does not hold its ring's events or receives, and that a source
+//! closes its socket when dropped, watched or not.
+//!
+//! These need a ring: where the kernel or a sandbox refuses one, they
+//! fail with the reason.
+
+#![cfg(target_os = "linux")]
+
+mod support;
+
+use std::io::{Read, Write};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use keel::io::{AsyncReadExt, AsyncWriteExt, IoBackend};
+use keel::net::{TcpListener, TcpStream};
+use keel::Runtime;
+
+/// A runtime of `workers` workers with a ring each.
+fn per_worker(workers: usize, ring_receives: bool) -> Runtime {
+    Runtime::builder()
+        .workers(workers)
+        .io_backend(IoBackend::Uring)
+        .io_ring_per_worker(true)
+        .ring_receives(ring_receives)
+        .spin(keel::SpinPolicy::None)
+        .build()
+        .unwrap_or_else(|error| {
+            panic!(
+                "this test needs io_uring: {error} (probe: {})",
+                keel::io::probe_io_uring()
+            )
+        })
+}
+
+/// A loopback connection: the peer's end, and the accepted end.
+fn pair() -> (std::net::TcpStream, std::net::TcpStream) {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let peer = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+    peer.set_read_timeout(Some(support::WATCHDOG)).unwrap();
+    let (accepted, _) = listener.accept().unwrap();
+    (peer, accepted)
+}
+
+#[test]
+fn each_worker_has_a_ring_of_its_own() {
+    let rt = per_worker(3, false);
+    let io = rt.stats().io;
+    assert_eq!((io.rings, io.ring_per_worker), (3, true));
+    let shared = Runtime::builder()
+        .workers(3)
+        .io_backend(IoBackend::Uring)
+        .io_rings(2)
+        .build()
+        .unwrap();
+    let io = shared.stats().io;
+    assert_eq!((io.rings, io.ring_per_worker), (2, false));
+    let both = Runtime::builder()
+        .workers(2)
+        .io_rings(2)
+        .io_ring_per_worker(true)
+        .build()
+        .unwrap_err();
+    assert_eq!(both.kind(), std::io::ErrorKind::InvalidInput);
+    assert!(
+        both.to_string().contains("io_rings(2)") && both.to_string().contains("per_worker"),
+        "{both}"
+    );
+    let epoll = Runtime::builder()
+        .workers(2)
+        .io_backend(IoBackend::Epoll)
+        .io_ring_per_worker(true)
+        .build()
+        .unwrap();
+    let io = epoll.stats().io;
+    assert_eq!((io.rings, io.ring_per_worker), (0, false));
+}
+
+/// `KEEL_IO_RINGS=per-worker` asks for a ring per worker unless the
+/// builder says otherwise, checked in child processes (the variable is
+/// the process's).
+#[test]
+fn the_environment_asks_for_a_ring_per_worker() {
+    let stdout = support::child_output(
+        "report_the_ring_layouts",
+        &[("KEEL_IO_RINGS", "per-worker")],
+    );
+    assert_eq!(
+        support::reported(&stdout, "layouts: "),
+        "default 3 per worker; io_rings(2) 2 shared; io_ring_per_worker(false) 1 shared"
+    );
+}
+
+/// The child's half of the test above.
+#[test]
+#[ignore = "run by the_environment_asks_for_a_ring_per_worker in a child process"]
+fn report_the_ring_layouts() {
+    assert!(
+        support::in_child_process(),
+        "run only as the child of the_environment_asks_for_a_ring_per_worker"
+    );
+    let layout = |configure: &dyn Fn(&mut keel::Builder)| {
+        let mut builder = Runtime::builder();
+        builder.workers(3).io_backend(IoBackend::Uring);
+        configure(&mut builder);
+        let io = builder.build().unwrap().stats().io;
+        let kind = if io.ring_per_worker {
+            "per worker"
+        } else {
+            "shared"
+        };
+        format!("{} {kind}", io.rings)
+    };
+    println!(
+        "layouts: default {}; io_rings(2) {}; io_ring_per_worker(false) {}",
+        layout(&|_| {}),
+        layout(&|builder| {
+            builder.io_rings(2);
+        }),
+        layout(&|builder| {
+            builder.io_ring_per_worker(false);
+        }),
+    );
+}
+
+/// A server on two workers echoes on connections it accepted, each
+/// watched on the ring of the worker that first waited on it; the test
+/// writes to each connection in turn after the workers had time to fall
+/// asleep in their rings, twice, and waits for the echo.
+fn accepted_sources_wake_sleeping_workers(ring_receives: bool) {
+    let rt = per_worker(2, ring_receives);
+    let listener = rt.block_on(async { TcpListener::bind("127.0.0.1:0").unwrap() });
+    let addr = listener.local_addr().unwrap();
+    const CONNECTIONS: usize = 8;
+    rt.spawn(async move {
+        for _ in 0..CONNECTIONS {
+            let (mut stream, _) = listener.accept().await.unwrap();
+            keel::spawn(async move {
+                let mut buf = [0; 2];
+                while stream.read_exact(&mut buf).await.is_ok() {
+                    stream.write_all(&buf).await.unwrap();
+                }
+            });
+        }
+    });
+    let mut peers: Vec<_> = (0..CONNECTIONS)
+        .map(|_| {
+            let peer = std::net::TcpStream::connect(addr).unwrap();
+            peer.set_read_timeout(Some(support::WATCHDOG)).unwrap();
+            peer
+        })
+        .collect();
+    for round in 0..2u8 {
+        for (index, peer) in peers.iter_mut().enumerate() {
+            // Long enough for both workers to fall asleep in their rings.
+            std::thread::sleep(Duration::from_millis(5));
+            let message = [round, index as u8];
+            peer.write_all(&message).unwrap();
+            let mut echo = [0; 2];
+            peer.read_exact(&mut echo).unwrap_or_else(|error| {
+                panic!("connection {index}, round {round}: no echo ({error})")
+            });
+            assert_eq!(echo, message);
+        }
+    }
+}
+
+#[test]
+fn accepted_streams_wake_sleeping_workers() {
+    accepted_sources_wake_sleeping_workers(false);
+}
+
+#[test]
+fn accepted_streams_with_ring_receives_wake_sleeping_workers() {
+    accepted_sources_wake_sleeping_workers(true);
+}
+
+/// A stream first waited on outside the runtime (in `block_on`) is
+/// watched, or its receive submitted, by a worker's ring, which the wait
+/// wakes while every worker sleeps.
+fn a_stream_read_outside_wakes_a_sleeping_worker(ring_receives: bool) {
+    let rt = per_worker(2, ring_receives);
+    for round in 0..8u8 {
+        let (mut peer, accepted) = pair();
+        let mut stream = {
+            let _entered = rt.handle().enter();
+            TcpStream::from_std(accepted).unwrap()
+        };
+        let writer = std::thread::spawn(move || {
+            // Long enough for the read to wait and the workers to sleep.
+            std::thread::sleep(Duration::from_millis(5));
+            peer.write_all(&[round]).unwrap();
+            peer
+        });
+        let mut byte = [0];
+        rt.block_on(keel::time::timeout(
+            support::WATCHDOG,
+            stream.read_exact(&mut byte),
+        ))
+        .unwrap_or_else(|_| panic!("round {round}: the read was never woken"))
+        .unwrap();
+        assert_eq!(byte, [round]);
+        drop(writer.join().unwrap());
+    }
+}
+
+#[test]
+fn a_stream_read_outside_the_runtime_wakes_a_sleeping_worker() {
+    a_stream_read_outside_wakes_a_sleeping_worker(false);
+}
+
+#[test]
+fn a_receive_queued_outside_the_runtime_wakes_a_sleeping_worker() {
+    a_stream_read_outside_wakes_a_sleeping_worker(true);
+}
+
+/// A task waits on a stream (so the stream is watched on its worker's
+/// ring), hands it to a reader, and then holds its worker in one long
+/// poll until the reader has echoed twice: the other worker, asleep in its
+/// own ring, must serve the busy worker's ring (the events, and with ring
+/// receives the second receive, queued there by the reader's worker), or
+/// the echoes never come and the long poll ends at the watchdog.
+fn held_worker(ring_receives: bool) {
+    let rt = per_worker(2, ring_receives);
+    let (mut peer, accepted) = pair();
+    let (handed_tx, handed_rx) = mpsc::channel();
+    let (echoed_tx, echoed_rx) = mpsc::channel::<()>();
+    let holder = rt.spawn(async move {
+        let mut stream = TcpStream::from_std(accepted).unwrap();
+        // Waits on the stream: its watch (or its receive's home) is this
+        // worker's ring from now on.
+        let mut buf = [0; 1];
+        let waited = keel::time::timeout(Duration::from_millis(2), stream.read(&mut buf)).await;
+        assert!(waited.is_err(), "nothing was sent yet");
+        handed_tx.send(stream).unwrap();
+        // One long poll: the worker is held until the echo came back.
+        echoed_rx
+            .recv_timeout(support::WATCHDOG)
+            .expect("the echo never came while this worker was held");
+    });
+    let mut stream = handed_rx.recv_timeout(support::WATCHDOG).unwrap();
+    // Queued from outside: the other worker runs it.
+    let reader = rt.spawn(async move {
+        let mut byte = [0; 1];
+        for _ in 0..2 {
+            stream.read_exact(&mut byte).await.unwrap();
+            stream.write_all(&byte).await.unwrap();
+        }
+    });
+    let mut echoes = Vec::new();
+    let echoed = b"ef".iter().try_for_each(|&byte| {
+        // Long enough for the reader to wait and its worker to fall asleep.
+        std::thread::sleep(Duration::from_millis(20));
+        peer.write_all(&[byte])?;
+        let mut echo = [0; 1];
+        peer.read_exact(&mut echo)?;
+        echoes.push(echo[0]);
+        Ok::<_, std::io::Error>(())
+    });
+    echoed_tx.send(()).unwrap();
+    echoed.expect("the echoes, while the stream's worker is held");
+    assert_eq!(echoes, b"ef");
+    rt.block_on(reader).unwrap();
+    rt.block_on(holder).unwrap();
+}
+
+#[test]
+fn a_long_poll_does_not_hold_its_rings_events() {
+    held_worker(false);
+}
+
+#[test]
+fn a_long_poll_does_not_hold_its_rings_receives() {
+    held_worker(true);
+}
+
+/// A stream dropped before any task waited on it was never watched; one
+/// dropped after a wait (a receive in flight, with ring receives) is
+/// cancelled on its ring. Either way its socket closes: the peer reads
+/// end of stream after what was written.
+#[test]
+fn a_stream_dropped_watched_or_not_closes_its_socket() {
+    let rt = per_worker(2, true);
+    for wait_first in [false, true] {
+        let (mut peer, accepted) = pair();
+        rt.block_on(rt.spawn(async move {
+            let mut stream = TcpStream::from_std(accepted).unwrap();
+            if wait_first {
+                let mut buf = [0; 1];
+                let pending = keel::time::timeout(Duration::from_millis(1), stream.read(&mut buf));
+                assert!(pending.await.is_err(), "nothing was sent");
+            }
+            stream.write_all(b"bye").await.unwrap();
+        }))
+        .unwrap();
+        let mut received = Vec::new();
+        peer.read_to_end(&mut received).unwrap_or_else(|error| {
+            panic!("waited first: {wait_first}: the socket stayed open ({error})")
+        });
+        assert_eq!(received, b"bye");
+    }
+    // The cancelled receive's completion is reaped by its ring's worker,
+    // woken by it, a moment after the drop.
+    support::wait_until("the cancelled receive is reaped", || {
+        rt.stats().io.operations_in_flight == 0
+    });
+}
+
+/// A stream first waited on outside the runtime is watched on a ring
+/// chosen in turn, whose worker arms it; while that worker is held by a
+/// long poll, the sleeping worker arms it instead. Two streams, read in
+/// turn from `block_on` while one worker is held, go to both rings: one of
+/// the reads must be served that way, or it waits for the watchdog.
+#[test]
+fn a_stream_first_waited_on_outside_is_watched_while_its_rings_worker_is_held() {
+    let rt = per_worker(2, false);
+    let (held_tx, held_rx) = mpsc::channel();
+    let (release_tx, release_rx) = mpsc::channel::<()>();
+    let holder = rt.spawn(async move {
+        held_tx.send(()).unwrap();
+        release_rx
+            .recv_timeout(support::WATCHDOG)
+            .expect("released once both reads were served");
+    });
+    held_rx.recv_timeout(support::WATCHDOG).unwrap();
+    let served = (0..2u8).try_for_each(|round| {
+        let (mut peer, accepted) = pair();
+        let mut stream = {
+            let _entered = rt.handle().enter();
+            TcpStream::from_std(accepted).unwrap()
+        };
+        let writer = std::thread::spawn(move || {
+            // Long enough for the read to wait and the free worker to
+            // fall asleep.
+            std::thread::sleep(Duration::from_millis(20));
+            peer.write_all(&[round]).unwrap();
+            peer
+        });
+        let mut byte = [0];
+        let read = rt.block_on(keel::time::timeout(
+            support::WATCHDOG,
+            stream.read_exact(&mut byte),
+        ));
+        drop(writer.join().unwrap());
+        match read {
+            Ok(Ok(())) if byte == [round] => Ok(()),
+            other => Err(format!("round {round}: {other:?}, {byte:?}")),
+        }
+    });
+    release_tx.send(()).unwrap();
+    rt.block_on(holder).unwrap();
+    served.unwrap();
+}
