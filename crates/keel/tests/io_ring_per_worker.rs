@@ -181,32 +181,43 @@ fn accepted_streams_with_ring_receives_wake_sleeping_workers() {
     accepted_sources_wake_sleeping_workers(true);
 }
 
+/// Reads one byte in `block_on` (outside the workers) from a new stream
+/// whose peer writes `byte` after `delay`; says what went wrong, if
+/// anything (the read bounded by the watchdog).
+fn read_outside(rt: &Runtime, byte: u8, delay: Duration) -> Result<(), String> {
+    let (mut peer, accepted) = pair();
+    let mut stream = {
+        let _entered = rt.handle().enter();
+        TcpStream::from_std(accepted).unwrap()
+    };
+    let writer = std::thread::spawn(move || {
+        std::thread::sleep(delay);
+        peer.write_all(&[byte]).unwrap();
+        peer
+    });
+    let mut read = [0];
+    let outcome = rt.block_on(keel::time::timeout(
+        support::WATCHDOG,
+        stream.read_exact(&mut read),
+    ));
+    drop(writer.join().unwrap());
+    match outcome {
+        Ok(Ok(())) if read == [byte] => Ok(()),
+        Ok(Ok(())) => Err(format!("read {read:?}, not {byte}")),
+        Ok(Err(error)) => Err(error.to_string()),
+        Err(_) => Err("the read was never woken".into()),
+    }
+}
+
 /// A stream first waited on outside the runtime (in `block_on`) is
 /// watched, or its receive submitted, by a worker's ring, which the wait
 /// wakes while every worker sleeps.
 fn a_stream_read_outside_wakes_a_sleeping_worker(ring_receives: bool) {
     let rt = per_worker(2, ring_receives);
     for round in 0..8u8 {
-        let (mut peer, accepted) = pair();
-        let mut stream = {
-            let _entered = rt.handle().enter();
-            TcpStream::from_std(accepted).unwrap()
-        };
-        let writer = std::thread::spawn(move || {
-            // Long enough for the read to wait and the workers to sleep.
-            std::thread::sleep(Duration::from_millis(5));
-            peer.write_all(&[round]).unwrap();
-            peer
-        });
-        let mut byte = [0];
-        rt.block_on(keel::time::timeout(
-            support::WATCHDOG,
-            stream.read_exact(&mut byte),
-        ))
-        .unwrap_or_else(|_| panic!("round {round}: the read was never woken"))
-        .unwrap();
-        assert_eq!(byte, [round]);
-        drop(writer.join().unwrap());
+        // Long enough for the read to wait and the workers to sleep.
+        read_outside(&rt, round, Duration::from_millis(5))
+            .unwrap_or_else(|why| panic!("round {round}: {why}"));
     }
 }
 
@@ -330,28 +341,10 @@ fn a_stream_first_waited_on_outside_is_watched_while_its_rings_worker_is_held() 
     });
     held_rx.recv_timeout(support::WATCHDOG).unwrap();
     let served = (0..2u8).try_for_each(|round| {
-        let (mut peer, accepted) = pair();
-        let mut stream = {
-            let _entered = rt.handle().enter();
-            TcpStream::from_std(accepted).unwrap()
-        };
-        let writer = std::thread::spawn(move || {
-            // Long enough for the read to wait and the free worker to
-            // fall asleep.
-            std::thread::sleep(Duration::from_millis(20));
-            peer.write_all(&[round]).unwrap();
-            peer
-        });
-        let mut byte = [0];
-        let read = rt.block_on(keel::time::timeout(
-            support::WATCHDOG,
-            stream.read_exact(&mut byte),
-        ));
-        drop(writer.join().unwrap());
-        match read {
-            Ok(Ok(())) if byte == [round] => Ok(()),
-            other => Err(format!("round {round}: {other:?}, {byte:?}")),
-        }
+        // Long enough for the read to wait and the free worker to fall
+        // asleep.
+        read_outside(&rt, round, Duration::from_millis(20))
+            .map_err(|why| format!("round {round}: {why}"))
     });
     release_tx.send(()).unwrap();
     rt.block_on(holder).unwrap();
