@@ -812,10 +812,7 @@ impl Worker {
                         .reactor
                         .has_groups()
                         .then(|| Duration::from_nanos(REACTOR_CHECK_NS));
-                    let wait = match (left, check) {
-                        (Some(left), Some(check)) => Some(left.min(check)),
-                        (left, check) => left.or(check),
-                    };
+                    let wait = left.into_iter().chain(check).min();
                     let notified = parker.park_in(|| {
                         #[cfg(feature = "tokio-context")]
                         if let Some(tokio) = tokio {

@@ -160,7 +160,7 @@ impl Rings {
             rings.push(ring);
             pollers.push(poller);
         }
-        if per_worker {
+        let (hub, homes, pollers) = if per_worker {
             let pollers = pollers
                 .into_iter()
                 .enumerate()
@@ -169,31 +169,26 @@ impl Rings {
                     first,
                 })
                 .collect();
-            let rings = Rings {
-                rings,
-                hub: None,
-                next_open: AtomicUsize::new(0),
-                homes: Some(Homes::default()),
-            };
-            return Ok((rings, pollers));
-        }
-        let hub = if rings.len() > 1 {
-            Some(hub_of(&rings)?)
+            (None, Some(Homes::default()), pollers)
         } else {
-            None
-        };
-        Ok((
-            Rings {
-                rings,
-                hub,
-                next_open: AtomicUsize::new(0),
-                homes: None,
-            },
-            vec![Poller {
+            let hub = if rings.len() > 1 {
+                Some(hub_of(&rings)?)
+            } else {
+                None
+            };
+            let poller = Poller {
                 rings: pollers,
                 first: 0,
-            }],
-        ))
+            };
+            (hub, None, vec![poller])
+        };
+        let rings = Rings {
+            rings,
+            hub,
+            next_open: AtomicUsize::new(0),
+            homes,
+        };
+        Ok((rings, pollers))
     }
 
     /// Whether each worker has a ring of its own (see "A ring per
@@ -210,6 +205,13 @@ impl Rings {
     /// The next ring in turn, for what no worker's ring claims.
     fn next_ring(&self) -> usize {
         self.next_open.fetch_add(1, Ordering::Relaxed) % self.rings.len()
+    }
+
+    /// `fd`'s home ring, which becomes `mine` (the calling worker's ring),
+    /// or the next ring in turn off the workers, if it has none yet.
+    fn home_of(&self, homes: &Homes, fd: RawFd, mine: Option<usize>) -> usize {
+        let wanted = mine.unwrap_or_else(|| self.next_ring());
+        homes.claim(fd, wanted, self.rings.len())
     }
 
     /// How many rings there are.
@@ -262,11 +264,7 @@ impl Rings {
             return Ok(());
         };
         let mine = self.ring_of_worker(worker);
-        let home = homes.claim(
-            fd,
-            mine.unwrap_or_else(|| self.next_ring()),
-            self.rings.len(),
-        );
+        let home = self.home_of(homes, fd, mine);
         self.rings[home].register(fd, token, interest, mine == Some(home))
     }
 
@@ -303,11 +301,7 @@ impl Rings {
         // worker's.
         let mine = self.ring_of_worker(worker);
         let index = match &operation {
-            Operation::Recv(slot) => homes.claim(
-                slot.fd(),
-                mine.unwrap_or_else(|| self.next_ring()),
-                self.rings.len(),
-            ),
+            Operation::Recv(slot) => self.home_of(homes, slot.fd(), mine),
             Operation::File(_) => mine.unwrap_or_else(|| self.next_ring()),
         };
         self.rings[index].queue(operation, mine != Some(index));
@@ -366,9 +360,7 @@ impl Rings {
 
     /// Whether a completion waits on one of `poller`'s rings.
     pub(super) fn has_completions(&self, poller: &mut Poller) -> bool {
-        let first = poller.first;
-        let rings = &self.rings[first..first + poller.rings.len()];
-        rings
+        self.rings_of(poller)
             .iter()
             .zip(&mut poller.rings)
             .any(|(ring, ring_poller)| ring.has_completions(ring_poller))
@@ -382,10 +374,8 @@ impl Rings {
         for_its_poller: bool,
         mut on_event: impl FnMut(usize, Event, &mut Vec<Waker>) -> Owner,
     ) -> io::Result<()> {
-        let first = poller.first;
-        let rings = &self.rings[first..first + poller.rings.len()];
         let mut outcome = Ok(());
-        for (ring, ring_poller) in rings.iter().zip(&mut poller.rings) {
+        for (ring, ring_poller) in self.rings_of(poller).iter().zip(&mut poller.rings) {
             // One ring's failure to arm a poll again does not keep the
             // others' events from their tasks.
             if let Err(error) = ring.reap(ring_poller, wake, for_its_poller, &mut on_event) {
