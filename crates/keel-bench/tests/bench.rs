@@ -1,6 +1,6 @@
 //! `keel-bench bench` end to end: a quick run (what CI runs) must produce every
-//! figure for keel and tokio and a report, and scenarios that do not exist
-//! must be usage errors.
+//! figure for keel, keel-uring (where io_uring can be used) and tokio and a
+//! report, and scenarios that do not exist must be usage errors.
 
 mod support;
 
@@ -10,9 +10,10 @@ use std::time::Duration;
 use support::{keel_bench, report, scratch_dir};
 
 /// `keel-bench bench --quick` exits 0, prints the table, and ends with the path
-/// of a report.json that holds every scenario's figures for both runtimes.
+/// of a report.json that holds every scenario's figures for every runtime:
+/// keel, keel-uring where this machine can use io_uring, and tokio.
 #[test]
-fn quick_bench_writes_a_report_for_both_runtimes() {
+fn quick_bench_writes_a_report_for_every_runtime() {
     let out = scratch_dir("bench");
     let run = keel_bench(
         &["bench", "--quick", "--out", out.to_str().unwrap()],
@@ -50,6 +51,19 @@ fn quick_bench_writes_a_report_for_both_runtimes() {
             assert!(placement["fallback"].is_string(), "{placement}");
         }
     }
+    // keel-uring is measured wherever the ring can be used, and the
+    // report says which.
+    let io_uring = report["machine"]["io_uring"].as_str().unwrap();
+    let ring = io_uring.starts_with("available");
+    assert!(ring || io_uring.starts_with("refused: "), "{io_uring}");
+    // The ring's own verdicts, where keel-uring could not run, say so.
+    let ring_absent = |verdict: &serde_json::Value| {
+        let absent = !ring && verdict["runtime"] == "keel-uring";
+        if absent {
+            assert_eq!(verdict["missing"], "keel-uring not run", "{verdict}");
+        }
+        absent
+    };
     // A quick run judges nothing: every verdict with a goal says so. Two
     // may have no value, and say why: S3's split, where its proxy had idle
     // time in the short phase (a split of idle time is not measured), and
@@ -57,12 +71,16 @@ fn quick_bench_writes_a_report_for_both_runtimes() {
     // build on a busy machine can).
     for scenario in report["scenarios"].as_array().unwrap() {
         for verdict in scenario["verdicts"].as_array().unwrap() {
+            if ring_absent(verdict) {
+                continue;
+            }
             let named = |prefix: &str| verdict["name"].as_str().unwrap().starts_with(prefix);
             let missing_says =
                 |why: &str| verdict["missing"].as_str().is_some_and(|m| m.contains(why));
             let explained_gap = verdict["outcome"] == "n/a"
                 && ((named("bulk charged share") && missing_says("% idle"))
-                    || (named("server ping loaded_p99 keel/tokio group, paced")
+                    || (named("server ping loaded_p99 keel")
+                        && verdict["name"].as_str().unwrap().ends_with("group, paced")
                         && missing_says("of the paced rate")));
             let expected = if verdict["goal"].is_null() {
                 "reported"
@@ -88,6 +106,13 @@ fn quick_bench_writes_a_report_for_both_runtimes() {
         );
     }
     assert!(report["machine"]["kernel"].is_string());
+    // A runtime's runs, keel-uring's only with the ring.
+    let with_ring = |runs: &[(&'static str, &'static str)]| -> Vec<(String, String)> {
+        runs.iter()
+            .filter(|(runtime, _)| ring || *runtime != "keel-uring")
+            .map(|(r, m)| (r.to_string(), m.to_string()))
+            .collect()
+    };
     let ids: Vec<&str> = report["scenarios"]
         .as_array()
         .unwrap()
@@ -105,6 +130,14 @@ fn quick_bench_writes_a_report_for_both_runtimes() {
             .clone()
     };
     let s0 = &scenario("s0");
+    assert_eq!(
+        runs_of(s0),
+        with_ring(&[
+            ("keel", "default"),
+            ("keel-uring", "default"),
+            ("tokio", "default")
+        ])
+    );
     for run in s0["runs"].as_array().unwrap() {
         for name in ["keepalive_rps", "short_rps", "cpu_s"] {
             let value = run["metrics"][name].as_f64().unwrap_or(0.0);
@@ -113,34 +146,46 @@ fn quick_bench_writes_a_report_for_both_runtimes() {
     }
     let s1 = &scenario("s1");
     assert_eq!(s1["sizes"]["cpu_tasks"], 8);
+    assert_eq!(
+        runs_of(s1),
+        with_ring(&[
+            ("keel", "default"),
+            ("keel", "unaccounted"),
+            ("keel-uring", "default"),
+            ("tokio", "default")
+        ])
+    );
     let runs = s1["runs"].as_array().unwrap();
-    assert_eq!(runs.len(), 3, "keel, keel unaccounted and tokio");
-    assert_eq!(runs[0]["runtime"], "keel");
-    assert_eq!(runs[0]["mode"], "default");
-    assert_eq!(runs[1]["runtime"], "keel");
-    assert_eq!(runs[1]["mode"], "unaccounted");
-    assert_eq!(runs[2]["runtime"], "tokio");
     for run in runs {
         check_s1_metrics(&run["metrics"]);
     }
     assert!(s1["verdicts"].as_array().unwrap().len() >= 4);
     for verdict in s1["verdicts"].as_array().unwrap() {
+        if ring_absent(verdict) {
+            continue;
+        }
         assert!(verdict["value"].as_f64().unwrap().is_finite(), "{verdict}");
     }
     assert_eq!(
         s1["rounds"].as_array().unwrap().len(),
-        6,
+        2 * runs.len(),
         "idle + loaded, per variant"
     );
 
     let s2 = &scenario("s2");
-    let modes: Vec<&str> = s2["runs"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|r| r["mode"].as_str().unwrap())
-        .collect();
-    assert_eq!(modes, ["off", "fixed", "adaptive", "read-1460", "read-64k"]);
+    assert_eq!(
+        runs_of(s2),
+        with_ring(&[
+            ("keel", "off"),
+            ("keel", "fixed"),
+            ("keel", "adaptive"),
+            ("keel-uring", "off"),
+            ("keel-uring", "fixed"),
+            ("keel-uring", "adaptive"),
+            ("tokio", "read-1460"),
+            ("tokio", "read-64k")
+        ])
+    );
     for run in s2["runs"].as_array().unwrap() {
         let metrics = &run["metrics"];
         for name in [
@@ -161,40 +206,35 @@ fn quick_bench_writes_a_report_for_both_runtimes() {
         }
     }
 
-    check_s4(&scenario("s4"));
-    check_s3(&scenario("s3"));
+    check_s4(&scenario("s4"), ring);
+    check_s3(&scenario("s3"), ring);
     check_charts(path, &report, &["s1", "s3", "s4", "s5"]);
 
     let s5 = &scenario("s5");
     assert_eq!(s5["sizes"]["clients"], 8);
-    let runs: Vec<(String, String)> = s5["runs"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|r| {
-            let name = |key: &str| r[key].as_str().unwrap().to_string();
-            (name("runtime"), name("mode"))
-        })
-        .collect();
-    let expected = [
+    let expected = with_ring(&[
         ("keel", "group"),
+        ("keel-uring", "group"),
         ("tokio", "per-record"),
         ("tokio", "group"),
         ("tokio", "inline"),
         ("keel", "group-64"),
+        ("keel-uring", "group-64"),
         ("tokio", "per-record-64"),
         ("tokio", "group-64"),
         ("tokio", "inline-64"),
         ("keel", "group-paced"),
+        ("keel-uring", "group-paced"),
         ("tokio", "group-paced"),
         ("disk", "raw"),
-    ];
-    assert_eq!(
-        runs,
-        expected.map(|(r, m)| (r.to_string(), m.to_string())),
-        "{s5}"
-    );
-    for run in &s5["runs"].as_array().unwrap()[..8] {
+    ]);
+    assert_eq!(runs_of(s5), expected, "{s5}");
+    let s5_runs = s5["runs"].as_array().unwrap();
+    let paced = |run: &&serde_json::Value| run["mode"] == "group-paced";
+    for run in s5_runs
+        .iter()
+        .filter(|run| !paced(run) && run["runtime"] != "disk")
+    {
         let metrics = &run["metrics"];
         for name in [
             "records_per_s",
@@ -219,7 +259,7 @@ fn quick_bench_writes_a_report_for_both_runtimes() {
         );
     }
     assert!(
-        s5["runs"][10]["metrics"]["raw_fdatasync_us"]
+        s5_runs.last().unwrap()["metrics"]["raw_fdatasync_us"]
             .as_f64()
             .unwrap()
             > 0.0
@@ -227,15 +267,21 @@ fn quick_bench_writes_a_report_for_both_runtimes() {
     // The paced runs name their rate and how much of it the node took; a
     // short run on a busy machine may leave a node short of it, and then
     // (only then) the ping verdict at equal load has no value.
-    let reached: Vec<f64> = s5["runs"].as_array().unwrap()[8..10]
+    let reached: Vec<f64> = s5_runs
         .iter()
+        .filter(paced)
         .map(|run| {
             assert!(run["metrics"]["paced_records_per_s"].as_f64().unwrap() > 0.0);
             run["metrics"]["pace_reached"].as_f64().unwrap_or(0.0)
         })
         .collect();
     for verdict in s5["verdicts"].as_array().unwrap() {
-        if verdict["name"] == "server ping loaded_p99 keel/tokio group, paced"
+        if ring_absent(verdict) {
+            continue;
+        }
+        let name = verdict["name"].as_str().unwrap();
+        if name.starts_with("server ping loaded_p99 keel")
+            && name.ends_with("/tokio group, paced")
             && reached.iter().any(|r| *r < 0.95)
         {
             assert!(verdict["value"].is_null(), "{verdict}");
@@ -291,20 +337,39 @@ fn check_charts(report_path: &Path, report: &serde_json::Value, with_charts: &[&
     }
 }
 
-/// S3 measured keel with and without classes, with the urgent lane, and
-/// tokio, and judged them.
-fn check_s3(s3: &serde_json::Value) {
-    let modes: Vec<&str> = s3["runs"]
+/// Each run's runtime and mode, in the report's order.
+fn runs_of(scenario: &serde_json::Value) -> Vec<(String, String)> {
+    scenario["runs"]
         .as_array()
         .unwrap()
         .iter()
-        .map(|r| r["mode"].as_str().unwrap())
+        .map(|r| {
+            let name = |key: &str| r[key].as_str().unwrap().to_string();
+            (name("runtime"), name("mode"))
+        })
+        .collect()
+}
+
+/// S3 measured keel with and without classes, with the urgent lane, keel
+/// on the ring with classes (`ring`: where the ring can be used), and
+/// tokio, and judged them.
+fn check_s3(s3: &serde_json::Value, ring: bool) {
+    let mut expected = vec![
+        ("keel", "classes"),
+        ("keel", "classes-lane"),
+        ("keel", "single-class"),
+    ];
+    if ring {
+        expected.push(("keel-uring", "classes"));
+    }
+    expected.push(("tokio", "default"));
+    let expected: Vec<(String, String)> = expected
+        .into_iter()
+        .map(|(r, m)| (r.to_string(), m.to_string()))
         .collect();
-    assert_eq!(
-        modes,
-        ["classes", "classes-lane", "single-class", "default"],
-        "{s3}"
-    );
+    assert_eq!(runs_of(s3), expected, "{s3}");
+    let classes = |run: &&serde_json::Value| run["mode"].as_str().unwrap().starts_with("classes");
+    let keel = |run: &&serde_json::Value| run["runtime"] != "tokio";
     for run in s3["runs"].as_array().unwrap() {
         for name in [
             "admin_idle_p99_us",
@@ -324,7 +389,7 @@ fn check_s3(s3: &serde_json::Value) {
         }
     }
     // keel with classes: the split of the charge beside the shares'.
-    for run in &s3["runs"].as_array().unwrap()[..2] {
+    for run in s3["runs"].as_array().unwrap().iter().filter(classes) {
         for name in [
             "bulk_of_backlogged_charged_pct",
             "bulk_of_backlogged_shares_pct",
@@ -335,7 +400,7 @@ fn check_s3(s3: &serde_json::Value) {
     }
     // keel: how idle the proxy's workers were, which decides whether the
     // split is judged.
-    for run in &s3["runs"].as_array().unwrap()[..3] {
+    for run in s3["runs"].as_array().unwrap().iter().filter(keel) {
         let idle = run["metrics"]["worker_idle_pct"].as_f64().unwrap_or(-1.0);
         assert!(
             (0.0..=100.0).contains(&idle),
@@ -343,7 +408,8 @@ fn check_s3(s3: &serde_json::Value) {
         );
     }
     let verdicts = s3["verdicts"].as_array().unwrap();
-    assert_eq!(verdicts.len(), 23, "{s3}");
+    // keel's, and the ring's twins of those on keel with classes.
+    assert_eq!(verdicts.len(), if ring { 32 } else { 23 }, "{s3}");
     for verdict in verdicts {
         // A split measured on idle workers has no value, and says so.
         let idle_split = verdict["value"].is_null()
@@ -357,25 +423,22 @@ fn check_s3(s3: &serde_json::Value) {
     }
 }
 
-/// S4 measured every spin setting of keel and tokio, and judged keel.
-fn check_s4(s4: &serde_json::Value) {
-    let runs: Vec<(&str, &str)> = s4["runs"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|r| (r["runtime"].as_str().unwrap(), r["mode"].as_str().unwrap()))
-        .collect();
-    assert_eq!(
-        runs,
-        [
-            ("keel", "none"),
-            ("keel", "short"),
-            ("keel", "medium"),
-            ("keel", "long"),
-            ("tokio", "default")
-        ],
-        "{s4}"
-    );
+/// S4 measured every spin setting of keel (and of keel-uring, with
+/// `ring`) and tokio, and judged keel.
+fn check_s4(s4: &serde_json::Value, ring: bool) {
+    let mut expected = Vec::new();
+    let keels: &[&str] = if ring {
+        &["keel", "keel-uring"]
+    } else {
+        &["keel"]
+    };
+    for keel in keels {
+        for spin in ["none", "short", "medium", "long"] {
+            expected.push((keel.to_string(), spin.to_string()));
+        }
+    }
+    expected.push(("tokio".to_string(), "default".to_string()));
+    assert_eq!(runs_of(s4), expected, "{s4}");
     for run in s4["runs"].as_array().unwrap() {
         let metrics = &run["metrics"];
         for name in ["cpu_pct", "reported_busy_pct", "received_mb_per_s", "cpu_s"] {
@@ -386,12 +449,13 @@ fn check_s4(s4: &serde_json::Value) {
         // tokio has no spin figure; keel always has one (possibly zero).
         assert_eq!(
             metrics["reported_spin_pct"].is_f64(),
-            run["runtime"] == "keel",
+            run["runtime"] != "tokio",
             "{run}"
         );
     }
     let verdicts = s4["verdicts"].as_array().unwrap();
-    assert_eq!(verdicts.len(), 10, "{s4}");
+    // keel's, and the ring's twin of each but tokio's own.
+    assert_eq!(verdicts.len(), if ring { 19 } else { 10 }, "{s4}");
     for verdict in verdicts {
         assert!(verdict["value"].as_f64().unwrap().is_finite(), "{verdict}");
     }

@@ -220,7 +220,12 @@ fn combine_one(
     judged: bool,
 ) -> Verdict {
     let present: Vec<f64> = values.iter().flatten().copied().collect();
-    let mut verdict = Verdict::new(shape.name, shape.runtime, median(&present), shape.goal);
+    let mut verdict = Verdict::new(
+        shape.name.clone(),
+        shape.runtime.clone(),
+        median(&present),
+        shape.goal,
+    );
     verdict.rounds = values.clone();
     let Some((low, high, confidence)) = median_interval(&present) else {
         verdict.judgement = Judgement::Missing;

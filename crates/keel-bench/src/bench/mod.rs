@@ -280,15 +280,50 @@ pub struct BenchArgs {
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=10_000))]
     pub crash: Option<u32>,
     /// Runtimes to measure, comma-separated (for development: measuring
-    /// one runtime gives no keel-vs-tokio verdicts).
-    #[arg(
-        long,
-        hide = true,
-        value_enum,
-        value_delimiter = ',',
-        default_value = "keel,tokio"
-    )]
-    pub runtimes: Vec<RuntimeKind>,
+    /// one runtime gives no keel-vs-tokio verdicts). By default keel,
+    /// keel-uring and tokio, keel-uring left out with a note where this
+    /// process cannot use io_uring; named here, a refused ring is an error.
+    #[arg(long, hide = true, value_enum, value_delimiter = ',')]
+    pub runtimes: Option<Vec<RuntimeKind>>,
+}
+
+/// The runtimes a run measures: `asked`, or by default every one, the
+/// ring's left out with a note where `ring` says it is refused.
+/// Sorted and deduplicated.
+///
+/// # Errors
+///
+/// keel-uring named while the ring is refused.
+pub fn runtimes_to_measure(
+    asked: Option<&[RuntimeKind]>,
+    ring: &keel::io::RingSupport,
+) -> Result<(Vec<RuntimeKind>, Option<String>), Error> {
+    let mut note = None;
+    let mut runtimes = match asked {
+        Some(asked) => {
+            if asked.contains(&RuntimeKind::KeelUring) && !ring.is_available() {
+                return Err(Error::usage(format!(
+                    "--runtimes names keel-uring, but io_uring is {ring}"
+                )));
+            }
+            asked.to_vec()
+        }
+        None => {
+            let mut all = vec![
+                RuntimeKind::Keel,
+                RuntimeKind::KeelUring,
+                RuntimeKind::Tokio,
+            ];
+            if !ring.is_available() {
+                all.retain(|&r| r != RuntimeKind::KeelUring);
+                note = Some(format!("keel-uring not measured: io_uring is {ring}"));
+            }
+            all
+        }
+    };
+    runtimes.sort();
+    runtimes.dedup();
+    Ok((runtimes, note))
 }
 
 /// Which scenarios to run: the named ones (deduplicated, in order), or all
@@ -324,9 +359,11 @@ pub fn run(args: &BenchArgs) -> Result<(), Error> {
             return Err(Error::usage("--crash belongs to s5; name s5 to run it"));
         }
     }
-    let mut runtimes = args.runtimes.clone();
-    runtimes.sort();
-    runtimes.dedup();
+    let ring = keel::io::probe_io_uring();
+    let (runtimes, left_out) = runtimes_to_measure(args.runtimes.as_deref(), &ring)?;
+    if let Some(note) = &left_out {
+        eprintln!("note: {note}");
+    }
     let exe = std::env::current_exe().context(|| "finding the keel-bench executable")?;
     let started = report::rfc3339(SystemTime::now());
     let (runs, duration_s, warmup_ms) = if args.quick {
@@ -337,7 +374,7 @@ pub fn run(args: &BenchArgs) -> Result<(), Error> {
     // The machine's CPUs are the ones the run may use, read before the
     // harness pins itself to the load's share of them.
     let allowed = CpuSet::allowed()?;
-    let machine = Machine::with_cores(allowed.len());
+    let machine = Machine::with_cores(allowed.len(), &ring);
     let placement = Placement::plan(args.placement, &allowed);
     placement.place_harness()?;
     eprintln!("placement: {}", placement.describe());
@@ -458,6 +495,38 @@ pub fn run(args: &BenchArgs) -> Result<(), Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// By default every runtime, the ring's only where it can be used
+    /// (with a note saying why not); named, the ring refused is an error.
+    #[test]
+    fn runtimes_measured() {
+        use keel::io::RingSupport;
+        let (keel, ring, tokio) = (
+            RuntimeKind::Keel,
+            RuntimeKind::KeelUring,
+            RuntimeKind::Tokio,
+        );
+        let available = RingSupport::Available {
+            optional: Vec::new(),
+        };
+        let refused = RingSupport::Refused("io_uring_disabled is 2".into());
+        assert_eq!(
+            runtimes_to_measure(None, &available).unwrap(),
+            (vec![keel, ring, tokio], None)
+        );
+        let (runtimes, note) = runtimes_to_measure(None, &refused).unwrap();
+        assert_eq!(runtimes, [keel, tokio]);
+        assert_eq!(
+            note.as_deref(),
+            Some("keel-uring not measured: io_uring is refused: io_uring_disabled is 2")
+        );
+        assert_eq!(
+            runtimes_to_measure(Some(&[tokio, keel, tokio]), &refused).unwrap(),
+            (vec![keel, tokio], None)
+        );
+        let error = runtimes_to_measure(Some(&[ring]), &refused).unwrap_err();
+        assert!(error.to_string().contains("io_uring is refused"), "{error}");
+    }
 
     /// Named, default, deduplicated and unknown scenarios.
     #[test]

@@ -7,6 +7,7 @@
 //! carry their goal; a verdict that cannot be computed (a runtime was not
 //! run, a figure is missing) keeps its place with no value.
 
+use std::borrow::Cow;
 use std::fmt;
 
 use serde::ser::{SerializeMap, Serializer};
@@ -223,6 +224,30 @@ pub fn why_missing(needed: &[RuntimeKind], ran: &[RuntimeKind]) -> String {
     }
 }
 
+/// A verdict `name` on keel-uring's `metric` over keel's, both in `mode`:
+/// how the ring compares with epoll, judged against `goal` if the ring
+/// has one of its own. `ran`: the runtimes the run measured.
+pub fn ring_over_epoll(
+    runs: &[RunFigures],
+    ran: &[RuntimeKind],
+    name: &'static str,
+    mode: &str,
+    metric: &str,
+    goal: Option<Goal>,
+) -> Verdict {
+    let (ring, epoll) = (RuntimeKind::KeelUring, RuntimeKind::Keel);
+    Verdict::new(
+        name,
+        ring.name(),
+        super::stats::ratio(
+            find_metric(runs, ring.name(), mode, metric),
+            find_metric(runs, epoll.name(), mode, metric),
+        ),
+        goal,
+    )
+    .missing_because(why_missing(&[ring, epoll], ran))
+}
+
 /// An ordered list of named values that serialises as a JSON object.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Pairs<T>(pub Vec<(&'static str, T)>);
@@ -328,9 +353,9 @@ impl Serialize for Goal {
 #[derive(Debug, Clone, Serialize)]
 pub struct Verdict {
     /// What is divided by what (`loaded_p99/idle_p99`).
-    pub name: &'static str,
+    pub name: Cow<'static, str>,
     /// The runtime it judges (`keel` for keel-vs-tokio ratios).
-    pub runtime: &'static str,
+    pub runtime: Cow<'static, str>,
     /// The ratio (the median of the rounds' ratios); `None` when a figure
     /// it needs is missing.
     pub value: Option<f64>,
@@ -375,8 +400,8 @@ pub struct Verdict {
 impl Verdict {
     /// A verdict on `value`, judged against `goal`.
     pub fn new(
-        name: &'static str,
-        runtime: &'static str,
+        name: impl Into<Cow<'static, str>>,
+        runtime: impl Into<Cow<'static, str>>,
         value: Option<f64>,
         goal: Option<Goal>,
     ) -> Self {
@@ -391,8 +416,8 @@ impl Verdict {
             (Some(_), Some(false)) => Judgement::Fail,
         };
         Self {
-            name,
-            runtime,
+            name: name.into(),
+            runtime: runtime.into(),
             value,
             goal,
             pass,

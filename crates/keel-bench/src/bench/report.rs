@@ -47,15 +47,19 @@ pub struct Machine {
     pub cores: usize,
     /// Kernel release.
     pub kernel: String,
+    /// Whether keel could use io_uring here (`available`, or `refused:`
+    /// and why), as `keel::io::probe_io_uring` found it.
+    pub io_uring: String,
 }
 
 impl Machine {
     /// This machine, with the `cores` the run may use (the harness's CPU
-    /// set before it is pinned).
-    pub fn with_cores(cores: usize) -> Self {
+    /// set before it is pinned) and what the ring's probe found.
+    pub fn with_cores(cores: usize, io_uring: &keel::io::RingSupport) -> Self {
         Self {
             cores,
             kernel: proc::kernel_release(),
+            io_uring: io_uring.to_string(),
         }
     }
 }
@@ -245,6 +249,7 @@ mod tests {
             machine: Machine {
                 cores: 2,
                 kernel: "6.1.0".into(),
+                io_uring: "available".into(),
             },
             quick: false,
             placement: Placement::plan(

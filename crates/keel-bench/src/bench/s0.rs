@@ -24,7 +24,9 @@ use serde::Serialize;
 use serde_json::json;
 
 use super::noise::Noise;
-use super::outcome::{find_metric, why_missing, Goal, Outcome, Pairs, RunFigures, Verdict};
+use super::outcome::{
+    find_metric, ring_over_epoll, why_missing, Goal, Outcome, Pairs, RunFigures, Verdict,
+};
 use super::phase::{mark, SERVER_SILENCE};
 use super::placement::Role;
 use super::progress::PhaseBar;
@@ -38,6 +40,12 @@ use crate::serve::RuntimeKind;
 
 /// What the scenario measures, for the table.
 const TITLE: &str = "HTTP throughput (hyper, 13-byte answers)";
+
+/// keel-uring's keep-alive requests/s over tokio's, at least.
+const RING_KEEPALIVE_OVER_TOKIO: f64 = 1.2;
+
+/// keel-uring's short connections/s over tokio's, at least.
+const RING_SHORT_OVER_TOKIO: f64 = 1.1;
 
 /// How long a server runs before its load starts.
 const SETTLE: Duration = Duration::from_millis(200);
@@ -320,6 +328,13 @@ fn verdicts(runs: &[RunFigures], runtimes: &[RuntimeKind]) -> Vec<Verdict> {
         )
     };
     let missing = why_missing(&[RuntimeKind::Keel, RuntimeKind::Tokio], runtimes);
+    let ring_over_tokio = |name: &str| {
+        ratio(
+            find_metric(runs, "keel-uring", "default", name),
+            find_metric(runs, "tokio", "default", name),
+        )
+    };
+    let missing_ring = why_missing(&[RuntimeKind::KeelUring, RuntimeKind::Tokio], runtimes);
     vec![
         Verdict::new(
             "keepalive_rps keel/tokio",
@@ -349,6 +364,54 @@ fn verdicts(runs: &[RunFigures], runtimes: &[RuntimeKind]) -> Vec<Verdict> {
             None,
         )
         .missing_because(&missing),
+        // The ring's own goals: a request's system calls batched in a
+        // loop turn's one enter should put it clearly ahead of tokio.
+        Verdict::new(
+            "keepalive_rps keel-uring/tokio",
+            "keel-uring",
+            ring_over_tokio("keepalive_rps"),
+            Some(Goal::AtLeast(RING_KEEPALIVE_OVER_TOKIO)),
+        )
+        .missing_because(&missing_ring),
+        Verdict::new(
+            "short_rps keel-uring/tokio",
+            "keel-uring",
+            ring_over_tokio("short_rps"),
+            Some(Goal::AtLeast(RING_SHORT_OVER_TOKIO)),
+        )
+        .missing_because(&missing_ring),
+        ring_over_epoll(
+            runs,
+            runtimes,
+            "keepalive_rps keel-uring/keel",
+            "default",
+            "keepalive_rps",
+            None,
+        ),
+        ring_over_epoll(
+            runs,
+            runtimes,
+            "short_rps keel-uring/keel",
+            "default",
+            "short_rps",
+            None,
+        ),
+        ring_over_epoll(
+            runs,
+            runtimes,
+            "keepalive_cpu_per_request keel-uring/keel",
+            "default",
+            "keepalive_cpu_per_request_us",
+            None,
+        ),
+        ring_over_epoll(
+            runs,
+            runtimes,
+            "short_cpu_per_request keel-uring/keel",
+            "default",
+            "short_cpu_per_request_us",
+            None,
+        ),
     ]
 }
 

@@ -31,7 +31,7 @@ use serde_json::json;
 use super::calibrate::{calibrate, Calibration};
 use super::charts::{self, Chart};
 use super::noise::Noise;
-use super::outcome::{why_missing, Goal, Outcome, Pairs, RunFigures, Verdict};
+use super::outcome::{ring_over_epoll, why_missing, Goal, Outcome, Pairs, RunFigures, Verdict};
 use super::phase::{self, PhaseFigures, PhaseSpec};
 use super::progress::PhaseBar;
 use super::scenario::{self, Scenario};
@@ -451,6 +451,25 @@ fn verdicts(runs: &[RunFigures], runtimes: &[RuntimeKind]) -> Vec<Verdict> {
             .missing_because(why(&[keel])),
         );
     }
+    // The ring against epoll: a busy worker's look at the ring's
+    // completions costs no system call, so its loaded p99 should be no
+    // worse.
+    out.push(ring_over_epoll(
+        runs,
+        runtimes,
+        "server loaded_p99 keel-uring/keel",
+        DEFAULT,
+        "server_loaded_p99_us",
+        Some(Goal::AtMost(1.0)),
+    ));
+    out.push(ring_over_epoll(
+        runs,
+        runtimes,
+        "slices_per_s keel-uring/keel",
+        DEFAULT,
+        "slices_per_s",
+        None,
+    ));
     out
 }
 

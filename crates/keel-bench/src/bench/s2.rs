@@ -41,7 +41,9 @@ use serde_json::json;
 
 use super::calibrate::calibrate_with;
 use super::noise::Noise;
-use super::outcome::{find_metric, why_missing, Goal, Outcome, Pairs, RunFigures, Verdict};
+use super::outcome::{
+    find_metric, ring_over_epoll, why_missing, Goal, Outcome, Pairs, RunFigures, Verdict,
+};
 use super::phase::{mark, SERVER_SILENCE};
 use super::placement::Role;
 use super::progress::PhaseBar;
@@ -88,7 +90,9 @@ pub struct S2Config {
 /// The read modes a runtime runs in S2.
 pub fn modes(runtime: RuntimeKind) -> &'static [S2Mode] {
     match runtime {
-        RuntimeKind::Keel => &[S2Mode::Off, S2Mode::Fixed, S2Mode::Adaptive],
+        RuntimeKind::Keel | RuntimeKind::KeelUring => {
+            &[S2Mode::Off, S2Mode::Fixed, S2Mode::Adaptive]
+        }
         RuntimeKind::Tokio => &[S2Mode::Read1460, S2Mode::Read64k],
     }
 }
@@ -562,8 +566,48 @@ fn verdicts(runs: &[RunFigures], runtimes: &[RuntimeKind]) -> Vec<Verdict> {
             .missing_because(missing(&[kind])),
         );
     }
+    // The ring against epoll, mode for mode: the stream's CPU a gigabyte
+    // (a receive completed on the ring, no readiness round trip), and the
+    // API's wait beyond its job, which must not pay for it.
+    for (mode, cpu, api) in [
+        (
+            "off",
+            "stream cpu_per_gb keel-uring off/keel off",
+            "api beyond-job p99 keel-uring off/keel off",
+        ),
+        (
+            "fixed",
+            "stream cpu_per_gb keel-uring fixed/keel fixed",
+            "api beyond-job p99 keel-uring fixed/keel fixed",
+        ),
+        (
+            "adaptive",
+            "stream cpu_per_gb keel-uring adaptive/keel adaptive",
+            "api beyond-job p99 keel-uring adaptive/keel adaptive",
+        ),
+    ] {
+        out.push(ring_over_epoll(
+            runs,
+            runtimes,
+            cpu,
+            mode,
+            "stream_cpu_s_per_gb",
+            Some(Goal::AtMost(RING_STREAM_CPU_OVER_EPOLL)),
+        ));
+        out.push(ring_over_epoll(
+            runs,
+            runtimes,
+            api,
+            mode,
+            "api_beyond_job_p99_ms",
+            Some(Goal::AtMost(1.0)),
+        ));
+    }
     out
 }
+
+/// keel-uring's stream CPU a gigabyte over keel's on epoll, at most.
+const RING_STREAM_CPU_OVER_EPOLL: f64 = 0.8;
 
 /// The static name of a runtime, for a verdict.
 fn runtime_name(runtime: &str) -> &'static str {

@@ -122,6 +122,8 @@ pub enum Variant {
     Lane,
     /// keel, everything in the normal class.
     SingleClass,
+    /// keel on io_uring, with classes as in `Classes`.
+    UringClasses,
     /// tokio.
     Tokio,
 }
@@ -133,6 +135,9 @@ impl Variant {
         if runtimes.contains(&RuntimeKind::Keel) {
             out.extend([Variant::Classes, Variant::Lane, Variant::SingleClass]);
         }
+        if runtimes.contains(&RuntimeKind::KeelUring) {
+            out.push(Variant::UringClasses);
+        }
         if runtimes.contains(&RuntimeKind::Tokio) {
             out.push(Variant::Tokio);
         }
@@ -143,6 +148,7 @@ impl Variant {
     fn runtime(self) -> RuntimeKind {
         match self {
             Variant::Classes | Variant::Lane | Variant::SingleClass => RuntimeKind::Keel,
+            Variant::UringClasses => RuntimeKind::KeelUring,
             Variant::Tokio => RuntimeKind::Tokio,
         }
     }
@@ -150,7 +156,7 @@ impl Variant {
     /// The mode name in the report.
     fn mode(self) -> &'static str {
         match self {
-            Variant::Classes => "classes",
+            Variant::Classes | Variant::UringClasses => "classes",
             Variant::Lane => "classes-lane",
             Variant::SingleClass => "single-class",
             Variant::Tokio => "default",
@@ -342,7 +348,7 @@ fn measure(
     match variant {
         Variant::SingleClass => args.push("--single-class".into()),
         Variant::Lane => args.push("--urgent-lane".into()),
-        Variant::Classes | Variant::Tokio => {}
+        Variant::Classes | Variant::UringClasses | Variant::Tokio => {}
     }
     let mut proxy = config.run.spawn(
         Role::Server,

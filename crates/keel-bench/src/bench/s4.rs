@@ -87,10 +87,12 @@ pub struct S4Config {
 
 /// One setting a phase measures.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(tag = "runtime", content = "spin", rename_all = "lowercase")]
+#[serde(tag = "runtime", content = "spin", rename_all = "kebab-case")]
 pub enum Setting {
     /// keel with this spin policy.
     Keel(Spin),
+    /// keel on io_uring with this spin policy.
+    KeelUring(Spin),
     /// tokio with its defaults.
     Tokio,
 }
@@ -102,6 +104,9 @@ impl Setting {
         if runtimes.contains(&RuntimeKind::Keel) {
             out.extend(Spin::ALL.map(Setting::Keel));
         }
+        if runtimes.contains(&RuntimeKind::KeelUring) {
+            out.extend(Spin::ALL.map(Setting::KeelUring));
+        }
         if runtimes.contains(&RuntimeKind::Tokio) {
             out.push(Setting::Tokio);
         }
@@ -112,6 +117,7 @@ impl Setting {
     fn runtime(self) -> RuntimeKind {
         match self {
             Setting::Keel(_) => RuntimeKind::Keel,
+            Setting::KeelUring(_) => RuntimeKind::KeelUring,
             Setting::Tokio => RuntimeKind::Tokio,
         }
     }
@@ -119,7 +125,7 @@ impl Setting {
     /// The mode name in the report: the spin setting, or `default`.
     fn mode(self) -> &'static str {
         match self {
-            Setting::Keel(spin) => spin.name(),
+            Setting::Keel(spin) | Setting::KeelUring(spin) => spin.name(),
             Setting::Tokio => "default",
         }
     }
@@ -304,7 +310,7 @@ fn measure(
         "--workers".into(),
         config.run.workers.to_string(),
     ];
-    if let Setting::Keel(spin) = setting {
+    if let Setting::Keel(spin) | Setting::KeelUring(spin) = setting {
         args.extend(["--spin".into(), spin.to_string()]);
     }
     let mut node = config.run.spawn(
@@ -382,7 +388,9 @@ fn sleep_ticking(duration: Duration, bar: &PhaseBar) {
 /// [`WorkerFigures`]), or tokio's own per-worker busy time.
 fn reported(runtime: RuntimeKind, start: &Value, end: &Value) -> Reported {
     match runtime {
-        RuntimeKind::Keel => keel_reported(&worker_pairs(start, end).unwrap_or_default()),
+        RuntimeKind::Keel | RuntimeKind::KeelUring => {
+            keel_reported(&worker_pairs(start, end).unwrap_or_default())
+        }
         RuntimeKind::Tokio => tokio_reported(start, end),
     }
 }

@@ -54,7 +54,9 @@ use super::charts::{self, Chart};
 use super::disk::{self, SyncLatency};
 use super::idle_exit;
 use super::noise::Noise;
-use super::outcome::{find_metric, why_missing, Goal, Outcome, Pairs, RunFigures, Verdict};
+use super::outcome::{
+    find_metric, ring_over_epoll, why_missing, Goal, Outcome, Pairs, RunFigures, Verdict,
+};
 use super::phase::{mark, SERVER_SILENCE};
 use super::placement::Role;
 use super::progress::PhaseBar;
@@ -101,7 +103,7 @@ pub struct S5Config {
 /// The durability modes a runtime runs in S5.
 pub fn modes(runtime: RuntimeKind) -> &'static [LogMode] {
     match runtime {
-        RuntimeKind::Keel => &[LogMode::Group],
+        RuntimeKind::Keel | RuntimeKind::KeelUring => &[LogMode::Group],
         RuntimeKind::Tokio => &[LogMode::PerRecord, LogMode::Group, LogMode::Inline],
     }
 }
@@ -142,6 +144,13 @@ pub struct PhaseRecord {
     /// The host's noise between the marks.
     noise: Noise,
 }
+
+/// keel-uring's records/s over keel's on epoll, the first phase's clients:
+/// at least.
+const RING_RECORDS_OVER_EPOLL: f64 = 1.3;
+
+/// keel-uring's server ping, loaded p99 over idle p99: at most.
+const RING_PING_STRETCH: f64 = 1.5;
 
 /// Records/s over the closed-loop ceiling, keel with the first phase's
 /// clients: at least.
@@ -1033,6 +1042,25 @@ fn verdicts(runs: &[RunFigures], runtimes: &[RuntimeKind], many: u32) -> Vec<Ver
             .missing_because(missing(&[tokio])),
         );
     }
+    // The ring's own goals: a batch's write and sync linked on the ring
+    // and acknowledged on the worker, with no thread between.
+    out.push(ring_over_epoll(
+        runs,
+        runtimes,
+        "records_per_s keel-uring/keel",
+        "group",
+        "records_per_s",
+        Some(Goal::AtLeast(RING_RECORDS_OVER_EPOLL)),
+    ));
+    out.push(
+        Verdict::new(
+            "server ping loaded_p99/idle_p99, keel-uring",
+            "keel-uring",
+            server_stretch("keel-uring", "group"),
+            Some(Goal::AtMost(RING_PING_STRETCH)),
+        )
+        .missing_because(missing(&[RuntimeKind::KeelUring])),
+    );
     out
 }
 

@@ -40,6 +40,7 @@ use super::progress::PhaseBar;
 use super::RunSpec;
 use crate::error::Error;
 use crate::load::realtime::ProbeScheduling;
+use crate::serve::RuntimeKind;
 
 /// A measured scenario: what it runs, how it measures a phase, and what it
 /// makes of the figures. [`run`] drives it.
@@ -197,10 +198,105 @@ pub fn round_figures<S: Scenario>(scenario: &S, records: &[S::Record]) -> Vec<Ro
 }
 
 /// The verdicts of `rounds`, each judged on its per-round values.
+///
+/// Where keel-uring ran, each verdict on keel is judged a second time on
+/// keel-uring's figures in keel's place: its *ring twin*, so that every
+/// goal keel meets on epoll is checked on the ring too, with no scenario
+/// writing its verdicts twice. A twin is named with `keel-uring` for
+/// `keel` (or, if its name does not mention keel, with `, keel-uring`
+/// after it); one whose name the scenario judges itself (a goal of the
+/// ring's own) gives way to it, and one without a value in any round (it
+/// needs a variant only keel runs, such as S1's unaccounted one) is left
+/// out.
 pub fn judged_verdicts<S: Scenario>(scenario: &S, rounds: &[RoundFigures]) -> Vec<Verdict> {
-    judge_rounds(rounds, scenario.spec().judged, |runs| {
-        scenario.verdicts(runs)
-    })
+    let spec = scenario.spec();
+    if !spec.runtimes.contains(&RuntimeKind::KeelUring) {
+        return judge_rounds(rounds, spec.judged, |runs| scenario.verdicts(runs));
+    }
+    // The list of verdicts is the same whatever the figures.
+    let own = scenario.verdicts(&[]).len();
+    let mut verdicts = judge_rounds(rounds, spec.judged, |runs| {
+        let mut verdicts = scenario.verdicts(runs);
+        let twins = ring_twins(&verdicts, scenario.verdicts(&with_the_ring_as_keel(runs)));
+        verdicts.extend(twins);
+        verdicts
+    });
+    let twins = verdicts.split_off(own.min(verdicts.len()));
+    verdicts.extend(
+        twins
+            .into_iter()
+            .filter(|twin| twin.rounds.iter().any(Option::is_some)),
+    );
+    verdicts
+}
+
+/// `runs` with keel-uring's in keel's place: keel's left out, and
+/// keel-uring's renamed `keel`.
+fn with_the_ring_as_keel(runs: &[RunFigures]) -> Vec<RunFigures> {
+    runs.iter()
+        .filter(|run| run.runtime != RuntimeKind::Keel.name())
+        .map(|run| {
+            let mut run = run.clone();
+            if run.runtime == RuntimeKind::KeelUring.name() {
+                run.runtime = RuntimeKind::Keel.name().into();
+            }
+            run
+        })
+        .collect()
+}
+
+/// The ring twins (see [`judged_verdicts`]) among `on_the_ring`, the
+/// verdicts computed with keel-uring's figures as keel's: those on keel,
+/// renamed, less those `own` already names.
+fn ring_twins(own: &[Verdict], on_the_ring: Vec<Verdict>) -> Vec<Verdict> {
+    let keel = RuntimeKind::Keel.name();
+    on_the_ring
+        .into_iter()
+        .filter(|v| v.runtime == keel || mentions_keel(&v.name))
+        .map(|mut v| {
+            v.name = if mentions_keel(&v.name) {
+                keel_to_ring(&v.name)
+            } else {
+                format!("{}, {}", v.name, RuntimeKind::KeelUring.name())
+            }
+            .into();
+            v.runtime = keel_to_ring(&v.runtime).into();
+            v
+        })
+        .filter(|twin| !own.iter().any(|v| v.name == twin.name))
+        .collect()
+}
+
+/// Where the word `keel` (not `keel-uring`) stands in `text`.
+fn keel_words(text: &str) -> impl Iterator<Item = usize> + '_ {
+    let part_of_a_word =
+        |c: Option<char>| c.is_some_and(|c| c.is_alphanumeric() || "-_".contains(c));
+    let keel = RuntimeKind::Keel.name();
+    text.match_indices(keel)
+        .map(|(at, _)| at)
+        .filter(move |&at| {
+            !part_of_a_word(text[..at].chars().next_back())
+                && !part_of_a_word(text[at + keel.len()..].chars().next())
+        })
+}
+
+/// Whether `text` names keel (on epoll).
+fn mentions_keel(text: &str) -> bool {
+    keel_words(text).next().is_some()
+}
+
+/// `text` with every word `keel` made `keel-uring`.
+fn keel_to_ring(text: &str) -> String {
+    let keel = RuntimeKind::Keel.name();
+    let mut out = String::with_capacity(text.len() + 16);
+    let mut last = 0;
+    for at in keel_words(text) {
+        out.push_str(&text[last..at]);
+        out.push_str(RuntimeKind::KeelUring.name());
+        last = at + keel.len();
+    }
+    out.push_str(&text[last..]);
+    out
 }
 
 /// What `records` of a finished run make: medians, verdicts, problems,
@@ -290,6 +386,7 @@ mod tests {
             self.measured.borrow_mut().push((round, runtime));
             let value = match runtime {
                 RuntimeKind::Keel => f64::from(round),
+                RuntimeKind::KeelUring => 3.0,
                 RuntimeKind::Tokio => 2.0,
             };
             Ok(ToyRecord {
@@ -320,25 +417,50 @@ mod tests {
             }
         }
 
+        /// Each runtime's value; keel's also in a mode of its own.
         fn round_runs(&self, records: &[&ToyRecord]) -> Vec<RunFigures> {
-            records
-                .iter()
-                .map(|r| RunFigures {
-                    runtime: r.runtime.to_string(),
-                    mode: "default".into(),
-                    metrics: Pairs(vec![("value", r.value)]),
-                })
-                .collect()
+            let run = |r: &ToyRecord, mode: &str| RunFigures {
+                runtime: r.runtime.to_string(),
+                mode: mode.into(),
+                metrics: Pairs(vec![("value", r.value)]),
+            };
+            let mut runs: Vec<RunFigures> = records.iter().map(|r| run(r, "default")).collect();
+            runs.extend(
+                records
+                    .iter()
+                    .filter(|r| r.runtime == RuntimeKind::Keel)
+                    .map(|r| run(r, "own")),
+            );
+            runs
         }
 
+        /// keel against tokio, keel against its own mode, keel's value,
+        /// tokio's, and a goal of the ring's own.
         fn verdicts(&self, runs: &[RunFigures]) -> Vec<Verdict> {
             let value = |runtime| find_metric(runs, runtime, "default", "value");
-            vec![Verdict::new(
-                "value keel/tokio",
-                "keel",
-                crate::bench::stats::ratio(value("keel"), value("tokio")),
-                Some(Goal::AtLeast(0.4)),
-            )]
+            let ratio = crate::bench::stats::ratio;
+            vec![
+                Verdict::new(
+                    "value keel/tokio",
+                    "keel",
+                    ratio(value("keel"), value("tokio")),
+                    Some(Goal::AtLeast(0.4)),
+                ),
+                Verdict::new(
+                    "value keel/keel own",
+                    "keel",
+                    ratio(value("keel"), find_metric(runs, "keel", "own", "value")),
+                    None,
+                ),
+                Verdict::new("value", "keel", value("keel"), Some(Goal::AtMost(3.0))),
+                Verdict::new("value tokio", "tokio", value("tokio"), None),
+                Verdict::new(
+                    "value keel-uring/tokio",
+                    "keel-uring",
+                    ratio(value("keel-uring"), value("tokio")),
+                    Some(Goal::AtLeast(1.2)),
+                ),
+            ]
         }
 
         fn check(&self, records: &[ToyRecord]) -> (Vec<String>, Vec<String>) {
@@ -398,6 +520,74 @@ mod tests {
         assert_eq!(outcome.notes, ["6 records"]);
         assert!(outcome.problems.is_empty(), "{:?}", outcome.problems);
         assert_eq!(outcome.rounds.as_array().unwrap().len(), 6);
+    }
+
+    /// With keel-uring run, each verdict on keel is judged again on the
+    /// ring's figures, unless the scenario has a goal of that name or the
+    /// ring has no such figure; tokio's are not.
+    #[test]
+    fn the_ring_is_judged_on_keels_verdicts_too() {
+        let mut spec = RunSpec::for_tests(&[
+            RuntimeKind::Keel,
+            RuntimeKind::KeelUring,
+            RuntimeKind::Tokio,
+        ]);
+        spec.runs = 2;
+        let toy = Toy {
+            spec,
+            measured: RefCell::new(Vec::new()),
+        };
+        let outcome = run(&toy).unwrap();
+        let judged: Vec<(&str, &str, Option<f64>)> = outcome
+            .verdicts
+            .iter()
+            .map(|v| (&*v.name, &*v.runtime, v.value))
+            .collect();
+        assert_eq!(
+            judged,
+            [
+                ("value keel/tokio", "keel", Some(0.75)),
+                ("value keel/keel own", "keel", Some(1.0)),
+                ("value", "keel", Some(1.5)),
+                ("value tokio", "tokio", Some(2.0)),
+                ("value keel-uring/tokio", "keel-uring", Some(1.5)),
+                ("value, keel-uring", "keel-uring", Some(3.0)),
+            ]
+        );
+        let twin = &outcome.verdicts[5];
+        assert_eq!(twin.goal, Some(Goal::AtMost(3.0)));
+        assert_eq!(twin.rounds, [Some(3.0), Some(3.0)]);
+        // Without the ring, no twins.
+        let toy = Toy {
+            spec: RunSpec::for_tests(&[RuntimeKind::Keel, RuntimeKind::Tokio]),
+            measured: RefCell::new(Vec::new()),
+        };
+        assert_eq!(run(&toy).unwrap().verdicts.len(), 5);
+    }
+
+    /// Only the word `keel` becomes `keel-uring`.
+    #[test]
+    fn names_move_to_the_ring_word_by_word() {
+        assert_eq!(
+            keel_to_ring("slices_per_s keel/keel unaccounted"),
+            "slices_per_s keel-uring/keel-uring unaccounted"
+        );
+        assert_eq!(
+            keel_to_ring("bulk share, keel classes"),
+            "bulk share, keel-uring classes"
+        );
+        assert_eq!(keel_to_ring("keel"), "keel-uring");
+        for unchanged in [
+            "keel-uring/tokio",
+            "keeling",
+            "tokio group",
+            "keel_x",
+            "akeel",
+        ] {
+            assert_eq!(keel_to_ring(unchanged), unchanged);
+            assert!(!mentions_keel(unchanged), "{unchanged}");
+        }
+        assert!(mentions_keel("(keel)"));
     }
 
     /// Stages run in order every round; within one, the phases reverse in

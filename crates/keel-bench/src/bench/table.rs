@@ -99,7 +99,7 @@ fn render_verdicts(out: &mut String, outcome: &Outcome) {
         .verdicts
         .iter()
         .map(|v| {
-            if v.name.contains(v.runtime) {
+            if v.name.contains(&*v.runtime) {
                 v.name.to_string()
             } else {
                 format!("{} ({})", v.name, v.runtime)

@@ -47,10 +47,14 @@ use crate::error::Error;
 
 /// Which runtime a server runs on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, ValueEnum, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
+#[serde(rename_all = "kebab-case")]
 pub enum RuntimeKind {
-    /// keel, the runtime under test.
+    /// keel on its default IO driver, epoll: the runtime under test.
     Keel,
+    /// keel on its io_uring driver (a ring per worker, the ring driver's
+    /// default layout; `KEEL_IO_RINGS` picks another): the same servers
+    /// as `keel`, so that the two drivers compare in every scenario.
+    KeelUring,
     /// tokio's multi-thread runtime, the peer.
     Tokio,
 }
@@ -60,7 +64,22 @@ impl RuntimeKind {
     pub fn name(self) -> &'static str {
         match self {
             Self::Keel => "keel",
+            Self::KeelUring => "keel-uring",
             Self::Tokio => "tokio",
+        }
+    }
+
+    /// Whether this is keel, on either driver.
+    pub fn is_keel(self) -> bool {
+        matches!(self, Self::Keel | Self::KeelUring)
+    }
+
+    /// The IO driver of a keel runtime of this kind (epoll for `tokio`,
+    /// which has no such setting).
+    pub fn io_backend(self) -> keel::io::IoBackend {
+        match self {
+            Self::KeelUring => keel::io::IoBackend::Uring,
+            Self::Keel | Self::Tokio => keel::io::IoBackend::Epoll,
         }
     }
 }
@@ -273,6 +292,8 @@ pub fn default_workers() -> u64 {
 pub struct S1Opts {
     /// Worker threads of the runtime.
     pub workers: usize,
+    /// keel's IO driver.
+    pub io: keel::io::IoBackend,
     /// CPU tasks to start (0 for the idle phase).
     pub cpu_tasks: usize,
     /// Iterations of [`cpu::slice`] per slice.
@@ -322,7 +343,7 @@ pub type S1Start = fn(&S1Opts, Arc<AtomicU64>) -> Result<Running, Error>;
 /// The S1 server variant for a runtime.
 pub fn s1_start(runtime: RuntimeKind) -> S1Start {
     match runtime {
-        RuntimeKind::Keel => s1_keel::start,
+        RuntimeKind::Keel | RuntimeKind::KeelUring => s1_keel::start,
         RuntimeKind::Tokio => s1_tokio::start,
     }
 }
@@ -335,9 +356,10 @@ pub fn run(command: &ServeCommand) -> Result<(), Error> {
                 workers: usize::try_from(args.workers).unwrap_or(usize::MAX),
                 addr: args.addr,
                 spin: args.spin.map(Spin::policy),
+                io: args.runtime.io_backend(),
             };
             let running = match args.runtime {
-                RuntimeKind::Keel => s0_keel::start(&opts),
+                RuntimeKind::Keel | RuntimeKind::KeelUring => s0_keel::start(&opts),
                 RuntimeKind::Tokio => s0_tokio::start(&opts),
             }
             .map_err(|e| e.context(format!("serve s0 --runtime {}", args.runtime)))?;
@@ -346,12 +368,13 @@ pub fn run(command: &ServeCommand) -> Result<(), Error> {
         ServeCommand::S1(args) => {
             let opts = S1Opts {
                 workers: usize::try_from(args.workers).unwrap_or(usize::MAX),
+                io: args.runtime.io_backend(),
                 cpu_tasks: usize::try_from(args.cpu_tasks).unwrap_or(usize::MAX),
                 slice_iters: args.slice_iters,
                 addr: args.addr,
                 accounting: !args.no_accounting,
             };
-            if args.no_accounting && args.runtime != RuntimeKind::Keel {
+            if args.no_accounting && !args.runtime.is_keel() {
                 return Err(Error::new(
                     "serve s1: --no-accounting is a keel setting; tokio has no such switch",
                 ));
@@ -372,10 +395,11 @@ pub fn run(command: &ServeCommand) -> Result<(), Error> {
                 min_bytes: usize::try_from(args.min_bytes).unwrap_or(usize::MAX),
                 max_delay: std::time::Duration::from_millis(args.max_delay_ms),
                 spin: None,
+                io: args.runtime.io_backend(),
             };
             let context = format!("serve s2 --runtime {} --mode {}", args.runtime, args.mode);
             let running = match args.runtime {
-                RuntimeKind::Keel => s2_keel::start(&opts),
+                RuntimeKind::Keel | RuntimeKind::KeelUring => s2_keel::start(&opts),
                 RuntimeKind::Tokio => s2_tokio::start(&opts),
             }
             .map_err(|e| e.context(&context))?;
@@ -389,7 +413,7 @@ pub fn run(command: &ServeCommand) -> Result<(), Error> {
                 addr: args.addr,
                 api_addr: SocketAddr::from(([127, 0, 0, 1], 0)),
                 mode: match args.runtime {
-                    RuntimeKind::Keel => s2::S2Mode::Off,
+                    RuntimeKind::Keel | RuntimeKind::KeelUring => s2::S2Mode::Off,
                     RuntimeKind::Tokio => s2::S2Mode::Read64k,
                 },
                 job_lines: 1,
@@ -397,11 +421,12 @@ pub fn run(command: &ServeCommand) -> Result<(), Error> {
                 min_bytes: 64 * 1024,
                 max_delay: std::time::Duration::from_millis(100),
                 spin: args.spin.map(Spin::policy),
+                io: args.runtime.io_backend(),
             };
             let spin = args.spin.map_or("default", Spin::name);
             let context = format!("serve s4 --runtime {} --spin {spin}", args.runtime);
             let running = match args.runtime {
-                RuntimeKind::Keel => s2_keel::start(&opts),
+                RuntimeKind::Keel | RuntimeKind::KeelUring => s2_keel::start(&opts),
                 RuntimeKind::Tokio => s2_tokio::start(&opts),
             }
             .map_err(|e| e.context(&context))?;
@@ -414,10 +439,11 @@ pub fn run(command: &ServeCommand) -> Result<(), Error> {
                 log_addr: args.log_addr,
                 dir: args.dir.clone(),
                 mode: args.mode,
+                io: args.runtime.io_backend(),
             };
             let context = format!("serve s5 --runtime {} --mode {}", args.runtime, args.mode);
             let running = match args.runtime {
-                RuntimeKind::Keel => s5_keel::start(&opts),
+                RuntimeKind::Keel | RuntimeKind::KeelUring => s5_keel::start(&opts),
                 RuntimeKind::Tokio => s5_tokio::start(&opts),
             }
             .map_err(|e| e.context(&context))?;

@@ -21,10 +21,15 @@ use serde_json::{json, Value};
 use super::stamp::stamp_echo;
 use crate::error::Error;
 
-/// A keel runtime with `workers` workers, the spin policy `spin` (the
-/// runtime's default when `None`) and every other setting at its default.
-pub fn runtime(workers: usize, spin: Option<keel::SpinPolicy>) -> Result<keel::Runtime, Error> {
-    runtime_with(workers, spin, true)
+/// A keel runtime with `workers` workers on the IO driver `io`, the spin
+/// policy `spin` (the runtime's default when `None`) and every other
+/// setting at its default.
+pub fn runtime(
+    workers: usize,
+    spin: Option<keel::SpinPolicy>,
+    io: keel::io::IoBackend,
+) -> Result<keel::Runtime, Error> {
+    runtime_with(workers, spin, io, true)
 }
 
 /// [`runtime`], with the accounting on or off (off only to measure what
@@ -32,25 +37,35 @@ pub fn runtime(workers: usize, spin: Option<keel::SpinPolicy>) -> Result<keel::R
 pub fn runtime_with(
     workers: usize,
     spin: Option<keel::SpinPolicy>,
+    io: keel::io::IoBackend,
     accounting: bool,
 ) -> Result<keel::Runtime, Error> {
     let mut builder = keel::Runtime::builder();
-    builder.workers(workers).accounting(accounting);
+    builder
+        .workers(workers)
+        .io_backend(io)
+        .accounting(accounting);
     if let Some(spin) = spin {
         builder.spin(spin);
     }
-    builder
-        .build()
-        .map_err(|e| Error::new(format!("cannot start a keel runtime: {e}")))
+    build(&mut builder)
 }
 
 /// [`runtime`] with the urgent class on a lane of its own (see
 /// `keel::Builder::urgent_lane`), at real-time priority 1 where the process
 /// may set it.
-pub fn runtime_with_lane(workers: usize) -> Result<keel::Runtime, Error> {
-    keel::Runtime::builder()
+pub fn runtime_with_lane(workers: usize, io: keel::io::IoBackend) -> Result<keel::Runtime, Error> {
+    let mut builder = keel::Runtime::builder();
+    builder
         .workers(workers)
-        .urgent_lane(keel::UrgentLane::new())
+        .io_backend(io)
+        .urgent_lane(keel::UrgentLane::new());
+    build(&mut builder)
+}
+
+/// Builds `builder`'s runtime, saying which driver failed if it does.
+fn build(builder: &mut keel::Builder) -> Result<keel::Runtime, Error> {
+    builder
         .build()
         .map_err(|e| Error::new(format!("cannot start a keel runtime: {e}")))
 }

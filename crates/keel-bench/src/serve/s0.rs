@@ -34,6 +34,8 @@ pub struct S0Opts {
     /// keel's spin policy; `None` keeps the runtime's default. tokio has
     /// no such setting and refuses one.
     pub spin: Option<keel::SpinPolicy>,
+    /// keel's IO driver (tokio ignores it).
+    pub io: keel::io::IoBackend,
 }
 
 /// The service: `200 OK` with [`BODY`] for any request.

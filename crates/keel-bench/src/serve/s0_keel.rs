@@ -21,7 +21,7 @@ use crate::error::Error;
 
 /// Starts the keel S0 server; returns once it is bound.
 pub fn start(opts: &S0Opts) -> Result<Running, Error> {
-    let rt = super::node_keel::runtime(opts.workers, opts.spin)?;
+    let rt = super::node_keel::runtime(opts.workers, opts.spin, opts.io)?;
     let (listener, addr) = bind(&rt, opts.addr)?;
     rt.spawn(accept_each(listener, serve));
     let handle = rt.handle().clone();

@@ -21,7 +21,7 @@ use crate::error::Error;
 
 /// Starts the keel S1 server (see [`super::S1Start`]).
 pub fn start(opts: &S1Opts, slices: Arc<AtomicU64>) -> Result<Running, Error> {
-    let rt = runtime_with(opts.workers, None, opts.accounting)?;
+    let rt = runtime_with(opts.workers, None, opts.io, opts.accounting)?;
     let (listener, addr) = bind(&rt, opts.addr)?;
     rt.spawn(accept_echo(listener));
     for _ in 0..opts.cpu_tasks {
@@ -60,6 +60,7 @@ mod tests {
         use std::io::{Read, Write};
         let opts = S1Opts {
             workers: 2,
+            io: keel::io::IoBackend::Epoll,
             cpu_tasks: 2,
             slice_iters: 1000,
             addr: "127.0.0.1:0".parse().unwrap(),

@@ -92,6 +92,8 @@ pub struct S2Opts {
     /// keel's spin policy; `None` keeps the runtime's default. tokio has
     /// no such setting and refuses one.
     pub spin: Option<keel::SpinPolicy>,
+    /// keel's IO driver (tokio ignores it).
+    pub io: keel::io::IoBackend,
 }
 
 /// Counters every variant keeps, reported in each `mark` under `s2`,

@@ -26,7 +26,7 @@ pub fn start(opts: &S2Opts) -> Result<Running, Error> {
             opts.mode
         )));
     }
-    let rt = super::node_keel::runtime(opts.workers, opts.spin)?;
+    let rt = super::node_keel::runtime(opts.workers, opts.spin, opts.io)?;
     let (streams, addr) = bind(&rt, opts.addr)?;
     let (api, api_addr) = bind(&rt, opts.api_addr)?;
     let counters = Arc::new(S2Counters::new(opts.handler_lines));

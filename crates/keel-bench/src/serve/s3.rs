@@ -101,10 +101,11 @@ pub fn run(args: &ServeProxyArgs) -> Result<(), Error> {
         admin: args.admin_addr,
         single_class: args.single_class,
         urgent_lane: args.urgent_lane,
+        io: args.runtime.io_backend(),
     };
     let context = format!("serve proxy --runtime {}", args.runtime);
     let running = match args.runtime {
-        RuntimeKind::Keel => s3_keel::start(&opts),
+        RuntimeKind::Keel | RuntimeKind::KeelUring => s3_keel::start(&opts),
         RuntimeKind::Tokio => s3_tokio::start(&opts),
     }
     .map_err(|e| e.context(&context))?;
@@ -127,6 +128,8 @@ pub struct ProxyOpts {
     pub single_class: bool,
     /// keel: the urgent class on an urgent lane.
     pub urgent_lane: bool,
+    /// keel's IO driver.
+    pub io: keel::io::IoBackend,
 }
 
 /// Counters every variant keeps, reported in each `mark` under `proxy`

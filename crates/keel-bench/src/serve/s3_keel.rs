@@ -85,9 +85,9 @@ impl Classes {
 /// Starts the keel proxy.
 pub fn start(opts: &ProxyOpts) -> Result<Running, Error> {
     let rt = if opts.urgent_lane {
-        super::node_keel::runtime_with_lane(opts.workers)?
+        super::node_keel::runtime_with_lane(opts.workers, opts.io)?
     } else {
-        super::node_keel::runtime(opts.workers, None)?
+        super::node_keel::runtime(opts.workers, None, opts.io)?
     };
     let classes = Classes::new(opts.single_class);
     let counters = Arc::new(ProxyCounters::default());

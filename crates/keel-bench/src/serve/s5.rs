@@ -79,6 +79,8 @@ pub struct S5Opts {
     pub dir: PathBuf,
     /// How records are made durable.
     pub mode: LogMode,
+    /// keel's IO driver (tokio ignores it).
+    pub io: keel::io::IoBackend,
 }
 
 /// Counters every variant keeps, reported in each `mark` answer under

@@ -43,7 +43,7 @@ pub fn start(opts: &S5Opts) -> Result<Running, Error> {
             opts.mode
         )));
     }
-    let rt = super::node_keel::runtime(opts.workers, Some(keel::SpinPolicy::None))?;
+    let rt = super::node_keel::runtime(opts.workers, Some(keel::SpinPolicy::None), opts.io)?;
     // Opened by a task of the log's class, so that on the io_uring driver
     // the writer is a task of that class whose batches go to the ring.
     let dir = opts.dir.clone();

@@ -55,7 +55,10 @@ pub fn run(args: &ServeSoakArgs) -> Result<(), Error> {
 /// `startup.echo_addr` the echo service's.
 fn start(args: &ServeSoakArgs, slices: Arc<AtomicU64>) -> Result<Running, Error> {
     let workers = usize::try_from(args.workers).unwrap_or(usize::MAX);
-    let rt = runtime(workers, None)?;
+    // The driver `KEEL_IO_BACKEND` names (epoll when unset), so that CI
+    // soaks either.
+    let io = keel::io::IoBackend::from_env().map_err(|e| Error::new(e.to_string()))?;
+    let rt = runtime(workers, None, io)?;
     let any = SocketAddr::from(([127, 0, 0, 1], 0));
 
     // S1: echo and CPU tasks, default class.
