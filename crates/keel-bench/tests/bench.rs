@@ -158,6 +158,14 @@ fn quick_bench_writes_a_report_for_every_runtime() {
     let runs = s1["runs"].as_array().unwrap();
     for run in runs {
         check_s1_metrics(&run["metrics"]);
+        // keel counts its looks at the reactor, with its accounting on;
+        // tokio does not.
+        let looks = &run["metrics"]["io_looks_per_s"];
+        if run["runtime"] == "tokio" || run["mode"] == "unaccounted" {
+            assert!(looks.is_null(), "{run}");
+        } else {
+            assert!(looks.as_f64().unwrap() > 0.0, "{run}");
+        }
     }
     assert!(s1["verdicts"].as_array().unwrap().len() >= 4);
     for verdict in s1["verdicts"].as_array().unwrap() {

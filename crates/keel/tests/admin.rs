@@ -514,6 +514,7 @@ fn metrics_parse_back_in_both_formats() {
             ("keel_worker_state_seconds", "counter"),
             ("keel_worker_park_cpu_seconds", "counter"),
             ("keel_worker_rescues", "counter"),
+            ("keel_worker_io_looks", "counter"),
             ("keel_class_wall_seconds", "counter"),
             ("keel_class_charged_seconds", "counter"),
             ("keel_class_cpu_seconds", "counter"),
@@ -835,6 +836,7 @@ fn stats_json_has_the_documented_fields() {
             );
             integer(worker, "polls");
             integer(worker, "rescues");
+            integer(worker, "io_looks");
             let park_cpu = number(worker, "park_cpu_s");
             assert!(park_cpu >= 0.0 && park_cpu <= cpu + 0.02, "{worker}");
         }

@@ -324,6 +324,31 @@ fn io_poll_gap_shows_a_poll_that_holds_its_worker() {
     });
 }
 
+/// A worker with work looks at the reactor after every `io_every` task
+/// polls, and each look is counted: a task that yields 400 times on a
+/// worker that looks every 4 polls (and, by time, only once an hour) gets
+/// at least 100 looks.
+#[test]
+fn io_looks_count_each_look_at_the_reactor() {
+    let rt = Runtime::builder()
+        .workers(1)
+        .spin(SpinPolicy::None)
+        .io_every(4)
+        .io_interval(Duration::from_secs(3600))
+        .build()
+        .unwrap();
+    let before = rt.stats().workers[0].clone();
+    rt.block_on(rt.handle().spawn(async {
+        for _ in 0..400 {
+            keel::yield_now().await;
+        }
+    }))
+    .unwrap();
+    support::wait_until("the looks are published", || {
+        rt.stats().workers[0].since(&before).io_looks >= 100
+    });
+}
+
 /// A task that yields is stamped as scheduled when its poll ends, not when
 /// it began: on one worker, two tasks that each poll about 5 ms and yield
 /// wait one poll of the other between their polls, where a stamp taken at

@@ -40,6 +40,7 @@ use super::RunSpec;
 use crate::error::Error;
 use crate::load::realtime::ProbeScheduling;
 use crate::load::summary::Quantiles;
+use crate::serve::node_keel::worker_pairs;
 use crate::serve::RuntimeKind;
 
 /// What the scenario measures, for the table.
@@ -213,7 +214,12 @@ impl Scenario for S1 {
                 Some(RunFigures {
                     runtime: runtime.to_string(),
                     mode: mode.into(),
-                    metrics: Pairs(round_metrics(&idle.figures, &loaded.figures, slice_us)),
+                    metrics: Pairs(round_metrics(
+                        &idle.figures,
+                        &loaded.figures,
+                        slice_us,
+                        mode == DEFAULT,
+                    )),
                 })
             })
             .collect()
@@ -311,10 +317,11 @@ fn round_metrics(
     idle: &PhaseFigures,
     loaded: &PhaseFigures,
     slice_us: f64,
+    accounted: bool,
 ) -> Vec<(&'static str, f64)> {
     let server =
         |f: &PhaseFigures, q: fn(&Quantiles) -> f64| f.probe.server.as_ref().map_or(f64::NAN, q);
-    vec![
+    let mut metrics = vec![
         (
             "server_slice_bound_us",
             slice_us + server(idle, |q| q.p99_us),
@@ -340,7 +347,23 @@ fn round_metrics(
             "probe_errors",
             (idle.probe.errors + loaded.probe.errors) as f64,
         ),
-    ]
+    ];
+    // A runtime without its accounting counts nothing.
+    if let Some(looks) = io_looks_per_s(loaded).filter(|_| accounted) {
+        metrics.push(("io_looks_per_s", looks));
+    }
+    metrics
+}
+
+/// keel's looks at the reactor a second over the loaded window, all
+/// workers together (`None` for a runtime that does not count them).
+fn io_looks_per_s(loaded: &PhaseFigures) -> Option<f64> {
+    let pairs = worker_pairs(&loaded.runtime_start, &loaded.runtime_end)?;
+    let looks: Option<u64> = pairs
+        .iter()
+        .map(|(start, end)| Some(end.io_looks?.saturating_sub(start.io_looks?)))
+        .sum();
+    ratio(Some(looks? as f64), Some(loaded.window_s))
 }
 
 /// The S1 verdicts, from one round's figures.
@@ -468,6 +491,14 @@ fn verdicts(runs: &[RunFigures], runtimes: &[RuntimeKind]) -> Vec<Verdict> {
         "slices_per_s keel-uring/keel",
         DEFAULT,
         "slices_per_s",
+        None,
+    ));
+    out.push(ring_over_epoll(
+        runs,
+        runtimes,
+        "io_looks_per_s keel-uring/keel",
+        DEFAULT,
+        "io_looks_per_s",
         None,
     ));
     out

@@ -26,6 +26,7 @@
 //! again and audits its log, with no rounds, no runtimes to compare and no
 //! medians, and stays on its own in [`super::crash`].
 
+use std::cell::RefCell;
 use std::time::Duration;
 
 use serde::Serialize;
@@ -205,27 +206,59 @@ pub fn round_figures<S: Scenario>(scenario: &S, records: &[S::Record]) -> Vec<Ro
 /// writing its verdicts twice. A twin is named with `keel-uring` for
 /// `keel` (or, if its name does not mention keel, with `, keel-uring`
 /// after it); one whose name the scenario judges itself (a goal of the
-/// ring's own) gives way to it, and one without a value in any round (it
-/// needs a variant only keel runs, such as S1's unaccounted one) is left
-/// out.
+/// ring's own) gives way to it. A twin of a verdict that needs a mode of
+/// keel's that keel-uring does not run (S1's unaccounted one, S3's lane)
+/// is left out: one that has a value from keel's runs but none from
+/// keel's runs in keel-uring's modes alone, in some round.
 pub fn judged_verdicts<S: Scenario>(scenario: &S, rounds: &[RoundFigures]) -> Vec<Verdict> {
     let spec = scenario.spec();
     if !spec.runtimes.contains(&RuntimeKind::KeelUring) {
         return judge_rounds(rounds, spec.judged, |runs| scenario.verdicts(runs));
     }
-    // The list of verdicts is the same whatever the figures.
-    let own = scenario.verdicts(&[]).len();
+    let ring_modes: Vec<&str> = rounds
+        .iter()
+        .flat_map(|round| &round.runs)
+        .filter(|run| run.runtime == RuntimeKind::KeelUring.name())
+        .map(|run| run.mode.as_str())
+        .collect();
+    // The list of verdicts, and so of twins, is the same whatever the
+    // figures: each twin's own verdict, by index.
+    let own = scenario.verdicts(&[]);
+    let twin_of: Vec<usize> = ring_twins(&own, scenario.verdicts(&[]))
+        .into_iter()
+        .map(|(index, _)| index)
+        .collect();
+    let needs_keel_only = RefCell::new(vec![false; own.len()]);
     let mut verdicts = judge_rounds(rounds, spec.judged, |runs| {
         let mut verdicts = scenario.verdicts(runs);
+        let in_ring_modes: Vec<RunFigures> = runs
+            .iter()
+            .filter(|run| {
+                run.runtime != RuntimeKind::Keel.name() || ring_modes.contains(&&*run.mode)
+            })
+            .cloned()
+            .collect();
+        let restricted = scenario.verdicts(&in_ring_modes);
+        for ((flag, full), restricted) in needs_keel_only
+            .borrow_mut()
+            .iter_mut()
+            .zip(&verdicts)
+            .zip(&restricted)
+        {
+            *flag |= full.value.is_some() && restricted.value.is_none();
+        }
         let twins = ring_twins(&verdicts, scenario.verdicts(&with_the_ring_as_keel(runs)));
-        verdicts.extend(twins);
+        verdicts.extend(twins.into_iter().map(|(_, twin)| twin));
         verdicts
     });
-    let twins = verdicts.split_off(own.min(verdicts.len()));
+    let twins = verdicts.split_off(own.len().min(verdicts.len()));
+    let needs_keel_only = needs_keel_only.into_inner();
     verdicts.extend(
         twins
             .into_iter()
-            .filter(|twin| twin.rounds.iter().any(Option::is_some)),
+            .zip(twin_of)
+            .filter(|(_, of)| !needs_keel_only[*of])
+            .map(|(twin, _)| twin),
     );
     verdicts
 }
@@ -246,14 +279,16 @@ fn with_the_ring_as_keel(runs: &[RunFigures]) -> Vec<RunFigures> {
 }
 
 /// The ring twins (see [`judged_verdicts`]) among `on_the_ring`, the
-/// verdicts computed with keel-uring's figures as keel's: those on keel,
-/// renamed, less those `own` already names.
-fn ring_twins(own: &[Verdict], on_the_ring: Vec<Verdict>) -> Vec<Verdict> {
-    let keel = RuntimeKind::Keel.name();
+/// verdicts computed with keel-uring's figures as keel's: those on keel
+/// (not the ring's own, such as `… keel-uring/keel`), renamed, less those
+/// `own` already names; each with the index of the verdict it twins.
+fn ring_twins(own: &[Verdict], on_the_ring: Vec<Verdict>) -> Vec<(usize, Verdict)> {
+    let (keel, ring) = (RuntimeKind::Keel.name(), RuntimeKind::KeelUring.name());
     on_the_ring
         .into_iter()
-        .filter(|v| v.runtime == keel || mentions_keel(&v.name))
-        .map(|mut v| {
+        .enumerate()
+        .filter(|(_, v)| v.runtime != ring && (v.runtime == keel || mentions_keel(&v.name)))
+        .map(|(index, mut v)| {
             v.name = if mentions_keel(&v.name) {
                 keel_to_ring(&v.name)
             } else {
@@ -261,9 +296,9 @@ fn ring_twins(own: &[Verdict], on_the_ring: Vec<Verdict>) -> Vec<Verdict> {
             }
             .into();
             v.runtime = keel_to_ring(&v.runtime).into();
-            v
+            (index, v)
         })
-        .filter(|twin| !own.iter().any(|v| v.name == twin.name))
+        .filter(|(_, twin)| !own.iter().any(|v| v.name == twin.name))
         .collect()
 }
 
@@ -435,7 +470,8 @@ mod tests {
         }
 
         /// keel against tokio, keel against its own mode, keel's value,
-        /// tokio's, and a goal of the ring's own.
+        /// tokio's, a goal of the ring's own, the ring against keel, and a
+        /// ratio that never has a value.
         fn verdicts(&self, runs: &[RunFigures]) -> Vec<Verdict> {
             let value = |runtime| find_metric(runs, runtime, "default", "value");
             let ratio = crate::bench::stats::ratio;
@@ -459,6 +495,18 @@ mod tests {
                     "keel-uring",
                     ratio(value("keel-uring"), value("tokio")),
                     Some(Goal::AtLeast(1.2)),
+                ),
+                Verdict::new(
+                    "value keel-uring/keel",
+                    "keel-uring",
+                    ratio(value("keel-uring"), value("keel")),
+                    None,
+                ),
+                Verdict::new(
+                    "value keel/nobody",
+                    "keel",
+                    ratio(value("keel"), value("nobody")),
+                    None,
                 ),
             ]
         }
@@ -524,7 +572,8 @@ mod tests {
 
     /// With keel-uring run, each verdict on keel is judged again on the
     /// ring's figures, unless the scenario has a goal of that name or the
-    /// ring has no such figure; tokio's are not.
+    /// verdict needs a mode only keel runs; tokio's are not. A twin whose
+    /// figure is missing for another reason stays, and says so.
     #[test]
     fn the_ring_is_judged_on_keels_verdicts_too() {
         let mut spec = RunSpec::for_tests(&[
@@ -551,10 +600,13 @@ mod tests {
                 ("value", "keel", Some(1.5)),
                 ("value tokio", "tokio", Some(2.0)),
                 ("value keel-uring/tokio", "keel-uring", Some(1.5)),
+                ("value keel-uring/keel", "keel-uring", Some(2.25)),
+                ("value keel/nobody", "keel", None),
                 ("value, keel-uring", "keel-uring", Some(3.0)),
+                ("value keel-uring/nobody", "keel-uring", None),
             ]
         );
-        let twin = &outcome.verdicts[5];
+        let twin = &outcome.verdicts[7];
         assert_eq!(twin.goal, Some(Goal::AtMost(3.0)));
         assert_eq!(twin.rounds, [Some(3.0), Some(3.0)]);
         // Without the ring, no twins.
@@ -562,7 +614,7 @@ mod tests {
             spec: RunSpec::for_tests(&[RuntimeKind::Keel, RuntimeKind::Tokio]),
             measured: RefCell::new(Vec::new()),
         };
-        assert_eq!(run(&toy).unwrap().verdicts.len(), 5);
+        assert_eq!(run(&toy).unwrap().verdicts.len(), 7);
     }
 
     /// Only the word `keel` becomes `keel-uring`.

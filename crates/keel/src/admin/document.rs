@@ -261,6 +261,10 @@ pub struct WorkerFigures {
     /// predates it.
     #[serde(default)]
     pub rescues: Option<u64>,
+    /// Times the worker looked at the reactor without blocking (see
+    /// [`WorkerStats::io_looks`]); `None` from a server that predates it.
+    #[serde(default)]
+    pub io_looks: Option<u64>,
     /// Time the kernel preempted the worker in the middle of task polls,
     /// measured from its log of the worker's switches and left out of the
     /// classes' charges (see [`WorkerStats::preempted_in_polls`]); `None`
@@ -288,6 +292,7 @@ impl From<&WorkerStats> for WorkerFigures {
             preempted_s: Some(secs(w.preempted())),
             io_poll_gap_max_us: Some(micros(w.io_poll_gap_max)),
             rescues: Some(w.rescues),
+            io_looks: Some(w.io_looks),
             preempted_in_polls_s: w.preempted_in_polls.map(secs),
         }
     }
@@ -771,6 +776,7 @@ mod tests {
                 preempted_s: Some(0.24),
                 io_poll_gap_max_us: Some(250.0),
                 rescues: Some(2),
+                io_looks: Some(40),
                 preempted_in_polls_s: Some(0.125),
                 ..WorkerFigures::default()
             }],
@@ -879,6 +885,7 @@ mod tests {
             "preempted_s",
             "io_poll_gap_max_us",
             "rescues",
+            "io_looks",
             "preempted_in_polls_s",
             "classes",
             "name",
@@ -1038,9 +1045,10 @@ mod tests {
                 worker.park_cpu_s,
                 worker.preempted_s,
                 worker.io_poll_gap_max_us,
-                worker.rescues
+                worker.rescues,
+                worker.io_looks
             ),
-            (None, None, None, None, None)
+            (None, None, None, None, None, None)
         );
         assert_eq!(doc.classes[0].wall_s, 0.25);
         assert_eq!(doc.classes[0].wall_share_pct, 100.0);

@@ -170,6 +170,16 @@ fn families(shared: &Shared, stats: &Stats) -> Vec<Family> {
                 .iter()
                 .map(|w| (vec![("worker", w.index.to_string())], count(w.rescues))),
         ),
+        labelled(
+            "worker_io_looks",
+            "Times each worker looked at the reactor without blocking, between task polls or before it parks.",
+            None,
+            Counter,
+            stats
+                .workers
+                .iter()
+                .map(|w| (vec![("worker", w.index.to_string())], count(w.io_looks))),
+        ),
     ];
     let class = |name: &str| vec![("class", name.to_owned())];
     families.extend([

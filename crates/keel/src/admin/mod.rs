@@ -156,6 +156,7 @@
 //! | `worker_states[].utilization_pct` | number | (task + io + timers) / wall for this worker |
 //! | `worker_states[].cpu_s` | number | CPU time the kernel charged to the worker's thread (see [`WorkerStats::cpu`](crate::stats::WorkerStats::cpu)) |
 //! | `worker_states[].park_cpu_s` | number | CPU time the worker's thread used while parked, going to sleep and waking (see [`WorkerStats::park_cpu`](crate::stats::WorkerStats::park_cpu)) |
+//! | `worker_states[].io_looks` | integer | times the worker looked at the reactor without blocking, between task polls or before it parks (see [`WorkerStats::io_looks`](crate::stats::WorkerStats::io_looks)) |
 //! | `worker_states[].rescues` | integer | times the worker took tasks queued on a sibling stuck in one state for 1 ms (see [`WorkerStats::rescues`](crate::stats::WorkerStats::rescues)) |
 //! | `worker_states[].io_poll_gap_max_us` | number | the longest the worker went between two looks at the reactor while it had work, since it started (see [`WorkerStats::io_poll_gap_max`](crate::stats::WorkerStats::io_poll_gap_max)) |
 //! | `worker_states[].preempted_s` | number | time in on-CPU states the kernel did not run the worker (see [`WorkerStats::preempted`](crate::stats::WorkerStats::preempted)) |
@@ -258,6 +259,7 @@
 //! | `keel_worker_state_seconds` | counter | `worker`, `state` (`task`, `io`, `timers`, `search`, `spin`, `parked`) |
 //! | `keel_worker_park_cpu_seconds` | counter | `worker` |
 //! | `keel_worker_rescues` | counter | `worker` |
+//! | `keel_worker_io_looks` | counter | `worker` |
 //! | `keel_class_wall_seconds` | counter | `class`; wall time of the class's polls |
 //! | `keel_class_charged_seconds` | counter | `class`; what the shares divide: the wall time less the time the kernel preempted the workers inside the polls (see `Builder::charge_on_cpu`) |
 //! | `keel_class_cpu_seconds` | counter | `class`; **deprecated**, goes away in the next release: the same samples as `keel_class_wall_seconds`, under its old name |

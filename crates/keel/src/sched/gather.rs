@@ -49,6 +49,7 @@ impl Shared {
                     cpu: Duration::from_nanos(p.cpu),
                     io_poll_gap_max: Duration::from_nanos(p.io_gap_max),
                     rescues: p.rescues,
+                    io_looks: p.io_looks,
                     park_cpu: Duration::from_nanos(p.park_cpu),
                     preempted_in_polls: p.preempted_in_polls.map(Duration::from_nanos),
                 }

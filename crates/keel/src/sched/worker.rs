@@ -667,6 +667,7 @@ impl Worker {
         if !ticked {
             self.account.switch(State::Io, start);
         }
+        self.account.io_look();
         reactor.poll(&mut poller, Some(Duration::ZERO), &mut self.woken);
         drop(poller);
         let woke = !self.woken.is_empty();

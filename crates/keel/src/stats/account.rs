@@ -190,6 +190,8 @@ pub(crate) struct Published {
     pub(crate) io_gap_max: u64,
     /// Times the worker took tasks from a sibling stuck in one state.
     pub(crate) rescues: u64,
+    /// Times the worker looked at the reactor without blocking.
+    pub(crate) io_looks: u64,
     /// CPU time, ns, the worker's thread used while parked (going to
     /// sleep and waking up), estimated from the sampled parks.
     pub(crate) park_cpu: u64,
@@ -309,6 +311,7 @@ impl WorkerMetrics {
                 cpu: 0,
                 io_gap_max: 0,
                 rescues: 0,
+                io_looks: 0,
                 park_cpu: 0,
                 preempted_in_polls: None,
             }),
@@ -366,6 +369,8 @@ pub(crate) struct Account {
     io_gap_max: u64,
     /// See [`Published::rescues`].
     rescues: u64,
+    /// See [`Published::io_looks`].
+    io_looks: u64,
     /// See [`Published::preempted_in_polls`].
     preempted_in_polls: Option<u64>,
     /// The thread's CPU clock when the worker began to park, while it is
@@ -419,6 +424,7 @@ impl Account {
             enabled,
             io_gap_max: 0,
             rescues: 0,
+            io_looks: 0,
             preempted_in_polls: None,
             park_cpu_from: None,
             parks: 0,
@@ -491,6 +497,11 @@ impl Account {
     /// [`preempted`](Self::preempted)).
     pub(crate) fn meter_preemption(&mut self) {
         self.preempted_in_polls.get_or_insert(0);
+    }
+
+    /// Counts one look at the reactor without blocking.
+    pub(crate) fn io_look(&mut self) {
+        self.io_looks += 1;
     }
 
     /// Counts one takeover of a stuck sibling's tasks.
@@ -609,6 +620,7 @@ impl Account {
         published.since = self.since;
         published.io_gap_max = self.io_gap_max;
         published.rescues = self.rescues;
+        published.io_looks = self.io_looks;
         published.preempted_in_polls = self.preempted_in_polls;
         published.cpu = self.last_cpu;
         // Where there is no thread clock, `cpu` stays zero, and so does

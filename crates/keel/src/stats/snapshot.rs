@@ -268,6 +268,15 @@ pub struct WorkerStats {
     /// one in a poll that blocks. Steady growth means the machine runs
     /// more threads than it has cores, or some task blocks its worker.
     pub rescues: u64,
+    /// Times the worker looked at the reactor without blocking, between
+    /// task polls or before it parks: on epoll an `epoll_wait` with no
+    /// timeout, on io_uring a read of the completion queue (a system
+    /// call only when something waits to be posted or submitted). Over a
+    /// window under CPU load, looks per second say how often sockets are
+    /// seen (at most one per `io_interval` of busy time, or per
+    /// `io_every` polls); the blocking waits of a parked worker are not
+    /// counted.
+    pub io_looks: u64,
     /// CPU time the worker's thread used while [`parked`](Self::parked):
     /// going to sleep and waking up (the system calls, the kernel's
     /// switches, a blocking poll of the reactor), read from the thread's
@@ -354,6 +363,7 @@ impl WorkerStats {
             cpu: self.cpu.saturating_sub(earlier.cpu),
             io_poll_gap_max: self.io_poll_gap_max,
             rescues: self.rescues.saturating_sub(earlier.rescues),
+            io_looks: self.io_looks.saturating_sub(earlier.io_looks),
             park_cpu: self.park_cpu.saturating_sub(earlier.park_cpu),
             preempted_in_polls: self
                 .preempted_in_polls
