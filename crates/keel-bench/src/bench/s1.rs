@@ -290,11 +290,15 @@ fn charts(records: &[PhaseRecord]) -> Vec<Chart> {
     );
     let phases: Vec<(String, Vec<[f64; 6]>)> = first
         .iter()
-        .filter(|r| r.figures.runtime == RuntimeKind::Keel && r.mode == DEFAULT)
+        .filter(|r| r.figures.runtime.is_keel() && r.mode == DEFAULT)
         .filter_map(|r| {
             let states =
                 charts::keel_worker_states(&r.figures.runtime_start, &r.figures.runtime_end)?;
-            Some((r.phase.to_string(), states))
+            let label = match r.figures.runtime {
+                RuntimeKind::Keel => r.phase.to_string(),
+                ring => format!("{ring} {}", r.phase),
+            };
+            Some((label, states))
         })
         .collect();
     let workers = charts::worker_state_bars(
@@ -361,7 +365,8 @@ fn io_looks_per_s(loaded: &PhaseFigures) -> Option<f64> {
     let pairs = worker_pairs(&loaded.runtime_start, &loaded.runtime_end)?;
     let looks: Option<u64> = pairs
         .iter()
-        .map(|(start, end)| Some(end.io_looks?.saturating_sub(start.io_looks?)))
+        // A worker the first mark did not have starts from zero.
+        .map(|(start, end)| Some(end.io_looks?.saturating_sub(start.io_looks.unwrap_or(0))))
         .sum();
     ratio(Some(looks? as f64), Some(loaded.window_s))
 }

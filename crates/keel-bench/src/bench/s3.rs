@@ -300,7 +300,13 @@ fn charts(records: &[PhaseRecord]) -> Vec<Chart> {
     let phases: Vec<(String, Vec<[f64; 6]>)> = records
         .iter()
         .filter(|r| r.round == 1)
-        .filter_map(|r| Some((r.variant.mode().to_string(), r.worker_states.clone()?)))
+        .filter_map(|r| {
+            let label = match r.variant {
+                Variant::UringClasses => format!("{} {}", r.variant.runtime(), r.variant.mode()),
+                _ => r.variant.mode().to_string(),
+            };
+            Some((label, r.worker_states.clone()?))
+        })
         .collect();
     vec![charts::worker_state_bars(
         "workers",

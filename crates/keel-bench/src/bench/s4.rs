@@ -283,6 +283,9 @@ fn worker_chart(records: &[PhaseRecord]) -> Chart {
         .filter(|r| r.round == 1)
         .filter_map(|r| match (r.setting, &r.worker_states) {
             (Setting::Keel(spin), Some(states)) => Some((spin.to_string(), states.clone())),
+            (Setting::KeelUring(spin), Some(states)) => {
+                Some((format!("{} {spin}", RuntimeKind::KeelUring), states.clone()))
+            }
             _ => None,
         })
         .collect();

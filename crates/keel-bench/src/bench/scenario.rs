@@ -209,7 +209,9 @@ pub fn round_figures<S: Scenario>(scenario: &S, records: &[S::Record]) -> Vec<Ro
 /// ring's own) gives way to it. A twin of a verdict that needs a mode of
 /// keel's that keel-uring does not run (S1's unaccounted one, S3's lane)
 /// is left out: one that has a value from keel's runs but none from
-/// keel's runs in keel-uring's modes alone, in some round.
+/// keel's runs in keel-uring's modes alone, in some round, or, where keel
+/// has no value in any round to tell by (keel not run), one that has no
+/// value either.
 pub fn judged_verdicts<S: Scenario>(scenario: &S, rounds: &[RoundFigures]) -> Vec<Verdict> {
     let spec = scenario.spec();
     if !spec.runtimes.contains(&RuntimeKind::KeelUring) {
@@ -253,13 +255,16 @@ pub fn judged_verdicts<S: Scenario>(scenario: &S, rounds: &[RoundFigures]) -> Ve
     });
     let twins = verdicts.split_off(own.len().min(verdicts.len()));
     let needs_keel_only = needs_keel_only.into_inner();
-    verdicts.extend(
-        twins
-            .into_iter()
-            .zip(twin_of)
-            .filter(|(_, of)| !needs_keel_only[*of])
-            .map(|(twin, _)| twin),
-    );
+    let has_value = |verdict: &Verdict| verdict.rounds.iter().any(Option::is_some);
+    let kept: Vec<Verdict> = twins
+        .into_iter()
+        .zip(twin_of)
+        .filter(|(twin, of)| {
+            !needs_keel_only[*of] && (has_value(&verdicts[*of]) || has_value(twin))
+        })
+        .map(|(twin, _)| twin)
+        .collect();
+    verdicts.extend(kept);
     verdicts
 }
 
@@ -296,6 +301,7 @@ fn ring_twins(own: &[Verdict], on_the_ring: Vec<Verdict>) -> Vec<(usize, Verdict
             }
             .into();
             v.runtime = keel_to_ring(&v.runtime).into();
+            v.missing = v.missing.as_deref().map(keel_to_ring);
             (index, v)
         })
         .filter(|(_, twin)| !own.iter().any(|v| v.name == twin.name))
@@ -470,8 +476,9 @@ mod tests {
         }
 
         /// keel against tokio, keel against its own mode, keel's value,
-        /// tokio's, a goal of the ring's own, the ring against keel, and a
-        /// ratio that never has a value.
+        /// tokio's, a goal of the ring's own, the ring against keel, a
+        /// ratio that never has a value, and a value that only keel's
+        /// runs give.
         fn verdicts(&self, runs: &[RunFigures]) -> Vec<Verdict> {
             let value = |runtime| find_metric(runs, runtime, "default", "value");
             let ratio = crate::bench::stats::ratio;
@@ -508,6 +515,13 @@ mod tests {
                     ratio(value("keel"), value("nobody")),
                     None,
                 ),
+                Verdict::new(
+                    "small value keel",
+                    "keel",
+                    value("keel").filter(|v| *v < 2.5),
+                    None,
+                )
+                .missing_because("keel's value is not small"),
             ]
         }
 
@@ -572,8 +586,9 @@ mod tests {
 
     /// With keel-uring run, each verdict on keel is judged again on the
     /// ring's figures, unless the scenario has a goal of that name or the
-    /// verdict needs a mode only keel runs; tokio's are not. A twin whose
-    /// figure is missing for another reason stays, and says so.
+    /// verdict needs a mode only keel runs, or neither keel nor the ring
+    /// has a value; tokio's are not. A twin whose figure is missing for
+    /// another reason stays, and says so in the ring's words.
     #[test]
     fn the_ring_is_judged_on_keels_verdicts_too() {
         let mut spec = RunSpec::for_tests(&[
@@ -602,11 +617,16 @@ mod tests {
                 ("value keel-uring/tokio", "keel-uring", Some(1.5)),
                 ("value keel-uring/keel", "keel-uring", Some(2.25)),
                 ("value keel/nobody", "keel", None),
+                ("small value keel", "keel", Some(1.5)),
                 ("value, keel-uring", "keel-uring", Some(3.0)),
-                ("value keel-uring/nobody", "keel-uring", None),
+                ("small value keel-uring", "keel-uring", None),
             ]
         );
-        let twin = &outcome.verdicts[7];
+        assert_eq!(
+            outcome.verdicts[9].missing.as_deref(),
+            Some("keel-uring's value is not small")
+        );
+        let twin = &outcome.verdicts[8];
         assert_eq!(twin.goal, Some(Goal::AtMost(3.0)));
         assert_eq!(twin.rounds, [Some(3.0), Some(3.0)]);
         // Without the ring, no twins.
@@ -614,7 +634,7 @@ mod tests {
             spec: RunSpec::for_tests(&[RuntimeKind::Keel, RuntimeKind::Tokio]),
             measured: RefCell::new(Vec::new()),
         };
-        assert_eq!(run(&toy).unwrap().verdicts.len(), 7);
+        assert_eq!(run(&toy).unwrap().verdicts.len(), 8);
     }
 
     /// Only the word `keel` becomes `keel-uring`.

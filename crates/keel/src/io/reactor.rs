@@ -114,9 +114,9 @@ pub(crate) struct Reactor {
     groups: Box<[PollGroup]>,
     entries: Mutex<Slab<Entry>>,
     next_generation: AtomicU64,
-    /// Under loom, the kernel's side: see [`model`].
+    /// Under loom, the kernel's side of each poll group: see [`model`].
     #[cfg(loom)]
-    pub(crate) model: model::Kernel,
+    pub(crate) model: Box<[model::Kernel]>,
 }
 
 impl Reactor {
@@ -129,13 +129,15 @@ impl Reactor {
     /// If the driver cannot be set up (see [`Driver::new`]).
     pub(crate) fn new(backend: IoBackend, rings: usize, per_worker: bool) -> io::Result<Reactor> {
         let (driver, pollers, fallback) = Driver::new(backend, rings, per_worker, WAKER_TOKEN)?;
-        let groups = pollers
+        let groups: Box<[PollGroup]> = pollers
             .into_iter()
             .map(|poller| PollGroup {
                 poller: ModelledMutex::new(poller),
                 blocked: AtomicBool::new(false),
             })
             .collect();
+        #[cfg(loom)]
+        let model = groups.iter().map(|_| model::Kernel::default()).collect();
         Ok(Reactor {
             driver,
             requested: backend,
@@ -144,7 +146,7 @@ impl Reactor {
             entries: Mutex::new(Slab::new()),
             next_generation: AtomicU64::new(0),
             #[cfg(loom)]
-            model: model::Kernel::default(),
+            model,
         })
     }
 
@@ -308,8 +310,15 @@ impl Reactor {
                 continue;
             }
             if let Some(mut poller) = self.try_poller(other) {
+                #[cfg(loom)]
+                {
+                    let _ = &mut poller;
+                    self.model[other].poll(Some(Duration::ZERO), wake);
+                    continue;
+                }
                 // A watch that could not be armed is tried again later;
                 // its task waits for it.
+                #[cfg_attr(loom, allow(unreachable_code))]
                 let _ = self.driver.serve_for(&poller);
                 if self.driver.has_events(&mut poller) {
                     self.reap(&mut poller, wake, false);
@@ -351,7 +360,7 @@ impl Reactor {
     /// Interrupts the poll of `group`'s blocker.
     pub(crate) fn wake(&self, group: usize) {
         #[cfg(loom)]
-        self.model.wake();
+        self.model[group].wake();
         self.driver.wake(group);
     }
 
@@ -369,17 +378,22 @@ impl Reactor {
     /// Waits up to `timeout` (`None`: indefinitely, `Some(ZERO)`: not at
     /// all) for events, records them, and appends the wakers of the tasks
     /// they wake to `wake`. Returns the number of source events.
+    /// `group`: the poll group `poller` is (see [`group_of`](Self::group_of));
+    /// under loom, whose modelled kernel answers.
     pub(crate) fn poll(
         &self,
         poller: &mut Poller,
+        group: usize,
         timeout: Option<Duration>,
         wake: &mut Vec<Waker>,
     ) -> usize {
         #[cfg(loom)]
         {
             let _ = poller;
-            return self.model.poll(timeout, wake);
+            return self.model[group].poll(timeout, wake);
         }
+        #[cfg(not(loom))]
+        let _ = group;
         #[cfg_attr(loom, allow(unreachable_code))]
         // EINTR: a signal arrived; the caller polls again soon. The other
         // errors (a bad descriptor or buffer) cannot happen while the
@@ -432,6 +446,12 @@ impl Reactor {
 /// [`Kernel::wake`] (the eventfd write) and new events signal. Everything
 /// around it (the blocker flag, the poller lock, the workers' parkers and
 /// `Idle`) is the real code.
+///
+/// Each poll group has a kernel of its own: with a ring per worker, a
+/// ring's events and its eventfd are that ring's, and a look at another
+/// group (`Reactor::steal`) takes what that group's kernel holds, its
+/// eventfd's wake included (a sleeping worker reaps the waker's
+/// completion from a ring whose worker runs, as the driver does).
 #[cfg(loom)]
 pub(crate) mod model {
     use std::task::Waker;

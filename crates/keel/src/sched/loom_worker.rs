@@ -16,6 +16,18 @@
 //! loom-aware: each of their operations is one step here, which is what
 //! they guarantee.
 //!
+//! With a ring per worker (`Builder::io_ring_per_worker`), each worker
+//! is the blocker of its own poll group and sleeps in its own ring, and
+//! a notification must interrupt the ring of the worker it chose. Two
+//! models run two such workers, each group with a modelled kernel of its
+//! own: a task spawned from outside, and a readiness event posted to the
+//! ring of the worker that polled its task (its source's home). The
+//! first deadlocks when an unpark interrupts the ring of another worker
+//! than the one it woke (`Shared::unpark` writing group 0's eventfd for
+//! every worker). The sleepers' look at the other rings every few
+//! milliseconds (`Reactor::steal`) runs here only after a stale wake,
+//! since a modelled timed wait never expires.
+//!
 //! The urgent lane (`sched::urgent`) has two models of its own: a task
 //! queued on it from outside, and a readiness event on its reactor, each
 //! with the lane thread and one worker. Both deadlock when the pusher
@@ -80,6 +92,16 @@ impl Harness {
         Harness::start_with(workers, false)
     }
 
+    /// A runtime whose workers each have a ring of their own (one poll
+    /// group each); the rings are real, their kernels' side modelled.
+    fn start_ring_per_worker(workers: usize) -> Harness {
+        let mut builder = Runtime::builder();
+        builder
+            .io_backend(crate::io::IoBackend::Uring)
+            .io_ring_per_worker(true);
+        Harness::start_from(builder, workers, false)
+    }
+
     /// With `lane`, the runtime has an urgent lane, whose thread starts
     /// first (as in `Runtime::start`).
     fn start_with(workers: usize, lane: bool) -> Harness {
@@ -88,6 +110,12 @@ impl Harness {
             // Nice workers: the model changes no thread's priority.
             builder.urgent_lane(UrgentLane::new().priority(LanePriority::NiceWorkers(1)));
         }
+        Harness::start_from(builder, workers, lane)
+    }
+
+    /// The runtime `builder` makes, with `workers` workers (and the lane
+    /// thread first, with `lane`).
+    fn start_from(mut builder: crate::Builder, workers: usize, lane: bool) -> Harness {
         let config = builder
             .workers(workers)
             .spin(SpinPolicy::None)
@@ -182,6 +210,9 @@ struct EventState {
     ready: AtomicBool,
     waker: Mutex<Option<Waker>>,
     registered: Condvar,
+    /// The worker whose poll registered the waker: with a ring per
+    /// worker, the source's home, whose ring the event is posted to.
+    polled_on: Mutex<Option<usize>>,
 }
 
 impl Future for WaitForEvent {
@@ -191,6 +222,8 @@ impl Future for WaitForEvent {
         if self.state.ready.load(SeqCst) {
             return Poll::Ready(());
         }
+        *lock(&self.state.polled_on) =
+            crate::runtime::context::with_local(|local| local.map(|local| local.index));
         *lock(&self.state.waker) = Some(cx.waker().clone());
         self.state.registered.notify_one();
         Poll::Pending
@@ -205,7 +238,8 @@ impl EventState {
     }
 
     /// [`deliver`](Self::deliver) through `reactor` (the workers' or the
-    /// urgent lane's).
+    /// urgent lane's), on the poll group of the worker that polled the
+    /// task (the one group unless each worker has a ring).
     fn deliver_to(&self, reactor: &Reactor) {
         let mut waker = lock(&self.waker);
         while waker.is_none() {
@@ -216,7 +250,8 @@ impl EventState {
         }
         self.ready.store(true, SeqCst);
         let waker = waker.take().expect("registered");
-        reactor.model.ready(waker);
+        let home = lock(&self.polled_on).map_or(0, |worker| reactor.group_of(worker));
+        reactor.model[home].ready(waker);
     }
 }
 
@@ -290,9 +325,44 @@ fn loom_real_workers_share_a_dispatch() {
             state.ready.store(true, SeqCst);
             wakers.push(waker.take().expect("registered"));
         }
-        rt.shared.reactor.model.ready_all(wakers);
+        rt.shared.reactor.model[0].ready_all(wakers);
         block_on(releaser).expect("the releaser completes");
         block_on(blocker).expect("the blocker completes");
+        rt.stop();
+    });
+}
+
+/// With a ring per worker, a task spawned from outside wakes a worker
+/// asleep in its own ring: the unpark interrupts that worker's ring, not
+/// another's.
+#[test]
+fn loom_ring_per_worker_runs_a_task_spawned_from_outside() {
+    model(2, || {
+        let rt = Harness::start_ring_per_worker(2);
+        assert!(rt.shared.reactor.has_groups());
+        let task = rt.shared.spawn(Class::NORMAL, async { 7 });
+        assert_eq!(block_on(task).expect("the task completes"), 7);
+        rt.stop();
+    });
+}
+
+/// With a ring per worker, a readiness event is posted to the ring of the
+/// worker that polled its task (the source's home), and reaches the task
+/// whatever that worker does: it polls its ring between tasks, or sleeps
+/// in it, or is about to; the other worker sleeps in its own ring.
+#[test]
+fn loom_ring_per_worker_sees_a_readiness_event_on_the_home_ring() {
+    model(1, || {
+        let rt = Harness::start_ring_per_worker(2);
+        let state = Arc::new(EventState::default());
+        let task = rt.shared.spawn(
+            Class::NORMAL,
+            WaitForEvent {
+                state: state.clone(),
+            },
+        );
+        state.deliver(&rt.shared);
+        block_on(task).expect("the task completes");
         rt.stop();
     });
 }

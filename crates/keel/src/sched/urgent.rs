@@ -490,7 +490,7 @@ pub(crate) fn run_lane(shared: Arc<Shared>, ready: std::sync::mpsc::Sender<()>) 
 fn poll_reactor(lane: &Lane, timeout: Option<Duration>, woken: &mut Vec<Waker>) {
     // Only the lane thread polls this reactor: the poller is always free.
     if let Some(mut poller) = lane.reactor.try_poller(0) {
-        lane.reactor.poll(&mut poller, timeout, woken);
+        lane.reactor.poll(&mut poller, 0, timeout, woken);
     }
     for waker in woken.drain(..) {
         waker.wake();

@@ -668,7 +668,7 @@ impl Worker {
             self.account.switch(State::Io, start);
         }
         self.account.io_look();
-        reactor.poll(&mut poller, Some(Duration::ZERO), &mut self.woken);
+        reactor.poll(&mut poller, group, Some(Duration::ZERO), &mut self.woken);
         drop(poller);
         let woke = !self.woken.is_empty();
         // The events were pending when the poll began (it does not block).
@@ -824,6 +824,7 @@ impl Worker {
                                 // Collect what woke keel's side, if anything.
                                 shared.reactor.poll(
                                     &mut poller,
+                                    group,
                                     Some(Duration::ZERO),
                                     &mut self.woken,
                                 );
@@ -831,7 +832,9 @@ impl Worker {
                             }
                         }
                         let _ = local;
-                        shared.reactor.poll(&mut poller, wait, &mut self.woken);
+                        shared
+                            .reactor
+                            .poll(&mut poller, group, wait, &mut self.woken);
                     });
                     let timed_out = left.is_some_and(|left| left <= wait.unwrap_or(left));
                     if notified || check.is_none() || timed_out || !self.woken.is_empty() {

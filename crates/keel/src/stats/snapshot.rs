@@ -275,7 +275,9 @@ pub struct WorkerStats {
     /// window under CPU load, looks per second say how often sockets are
     /// seen (at most one per `io_interval` of busy time, or per
     /// `io_every` polls); the blocking waits of a parked worker are not
-    /// counted.
+    /// counted, nor a look given up because a sibling held a shared
+    /// poller (epoll, or a ring the workers share), which a ring per
+    /// worker never meets.
     pub io_looks: u64,
     /// CPU time the worker's thread used while [`parked`](Self::parked):
     /// going to sleep and waking up (the system calls, the kernel's
