@@ -175,12 +175,14 @@ fn block_on<F: Future>(future: F) -> F::Output {
 /// and, for the worker blocked in the reactor, the eventfd).
 #[test]
 fn loom_real_workers_run_a_task_spawned_from_outside() {
-    model(2, || {
-        let rt = Harness::start(2);
-        let task = rt.shared.spawn(Class::NORMAL, async { 7 });
-        assert_eq!(block_on(task).expect("the task completes"), 7);
-        rt.stop();
-    });
+    model(2, || run_a_task_spawned_from_outside(Harness::start(2)));
+}
+
+/// Spawns a task on `rt` from outside, waits for it and stops `rt`.
+fn run_a_task_spawned_from_outside(rt: Harness) {
+    let task = rt.shared.spawn(Class::NORMAL, async { 7 });
+    assert_eq!(block_on(task).expect("the task completes"), 7);
+    rt.stop();
 }
 
 /// A task spawned by a task joins its worker's events lane; its end wakes
@@ -261,19 +263,22 @@ impl EventState {
 /// role back when it leaves to run the woken task.
 #[test]
 fn loom_real_workers_see_a_readiness_event() {
-    model(1, || {
-        let rt = Harness::start(2);
-        let state = Arc::new(EventState::default());
-        let task = rt.shared.spawn(
-            Class::NORMAL,
-            WaitForEvent {
-                state: state.clone(),
-            },
-        );
-        state.deliver(&rt.shared);
-        block_on(task).expect("the task completes");
-        rt.stop();
-    });
+    model(1, || see_a_readiness_event(Harness::start(2)));
+}
+
+/// Spawns a task on `rt` that waits for a readiness event, delivers the
+/// event, waits for the task and stops `rt`.
+fn see_a_readiness_event(rt: Harness) {
+    let state = Arc::new(EventState::default());
+    let task = rt.shared.spawn(
+        Class::NORMAL,
+        WaitForEvent {
+            state: state.clone(),
+        },
+    );
+    state.deliver(&rt.shared);
+    block_on(task).expect("the task completes");
+    rt.stop();
 }
 
 /// Two tasks woken by one reactor poll are dispatched to the polling
@@ -340,9 +345,7 @@ fn loom_ring_per_worker_runs_a_task_spawned_from_outside() {
     model(2, || {
         let rt = Harness::start_ring_per_worker(2);
         assert!(rt.shared.reactor.has_groups());
-        let task = rt.shared.spawn(Class::NORMAL, async { 7 });
-        assert_eq!(block_on(task).expect("the task completes"), 7);
-        rt.stop();
+        run_a_task_spawned_from_outside(rt);
     });
 }
 
@@ -353,17 +356,7 @@ fn loom_ring_per_worker_runs_a_task_spawned_from_outside() {
 #[test]
 fn loom_ring_per_worker_sees_a_readiness_event_on_the_home_ring() {
     model(1, || {
-        let rt = Harness::start_ring_per_worker(2);
-        let state = Arc::new(EventState::default());
-        let task = rt.shared.spawn(
-            Class::NORMAL,
-            WaitForEvent {
-                state: state.clone(),
-            },
-        );
-        state.deliver(&rt.shared);
-        block_on(task).expect("the task completes");
-        rt.stop();
+        see_a_readiness_event(Harness::start_ring_per_worker(2))
     });
 }
 
