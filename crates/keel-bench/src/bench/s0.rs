@@ -321,19 +321,15 @@ fn round_metrics(keepalive: &PhaseRecord, short: &PhaseRecord) -> Vec<(&'static 
 
 /// The S0 verdicts, from one round's figures.
 fn verdicts(runs: &[RunFigures], runtimes: &[RuntimeKind]) -> Vec<Verdict> {
-    let keel_over_tokio = |name: &str| {
+    let over_tokio = |runtime: RuntimeKind, name: &str| {
         ratio(
-            find_metric(runs, "keel", "default", name),
+            find_metric(runs, runtime.name(), "default", name),
             find_metric(runs, "tokio", "default", name),
         )
     };
+    let keel_over_tokio = |name: &str| over_tokio(RuntimeKind::Keel, name);
     let missing = why_missing(&[RuntimeKind::Keel, RuntimeKind::Tokio], runtimes);
-    let ring_over_tokio = |name: &str| {
-        ratio(
-            find_metric(runs, "keel-uring", "default", name),
-            find_metric(runs, "tokio", "default", name),
-        )
-    };
+    let ring_over_tokio = |name: &str| over_tokio(RuntimeKind::KeelUring, name);
     let missing_ring = why_missing(&[RuntimeKind::KeelUring, RuntimeKind::Tokio], runtimes);
     vec![
         Verdict::new(

@@ -226,7 +226,7 @@ pub fn judged_verdicts<S: Scenario>(scenario: &S, rounds: &[RoundFigures]) -> Ve
     // The list of verdicts, and so of twins, is the same whatever the
     // figures: each twin's own verdict, by index.
     let own = scenario.verdicts(&[]);
-    let twin_of: Vec<usize> = ring_twins(&own, scenario.verdicts(&[]))
+    let twin_of: Vec<usize> = ring_twins(&own, own.clone())
         .into_iter()
         .map(|(index, _)| index)
         .collect();

@@ -63,7 +63,8 @@ pub fn runtime_with_lane(workers: usize, io: keel::io::IoBackend) -> Result<keel
     build(&mut builder)
 }
 
-/// Builds `builder`'s runtime, saying which driver failed if it does.
+/// Builds `builder`'s runtime; the error carries keel's own, which says
+/// why (for io_uring, why the ring was refused).
 fn build(builder: &mut keel::Builder) -> Result<keel::Runtime, Error> {
     builder
         .build()
