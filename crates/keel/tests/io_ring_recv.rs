@@ -268,6 +268,100 @@ fn a_queued_read_of_a_dropped_stream_is_never_submitted() {
     }
 }
 
+/// A stream's receive is multishot: armed at its first read, it stays
+/// armed (one operation in flight) across every message after, rather
+/// than one receive submitted a read.
+#[test]
+fn a_streams_receive_stays_armed_across_its_messages() {
+    let rt = support::receiving_on_the_ring(1);
+    let (listener, mut peer) = pending_pair();
+    let (accepted, _) = listener.accept().unwrap();
+    let echo = rt.handle().spawn(async move {
+        let mut stream = TcpStream::from_std(accepted).unwrap();
+        let mut buf = [0u8; 8];
+        loop {
+            match stream.read(&mut buf).await.unwrap() {
+                0 => return,
+                n => stream.write_all(&buf[..n]).await.unwrap(),
+            }
+        }
+    });
+    peer.set_read_timeout(Some(support::WATCHDOG)).unwrap();
+    for round in 0..100u8 {
+        peer.write_all(&[round; 8]).unwrap();
+        let mut back = [0u8; 8];
+        peer.read_exact(&mut back).unwrap();
+        assert_eq!(back, [round; 8]);
+        // The echo answered: its read returned, and its receive is still
+        // the kernel's.
+        assert_eq!(rt.stats().io.operations_in_flight, 1, "round {round}");
+    }
+    drop(peer);
+    rt.block_on(echo).unwrap();
+    support::wait_until("the receive ended with its stream", || {
+        rt.stats().io.operations_in_flight == 0
+    });
+}
+
+/// Streams that receive more than the ring's buffer pool holds, and are
+/// not read meanwhile, run it dry; their receives fall back to their own
+/// buffers, and every byte still arrives, in order.
+#[test]
+fn streams_that_run_the_buffer_pool_dry_still_get_every_byte_in_order() {
+    let rt = support::receiving_on_the_ring(2);
+    const STREAMS: usize = 12;
+    // 12 × 1 MiB unread, against a pool of 4 MiB.
+    const EACH: usize = 1 << 20;
+    let mut writers = Vec::new();
+    let mut streams = Vec::new();
+    for _ in 0..STREAMS {
+        let (listener, mut peer) = pending_pair();
+        let (accepted, _) = listener.accept().unwrap();
+        streams.push(accepted);
+        writers.push(std::thread::spawn(move || {
+            let bytes: Vec<u8> = (0..EACH).map(pattern).collect();
+            peer.write_all(&bytes[..1]).unwrap();
+            std::thread::sleep(Duration::from_millis(100));
+            peer.write_all(&bytes[1..]).unwrap();
+        }));
+    }
+    let got = rt.block_on(async move {
+        let mut streams: Vec<TcpStream> = streams
+            .into_iter()
+            .map(|s| TcpStream::from_std(s).unwrap())
+            .collect();
+        // Each stream's first read arms its receive; then nobody reads
+        // while the rest arrives.
+        for stream in &mut streams {
+            let mut first = [0u8; 1];
+            stream.read_exact(&mut first).await.unwrap();
+            assert_eq!(first[0], pattern(0));
+        }
+        keel::time::sleep(Duration::from_millis(500)).await;
+        let mut readers = Vec::new();
+        for mut stream in streams {
+            readers.push(keel::spawn(async move {
+                let mut got = vec![0u8; EACH - 1];
+                stream.read_exact(&mut got).await.unwrap();
+                got
+            }));
+        }
+        let mut all = Vec::new();
+        for reader in readers {
+            all.push(reader.await.unwrap());
+        }
+        all
+    });
+    for writer in writers {
+        writer.join().unwrap();
+    }
+    for (index, bytes) in got.iter().enumerate() {
+        if let Some(at) = (0..EACH - 1).find(|&i| bytes[i] != pattern(i + 1)) {
+            panic!("stream {index}: byte {} is wrong", at + 1);
+        }
+    }
+}
+
 /// Off by default: on the ring, reads then go by readiness, and a read
 /// of bytes already in the socket completes in the poll that asks.
 #[test]

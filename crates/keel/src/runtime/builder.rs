@@ -374,15 +374,18 @@ impl Builder {
         self
     }
 
-    /// Whether TCP reads complete on the ring: a read that finds nothing
-    /// buffered queues an `IORING_OP_RECV` into a buffer the stream owns,
-    /// submitted with the rest of the worker's loop turn, and the bytes are
-    /// copied out. It applies only on the io_uring driver (see
+    /// Whether TCP reads complete on the ring: a stream's first read arms
+    /// a multishot `IORING_OP_RECV`, submitted with the rest of the
+    /// worker's loop turn, which completes once per arrival into one of
+    /// the ring's provided buffers (256 of 16 KiB a ring, mapped at its
+    /// first receive), and the bytes are copied out; when those run out,
+    /// a stream receives into a buffer of its own. It applies only on the
+    /// io_uring driver (see
     /// [`io_backend`](Self::io_backend)); on epoll it changes nothing.
     /// Default: off.
     ///
     /// What it prevents: a `recv` system call per read (a keep-alive
-    /// request costs about 1.1 system calls instead of 2.2). Why it is
+    /// request costs about one system call instead of two). Why it is
     /// off: a read on the ring never completes at once, even when bytes
     /// wait in the socket, so code that polls a read once and moves on
     /// (a last look at a connection before closing it, a drain that must

@@ -1,6 +1,7 @@
 //! The io_uring driver: each source watched by a multishot `POLL_ADD`,
 //! the waker an eventfd watched the same way, TCP reads completed as
-//! `IORING_OP_RECV`s (see `io::ring_recv`) and files' opens, reads,
+//! `IORING_OP_RECV`s, multishot into the ring's provided buffers (see
+//! `io::ring_recv`), and files' opens, reads,
 //! positional writes and syncs as `IORING_OP_OPENAT`s,
 //! `IORING_OP_READ`s, `IORING_OP_WRITE`s and `IORING_OP_FSYNC`s (see
 //! `io::ring_file`).
@@ -90,9 +91,10 @@
 //! poller's next wait.
 
 use std::io;
+use std::mem::ManuallyDrop;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::task::Waker;
 use std::time::Duration;
 
@@ -105,7 +107,7 @@ use crate::io::lock;
 use crate::io::readiness::Event;
 use crate::io::ring_file::{FileOp, Step, SyncKind, MAX_STEPS};
 use crate::io::ring_probe;
-use crate::io::ring_recv::RecvSlot;
+use crate::io::ring_recv::{BufPool, RecvSlot, Submission};
 
 /// Submission queue entries: room for the receives a loop turn queues
 /// (a full queue is submitted and reused, never a failure).
@@ -174,6 +176,11 @@ pub(crate) struct Uring {
     has_queued: AtomicBool,
     /// Operations submitted and not yet reaped.
     in_flight: AtomicU64,
+    /// The provided buffers of multishot receives, registered at the
+    /// first receive; `None` if the kernel refused them (receives are then
+    /// single). Declared after `ring`, so dropped after the ring is
+    /// closed (see `io::ring_recv::pool`).
+    pool: OnceLock<Option<Arc<BufPool>>>,
 }
 
 impl std::fmt::Debug for Uring {
@@ -251,6 +258,7 @@ impl Uring {
             queued: Mutex::new(Vec::new()),
             has_queued: AtomicBool::new(false),
             in_flight: AtomicU64::new(0),
+            pool: OnceLock::new(),
         };
         uring.watch(
             uring.wake_fd.as_raw_fd(),
@@ -491,15 +499,22 @@ impl Uring {
         for operation in operations {
             match operation {
                 Operation::Recv(slot) => {
-                    let Some(receive) = slot.take_for_submission() else {
-                        continue;
+                    let entry = match slot.take_for_submission(self.pool()) {
+                        None => continue,
+                        Some(Submission::Single { fd, buf, len }) => {
+                            opcode::Recv::new(Fd(fd), buf, len).build()
+                        }
+                        Some(Submission::Multishot { fd, group }) => {
+                            opcode::RecvMulti::new(Fd(fd), group).build()
+                        }
                     };
-                    let entry = opcode::Recv::new(Fd(receive.fd), receive.buf, receive.len).build();
                     let token = Operation::Recv(slot).into_user_data(0);
-                    // SAFETY: a receive's buffer stays allocated until its
-                    // completion is reaped (the `Arc` in the user data), and
-                    // is not touched by Rust code while the slot is in
-                    // flight (see `io::ring_recv`).
+                    // SAFETY: a single receive's buffer stays allocated
+                    // until its completion is reaped (the `Arc` in the user
+                    // data), and is not touched by Rust code while the slot
+                    // is in flight; a multishot receive's pool stays
+                    // mapped while the slot, held by the user data until
+                    // the last completion, holds it (see `io::ring_recv`).
                     match unsafe { self.push_entries(&[entry.user_data(token)]) } {
                         Ok(()) => pushed += 1,
                         // SAFETY: made by `into_user_data` above, for an
@@ -636,6 +651,14 @@ impl Uring {
         }
     }
 
+    /// The ring's pool of provided buffers, registered at the first call;
+    /// `None` where the kernel refused it.
+    fn pool(&self) -> Option<&Arc<BufPool>> {
+        self.pool
+            .get_or_init(|| BufPool::register(&self.ring).ok().map(Arc::new))
+            .as_ref()
+    }
+
     /// Operations submitted and not yet reaped.
     pub(super) fn in_flight(&self) -> u64 {
         self.in_flight.load(Ordering::Relaxed)
@@ -682,11 +705,22 @@ impl Uring {
                 continue;
             }
             if token & OPERATION_BIT != 0 {
+                let buffer = cqueue::buffer_select(completion.flags());
+                if !ended {
+                    // SAFETY: a completion with more to come is a multishot
+                    // receive's (no file operation is multishot): its slot's
+                    // reference stays the kernel's until the last one.
+                    let slot = unsafe { Operation::borrowed_receive(token) };
+                    slot.complete(completion.result(), buffer, true, wake);
+                    continue;
+                }
                 self.in_flight.fetch_sub(1, Ordering::Relaxed);
-                // SAFETY: an operation has one completion: this is the one
+                // SAFETY: the operation's last completion: this is the one
                 // call for its user data.
                 match unsafe { Operation::of(token) } {
-                    Operation::Recv(slot) => slot.complete(completion.result(), wake),
+                    Operation::Recv(slot) => {
+                        slot.complete(completion.result(), buffer, false, wake)
+                    }
                     Operation::File(op) => op.complete(step_of(token), completion.result(), wake),
                 }
                 continue;
@@ -813,7 +847,8 @@ impl Drop for Uring {
         // SAFETY: `&mut self`: no poller or other view exists any more.
         for completion in unsafe { self.ring.completion_shared() } {
             let token = completion.user_data();
-            if token != self.wake_token && token & OPERATION_BIT != 0 {
+            let last = !cqueue::more(completion.flags());
+            if last && token != self.wake_token && token & OPERATION_BIT != 0 {
                 // SAFETY: as in `reap`: the completion's one call.
                 match unsafe { Operation::of(token) } {
                     // Completed, so that a descriptor an open made is
@@ -842,6 +877,23 @@ impl Operation {
                     | Arc::into_raw(op) as u64
             }
         }
+    }
+
+    /// The receive slot a multishot receive's user data names, without
+    /// taking its reference from the kernel.
+    ///
+    /// # Safety
+    ///
+    /// `token` is the user data of a receive's completion with more to
+    /// come: the reference [`Operation::into_user_data`] gave the kernel is
+    /// still held, so the slot lives at least until the last completion.
+    unsafe fn borrowed_receive(token: u64) -> ManuallyDrop<Arc<RecvSlot>> {
+        debug_assert_eq!(token & FILE_BIT, 0, "no file operation is multishot");
+        let pointer = token & !(OPERATION_BIT | FILE_BIT | STEP_MASK);
+        // SAFETY: per the contract, the pointer came from
+        // `Arc::<RecvSlot>::into_raw` and its reference is still held;
+        // `ManuallyDrop` keeps this view from releasing it.
+        ManuallyDrop::new(unsafe { Arc::from_raw(pointer as *const RecvSlot) })
     }
 
     /// The descriptor the operation works on; `None` for an open.
