@@ -199,8 +199,6 @@ fn quick_bench_reports_s0() {
         }
         assert!(verdict["value"].as_f64().unwrap().is_finite(), "{verdict}");
         let goal = match verdict["name"].as_str().unwrap() {
-            "keepalive_rps keel-uring/tokio" => Some(">= 1.2"),
-            "short_rps keel-uring/tokio" => Some(">= 1.1"),
             name if name.ends_with("/tokio") && name.contains("_rps ") => Some(">= 1"),
             _ => None,
         };

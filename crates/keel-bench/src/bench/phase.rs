@@ -190,6 +190,8 @@ pub struct Reading {
     pub mark: Mark,
     /// The server process's CPU seconds, read right after the mark.
     pub cpu_s: f64,
+    /// Of those, in the kernel.
+    pub system_cpu_s: f64,
     /// The host's counters, read right after that.
     pub host: HostSample,
 }
@@ -199,6 +201,8 @@ pub struct Reading {
 pub struct Measured {
     /// Server process CPU seconds in the window.
     pub cpu_s: f64,
+    /// Of those, in the kernel.
+    pub system_cpu_s: f64,
     /// Seconds between the marks, by the server's clock.
     pub window_s: f64,
     /// The host's noise in the window.
@@ -211,6 +215,7 @@ impl Reading {
         let window_s = later.mark.t_ns.saturating_sub(self.mark.t_ns) as f64 / 1e9;
         Measured {
             cpu_s: (later.cpu_s - self.cpu_s).max(0.0),
+            system_cpu_s: (later.system_cpu_s - self.system_cpu_s).max(0.0),
             window_s,
             noise: Noise::between(&self.host, &later.host, server, window_s),
         }
@@ -222,7 +227,12 @@ impl Reading {
 pub fn mark(server: &mut Child, bar: &PhaseBar) -> Result<Reading, Error> {
     server.send_line("mark")?;
     let mark: Mark = server.recv_json(SERVER_SILENCE, "the answer to mark", || bar.tick())?;
-    let cpu_s = proc::cpu_seconds(server.pid())?;
+    let cpu = proc::cpu_seconds(server.pid())?;
     let host = HostSample::take(server.pid());
-    Ok(Reading { mark, cpu_s, host })
+    Ok(Reading {
+        mark,
+        cpu_s: cpu.total,
+        system_cpu_s: cpu.system,
+        host,
+    })
 }

@@ -63,12 +63,27 @@ pub fn clock_ticks_per_second() -> f64 {
     }
 }
 
-/// CPU seconds (user + system, all threads) a live process has used.
-pub fn cpu_seconds(pid: u32) -> Result<f64, Error> {
+/// CPU seconds (all threads) a live process has used: in all, and of
+/// those, in the kernel.
+pub fn cpu_seconds(pid: u32) -> Result<CpuSeconds, Error> {
     let path = format!("/proc/{pid}/stat");
     let text = std::fs::read_to_string(&path).context(|| format!("reading {path}"))?;
     let stat = parse_stat(&text)?;
-    Ok((stat.utime + stat.stime) as f64 / clock_ticks_per_second())
+    let ticks = clock_ticks_per_second();
+    Ok(CpuSeconds {
+        total: (stat.utime + stat.stime) as f64 / ticks,
+        system: stat.stime as f64 / ticks,
+    })
+}
+
+/// What [`cpu_seconds`] reads.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct CpuSeconds {
+    /// User and system time.
+    pub total: f64,
+    /// System time: in the kernel, on the process's behalf (its system
+    /// calls, the network work they do, the ring's task work).
+    pub system: f64,
 }
 
 /// The kernel release, as `uname -r` prints it.
@@ -129,7 +144,9 @@ mod tests {
         for i in 0..20_000_000u64 {
             x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(i));
         }
-        assert!(cpu_seconds(std::process::id()).unwrap() > 0.0);
+        let cpu = cpu_seconds(std::process::id()).unwrap();
+        assert!(cpu.total > 0.0);
+        assert!((0.0..=cpu.total).contains(&cpu.system), "{cpu:?}");
         assert!(clock_ticks_per_second() > 0.0);
         assert!(!kernel_release().is_empty());
     }
