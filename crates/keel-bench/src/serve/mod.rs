@@ -1,25 +1,24 @@
 //! Scenario servers, run as their own process by `keel-bench bench`.
 //!
-//! Each scenario has one server written twice: once on keel and once on
-//! tokio, the way a competent tokio user would write it. Both variants sit
-//! behind the same function signature (see [`S1Start`]) so the harness
-//! treats them identically: same process layout, same flags, same control
-//! protocol ([`control`]), same CPU work ([`cpu`]), and the same
-//! runtime, listener, accept loop and accounting for every scenario
-//! ([`node_keel`] and its tokio twin [`node_tokio`]). A server runs in its
+//! Each scenario has one server. S0 and S1 are written once, over the
+//! runtime interface [`node::Node`] that keel ([`node_keel`]) and tokio
+//! ([`node_tokio`]) implement; S2, S3 and S5 are still written twice,
+//! once on keel and once on tokio, the way a competent tokio user would
+//! write it. The harness treats every variant identically: same process
+//! layout, same flags, same control protocol ([`control`]), same CPU work
+//! ([`cpu`]), and the same runtime, listener, accept loop and accounting
+//! for every scenario. A server runs in its
 //! own process so its CPU time can be read from `/proc` and so it never
 //! shares a scheduler with the load generator or the harness.
 
 pub mod control;
 pub mod cpu;
 pub mod job;
+pub mod node;
 pub mod node_keel;
 pub mod node_tokio;
 pub mod s0;
-pub mod s0_keel;
-pub mod s0_tokio;
-pub mod s1_keel;
-pub mod s1_tokio;
+pub mod s1;
 pub mod s2;
 pub mod s2_keel;
 pub mod s2_tokio;
@@ -335,16 +334,22 @@ impl fmt::Debug for Running {
     }
 }
 
-/// The signature every S1 server variant implements: start the echo
-/// service and `opts.cpu_tasks` CPU tasks, each of which adds one to
-/// `slices` after every slice; return once the service is bound.
-pub type S1Start = fn(&S1Opts, Arc<AtomicU64>) -> Result<Running, Error>;
-
-/// The S1 server variant for a runtime.
-pub fn s1_start(runtime: RuntimeKind) -> S1Start {
+/// Starts the S1 server on `runtime` (see [`s1::start`]).
+pub fn s1_start(
+    runtime: RuntimeKind,
+    opts: &S1Opts,
+    slices: Arc<AtomicU64>,
+) -> Result<Running, Error> {
     match runtime {
-        RuntimeKind::Keel | RuntimeKind::KeelUring => s1_keel::start,
-        RuntimeKind::Tokio => s1_tokio::start,
+        RuntimeKind::Keel | RuntimeKind::KeelUring => {
+            let rt = node_keel::runtime_with(opts.workers, None, opts.io, opts.accounting)?;
+            s1::start(node_keel::KeelNode::new(rt), opts, slices)
+        }
+        RuntimeKind::Tokio => s1::start(
+            node_tokio::TokioNode::new(node_tokio::runtime(opts.workers)?),
+            opts,
+            slices,
+        ),
     }
 }
 
@@ -359,8 +364,17 @@ pub fn run(command: &ServeCommand) -> Result<(), Error> {
                 io: args.runtime.io_backend(),
             };
             let running = match args.runtime {
-                RuntimeKind::Keel | RuntimeKind::KeelUring => s0_keel::start(&opts),
-                RuntimeKind::Tokio => s0_tokio::start(&opts),
+                RuntimeKind::Keel | RuntimeKind::KeelUring => {
+                    node_keel::runtime(opts.workers, opts.spin, opts.io)
+                        .and_then(|rt| s0::start(node_keel::KeelNode::new(rt), &opts))
+                }
+                RuntimeKind::Tokio => match opts.spin {
+                    Some(spin) => Err(Error::usage(format!(
+                        "tokio has no spin setting (asked for {spin:?}); leave --spin out"
+                    ))),
+                    None => node_tokio::runtime(opts.workers)
+                        .and_then(|rt| s0::start(node_tokio::TokioNode::new(rt), &opts)),
+                },
             }
             .map_err(|e| e.context(format!("serve s0 --runtime {}", args.runtime)))?;
             control::serve_until_stop(running, &AtomicU64::new(0))
@@ -380,7 +394,7 @@ pub fn run(command: &ServeCommand) -> Result<(), Error> {
                 ));
             }
             let slices = Arc::new(AtomicU64::new(0));
-            let running = s1_start(args.runtime)(&opts, Arc::clone(&slices))
+            let running = s1_start(args.runtime, &opts, Arc::clone(&slices))
                 .map_err(|e| e.context(format!("serve s1 --runtime {}", args.runtime)))?;
             control::serve_until_stop(running, &slices)
         }

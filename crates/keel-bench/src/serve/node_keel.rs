@@ -2,13 +2,18 @@
 //! listener, the accept loop, the echo service and the accounting a
 //! `mark` reports.
 //!
-//! Each keel server (the `s*_keel` modules) starts a runtime with
-//! [`runtime`], binds with [`bind`], accepts with [`accept_each`] and
-//! answers `mark` with [`stats_json`], so the servers differ only in what
-//! they serve. The echo service ([`accept_echo`]) is S1's, and S5 runs it
-//! beside its log for the ping probe. [`super::node_tokio`] is the same
-//! set for the tokio peers, written the same way.
+//! A keel runtime is a [`Node`] ([`KeelNode`]), which the servers written
+//! once run on (`s0`, `s1`). The servers still written per runtime (the
+//! `s*_keel` modules) start a runtime with [`runtime`], bind with
+//! [`bind`], accept with [`accept_each`] and answer `mark` with
+//! [`stats_json`], so they differ only in what they serve. The echo
+//! service ([`accept_echo`]) is S1's, and S5 runs it beside its log for
+//! the ping probe. [`super::node_tokio`] is the same set for the tokio
+//! peers.
 
+use std::any::Any;
+use std::future::Future;
+use std::io;
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -18,7 +23,7 @@ use keel::net::{TcpListener, TcpStream};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::stamp::stamp_echo;
+use super::node::{self, Node};
 use crate::error::Error;
 
 /// A keel runtime with `workers` workers on the IO driver `io`, the spin
@@ -82,50 +87,96 @@ pub fn bind(rt: &keel::Runtime, addr: SocketAddr) -> Result<(TcpListener, Socket
     Ok((listener, local))
 }
 
-/// Accepts echo connections forever, one task each: S1's service, and
-/// S5's ping target.
-pub async fn accept_echo(listener: TcpListener) {
-    accept_each(listener, echo).await
+/// A keel runtime as a [`Node`]: what the servers written once (see
+/// [`super::node`]) run on, on either IO driver.
+pub struct KeelNode {
+    /// The runtime the server runs on; its guard.
+    rt: keel::Runtime,
 }
 
-/// Accepts connections forever and spawns `serve(stream, peer)` for each.
-/// An accept that fails (out of descriptors and the like) is reported and
-/// followed by a short pause, so the loop neither dies nor spins.
-pub async fn accept_each<F, Fut>(listener: TcpListener, mut serve: F)
+impl KeelNode {
+    /// A node on `rt`.
+    pub fn new(rt: keel::Runtime) -> KeelNode {
+        KeelNode { rt }
+    }
+}
+
+impl Node for KeelNode {
+    type Stream = TcpStream;
+    type Listener = TcpListener;
+    // keel's stream implements hyper's IO traits itself.
+    type HyperIo = TcpStream;
+
+    fn bind(&self, addr: SocketAddr) -> Result<(TcpListener, SocketAddr), Error> {
+        bind(&self.rt, addr)
+    }
+
+    fn spawn(&self, task: impl Future<Output = ()> + Send + 'static) {
+        drop(self.rt.spawn(task));
+    }
+
+    fn stats(&self) -> Box<dyn Fn() -> Value + Send> {
+        let handle = self.rt.handle().clone();
+        Box::new(move || stats_json(&handle.stats()))
+    }
+
+    fn into_guard(self) -> Box<dyn Any + Send> {
+        Box::new(self.rt)
+    }
+
+    fn spawn_here(task: impl Future<Output = ()> + Send + 'static) {
+        drop(keel::spawn(task));
+    }
+
+    fn accept(
+        listener: &TcpListener,
+    ) -> impl Future<Output = io::Result<(TcpStream, SocketAddr)>> + Send {
+        listener.accept()
+    }
+
+    fn sleep(duration: Duration) -> impl Future<Output = ()> + Send {
+        keel::time::sleep(duration)
+    }
+
+    fn yield_now() -> impl Future<Output = ()> + Send {
+        keel::yield_now()
+    }
+
+    fn set_nodelay(stream: &TcpStream) -> io::Result<()> {
+        stream.set_nodelay(true)
+    }
+
+    fn read<'a>(
+        stream: &'a mut TcpStream,
+        buf: &'a mut [u8],
+    ) -> impl Future<Output = io::Result<usize>> + Send + 'a {
+        stream.read(buf)
+    }
+
+    fn write_all<'a>(
+        stream: &'a mut TcpStream,
+        buf: &'a [u8],
+    ) -> impl Future<Output = io::Result<()>> + Send + 'a {
+        stream.write_all(buf)
+    }
+
+    fn hyper_io(stream: TcpStream) -> TcpStream {
+        stream
+    }
+}
+
+/// Accepts echo connections forever on keel (see [`node::accept_echo`]).
+pub async fn accept_echo(listener: TcpListener) {
+    node::accept_echo::<KeelNode>(listener).await
+}
+
+/// Accepts connections forever on keel (see [`node::accept_each`]).
+pub async fn accept_each<F, Fut>(listener: TcpListener, serve: F)
 where
     F: FnMut(TcpStream, SocketAddr) -> Fut,
-    Fut: std::future::Future<Output = ()> + Send + 'static,
+    Fut: Future<Output = ()> + Send + 'static,
 {
-    loop {
-        match listener.accept().await {
-            Ok((stream, peer)) => {
-                keel::spawn(serve(stream, peer));
-            }
-            Err(error) => {
-                eprintln!("keel serve: accept failed: {error}");
-                keel::time::sleep(Duration::from_millis(10)).await;
-            }
-        }
-    }
-}
-
-/// Echoes everything a connection sends until it closes, stamping a
-/// probe's requests with the server's clock (see [`super::stamp`]).
-async fn echo(mut stream: TcpStream, peer: SocketAddr) {
-    if let Err(error) = stream.set_nodelay(true) {
-        eprintln!("keel serve: {peer}: cannot set TCP_NODELAY: {error}");
-    }
-    let mut buf = vec![0u8; 64 * 1024];
-    loop {
-        let n = match stream.read(&mut buf).await {
-            Ok(0) | Err(_) => return,
-            Ok(n) => n,
-        };
-        stamp_echo(&mut buf[..n]);
-        if stream.write_all(&buf[..n]).await.is_err() {
-            return;
-        }
-    }
+    node::accept_each::<KeelNode, F, Fut>(listener, serve).await
 }
 
 /// keel's own accounting as the `runtime` field of a `mark` answer.

@@ -3,20 +3,26 @@
 //! metrics say for a `mark`.
 //!
 //! The twin of [`super::node_keel`], written the way a tokio user writes
-//! it: each tokio server (the `s*_tokio` modules, and the S3 backend)
-//! starts a runtime with [`runtime`], binds with [`bind`], accepts with
-//! [`accept_each`] and answers `mark` with [`tokio_stats_json`]. The echo
-//! service ([`accept_echo`]) is S1's, and S5 runs it beside its log for
-//! the ping probe.
+//! it: a tokio runtime is a [`Node`] ([`TokioNode`]) for the servers
+//! written once (`s0`, `s1`); each server still written per runtime (the
+//! `s*_tokio` modules, and the S3 backend) starts a runtime with
+//! [`runtime`], binds with [`bind`], accepts with [`accept_each`] and
+//! answers `mark` with [`tokio_stats_json`]. The echo service
+//! ([`accept_echo`]) is S1's, and S5 runs it beside its log for the ping
+//! probe.
 
+use std::any::Any;
+use std::future::Future;
+use std::io;
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::runtime::Runtime;
 
-use super::stamp::stamp_echo;
+use super::node::{self, Node};
 use crate::error::Error;
 
 /// A tokio multi-thread runtime with `workers` workers and every other
@@ -73,48 +79,104 @@ impl Drop for Guard {
     }
 }
 
-/// Accepts echo connections forever, one task each: S1's service, and
-/// S5's ping target.
-pub async fn accept_echo(listener: TcpListener) {
-    accept_each(listener, echo).await
+/// A tokio runtime as a [`Node`]: what the servers written once (see
+/// [`super::node`]) run on, for the tokio peer.
+pub struct TokioNode {
+    /// The runtime the server runs on, shut down when dropped.
+    rt: Guard,
 }
 
-/// Accepts connections forever and spawns `serve(stream, peer)` for each.
-/// An accept that fails (out of descriptors and the like) is reported and
-/// followed by a short pause, so the loop neither dies nor spins.
-pub async fn accept_each<F, Fut>(listener: TcpListener, mut serve: F)
+impl TokioNode {
+    /// A node on `rt`.
+    pub fn new(rt: Runtime) -> TokioNode {
+        TokioNode {
+            rt: Guard(Some(rt)),
+        }
+    }
+
+    /// The runtime, which the guard holds until it drops.
+    fn runtime(&self) -> &Runtime {
+        self.rt
+            .0
+            .as_ref()
+            .expect("the runtime lives until the guard drops")
+    }
+}
+
+impl Node for TokioNode {
+    type Stream = TcpStream;
+    type Listener = TcpListener;
+    // hyper-util's standard adapter between tokio's IO traits and hyper's.
+    type HyperIo = TokioIo<TcpStream>;
+
+    fn bind(&self, addr: SocketAddr) -> Result<(TcpListener, SocketAddr), Error> {
+        bind(self.runtime(), addr)
+    }
+
+    fn spawn(&self, task: impl Future<Output = ()> + Send + 'static) {
+        drop(self.runtime().spawn(task));
+    }
+
+    fn stats(&self) -> Box<dyn Fn() -> serde_json::Value + Send> {
+        let handle = self.runtime().handle().clone();
+        Box::new(move || tokio_stats_json(&handle))
+    }
+
+    fn into_guard(self) -> Box<dyn Any + Send> {
+        Box::new(self.rt)
+    }
+
+    fn spawn_here(task: impl Future<Output = ()> + Send + 'static) {
+        drop(tokio::spawn(task));
+    }
+
+    fn accept(
+        listener: &TcpListener,
+    ) -> impl Future<Output = io::Result<(TcpStream, SocketAddr)>> + Send {
+        listener.accept()
+    }
+
+    fn sleep(duration: Duration) -> impl Future<Output = ()> + Send {
+        tokio::time::sleep(duration)
+    }
+
+    fn yield_now() -> impl Future<Output = ()> + Send {
+        tokio::task::yield_now()
+    }
+
+    fn set_nodelay(stream: &TcpStream) -> io::Result<()> {
+        stream.set_nodelay(true)
+    }
+
+    fn read<'a>(
+        stream: &'a mut TcpStream,
+        buf: &'a mut [u8],
+    ) -> impl Future<Output = io::Result<usize>> + Send + 'a {
+        stream.read(buf)
+    }
+
+    fn write_all<'a>(
+        stream: &'a mut TcpStream,
+        buf: &'a [u8],
+    ) -> impl Future<Output = io::Result<()>> + Send + 'a {
+        stream.write_all(buf)
+    }
+
+    fn hyper_io(stream: TcpStream) -> TokioIo<TcpStream> {
+        TokioIo::new(stream)
+    }
+}
+
+/// Accepts echo connections forever on tokio (see [`node::accept_echo`]).
+pub async fn accept_echo(listener: TcpListener) {
+    node::accept_echo::<TokioNode>(listener).await
+}
+
+/// Accepts connections forever on tokio (see [`node::accept_each`]).
+pub async fn accept_each<F, Fut>(listener: TcpListener, serve: F)
 where
     F: FnMut(TcpStream, SocketAddr) -> Fut,
-    Fut: std::future::Future<Output = ()> + Send + 'static,
+    Fut: Future<Output = ()> + Send + 'static,
 {
-    loop {
-        match listener.accept().await {
-            Ok((stream, peer)) => {
-                tokio::spawn(serve(stream, peer));
-            }
-            Err(error) => {
-                eprintln!("keel serve: accept failed: {error}");
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
-        }
-    }
-}
-
-/// Echoes everything a connection sends until it closes, stamping a
-/// probe's requests with the server's clock (see [`super::stamp`]).
-async fn echo(mut stream: TcpStream, peer: SocketAddr) {
-    if let Err(error) = stream.set_nodelay(true) {
-        eprintln!("keel serve: {peer}: cannot set TCP_NODELAY: {error}");
-    }
-    let mut buf = vec![0u8; 64 * 1024];
-    loop {
-        let n = match stream.read(&mut buf).await {
-            Ok(0) | Err(_) => return,
-            Ok(n) => n,
-        };
-        stamp_echo(&mut buf[..n]);
-        if stream.write_all(&buf[..n]).await.is_err() {
-            return;
-        }
-    }
+    node::accept_each::<TokioNode, F, Fut>(listener, serve).await
 }

@@ -65,7 +65,7 @@ fn start(args: &ServeSoakArgs, slices: Arc<AtomicU64>) -> Result<Running, Error>
     let (echo, echo_addr) = bind(&rt, any)?;
     rt.spawn(accept_echo(echo));
     for _ in 0..args.cpu_tasks {
-        rt.spawn(super::s1_keel::cpu_task(
+        rt.spawn(super::s1::cpu_task::<super::node_keel::KeelNode>(
             args.slice_iters,
             Arc::clone(&slices),
         ));
