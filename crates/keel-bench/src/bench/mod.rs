@@ -109,6 +109,13 @@ impl RunSpec {
             + std::time::Duration::from_secs_f64(self.duration_s)
     }
 
+    /// This spec for scenario `id`: the runtimes that have a server for it.
+    pub fn for_scenario(&self, id: &str) -> RunSpec {
+        let mut spec = self.clone();
+        spec.runtimes.retain(|runtime| runtime.serves(id));
+        spec
+    }
+
     /// A run of `runtimes`, one round, judged, on two CPUs: for tests that
     /// build a scenario's figures without running it.
     #[cfg(test)]
@@ -281,8 +288,9 @@ pub struct BenchArgs {
     pub crash: Option<u32>,
     /// Runtimes to measure, comma-separated (for development: measuring
     /// one runtime gives no keel-vs-tokio verdicts). By default keel,
-    /// keel-uring and tokio, keel-uring left out with a note where this
-    /// process cannot use io_uring; named here, a refused ring is an error.
+    /// keel-uring, tokio and monoio (S0 and S1 only), keel-uring left out
+    /// with a note where this process cannot use io_uring; named here, a
+    /// refused ring is an error.
     #[arg(long, hide = true, value_enum, value_delimiter = ',')]
     pub runtimes: Option<Vec<RuntimeKind>>,
 }
@@ -313,6 +321,7 @@ pub fn runtimes_to_measure(
                 RuntimeKind::Keel,
                 RuntimeKind::KeelUring,
                 RuntimeKind::Tokio,
+                RuntimeKind::Monoio,
             ];
             if !ring.is_available() {
                 all.retain(|&r| r != RuntimeKind::KeelUring);
@@ -394,21 +403,21 @@ pub fn run(args: &BenchArgs) -> Result<(), Error> {
     for id in scenarios {
         let outcome = match id {
             "s0" => s0::run(&s0::S0Config {
-                run: spec.clone(),
+                run: spec.for_scenario(id),
                 connections: args.connections,
                 requests: args.requests,
                 short_limit_s: 60.0,
                 quick: args.quick,
             })?,
             "s1" => s1::run(&s1::S1Config {
-                run: spec.clone(),
+                run: spec.for_scenario(id),
                 cpu_tasks: args.cpu_tasks.saturating_mul(workers),
                 slice_us: args.slice_us,
                 interval_us: args.interval_us,
                 payload: 64,
             })?,
             "s2" => s2::run(&s2::S2Config {
-                run: spec.clone(),
+                run: spec.for_scenario(id),
                 streams: args.streams,
                 chunk: 1460,
                 rate_mb: args.rate_mb,
@@ -419,13 +428,13 @@ pub fn run(args: &BenchArgs) -> Result<(), Error> {
                 max_delay_ms: args.max_delay_ms,
             })?,
             "s3" => s3::run(&s3::S3Config {
-                run: spec.clone(),
+                run: spec.for_scenario(id),
                 bulk: args.bulk,
                 clients: args.rate_clients,
                 admin_interval_ms: args.admin_interval_ms,
             })?,
             "s4" => s4::run(&s4::S4Config {
-                run: spec.clone(),
+                run: spec.for_scenario(id),
                 senders: args.senders,
                 chunk: args.send_bytes,
                 rate_mb: args.s4_rate_mb,
@@ -446,7 +455,7 @@ pub fn run(args: &BenchArgs) -> Result<(), Error> {
                         quick: args.quick,
                     })?,
                     None => s5::run(&s5::S5Config {
-                        run: spec.clone(),
+                        run: spec.for_scenario(id),
                         clients: args.clients,
                         many_clients: args.many_clients,
                         record: args.record,
@@ -501,10 +510,11 @@ mod tests {
     #[test]
     fn runtimes_measured() {
         use keel::io::RingSupport;
-        let (keel, ring, tokio) = (
+        let (keel, ring, tokio, monoio) = (
             RuntimeKind::Keel,
             RuntimeKind::KeelUring,
             RuntimeKind::Tokio,
+            RuntimeKind::Monoio,
         );
         let available = RingSupport::Available {
             optional: Vec::new(),
@@ -512,10 +522,11 @@ mod tests {
         let refused = RingSupport::Refused("io_uring_disabled is 2".into());
         assert_eq!(
             runtimes_to_measure(None, &available).unwrap(),
-            (vec![keel, ring, tokio], None)
+            (vec![keel, ring, tokio, monoio], None)
         );
+        // monoio falls back to epoll by itself (`startup.driver` says so).
         let (runtimes, note) = runtimes_to_measure(None, &refused).unwrap();
-        assert_eq!(runtimes, [keel, tokio]);
+        assert_eq!(runtimes, [keel, tokio, monoio]);
         assert_eq!(
             note.as_deref(),
             Some("keel-uring not measured: io_uring is refused: io_uring_disabled is 2")
@@ -526,6 +537,24 @@ mod tests {
         );
         let error = runtimes_to_measure(Some(&[ring]), &refused).unwrap_err();
         assert!(error.to_string().contains("io_uring is refused"), "{error}");
+    }
+
+    /// monoio is measured in S0 and S1 only.
+    #[test]
+    fn each_scenario_runs_the_runtimes_that_serve_it() {
+        let all = [
+            RuntimeKind::Keel,
+            RuntimeKind::KeelUring,
+            RuntimeKind::Tokio,
+            RuntimeKind::Monoio,
+        ];
+        let spec = RunSpec::for_tests(&all);
+        for id in AVAILABLE {
+            let runtimes = spec.for_scenario(id).runtimes;
+            let with_monoio = matches!(*id, "s0" | "s1");
+            assert_eq!(runtimes.contains(&RuntimeKind::Monoio), with_monoio, "{id}");
+            assert_eq!(runtimes.len(), if with_monoio { 4 } else { 3 }, "{id}");
+        }
     }
 
     /// Named, default, deduplicated and unknown scenarios.

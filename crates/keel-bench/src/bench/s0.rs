@@ -332,6 +332,19 @@ fn verdicts(runs: &[RunFigures], runtimes: &[RuntimeKind]) -> Vec<Verdict> {
             find_metric(runs, "tokio", "default", name),
         )
     };
+    // `metric` of `runtime` over `other`'s, judging `runtime`.
+    let pair = |runtime: RuntimeKind, other: RuntimeKind, metric: &str, goal| {
+        Verdict::new(
+            format!("{metric} {runtime}/{other}"),
+            runtime.name(),
+            ratio(
+                find_metric(runs, runtime.name(), "default", metric),
+                find_metric(runs, other.name(), "default", metric),
+            ),
+            goal,
+        )
+        .missing_because(why_missing(&[runtime, other], runtimes))
+    };
     let keel_over_tokio = |name: &str| over_tokio(RuntimeKind::Keel, name);
     let missing = why_missing(&[RuntimeKind::Keel, RuntimeKind::Tokio], runtimes);
     let share = |runtime: RuntimeKind| {
@@ -379,6 +392,29 @@ fn verdicts(runs: &[RunFigures], runtimes: &[RuntimeKind]) -> Vec<Verdict> {
         // would serve 1/s times tokio's requests (see docs/scenarios.md).
         share(RuntimeKind::Keel),
         share(RuntimeKind::Tokio),
+        share(RuntimeKind::Monoio),
+        // monoio, a thread-per-core io_uring runtime, beside tokio: the
+        // ring should put keel at least as far ahead of tokio as monoio's
+        // ring puts monoio.
+        pair(
+            RuntimeKind::Monoio,
+            RuntimeKind::Tokio,
+            "keepalive_rps",
+            None,
+        ),
+        pair(RuntimeKind::Monoio, RuntimeKind::Tokio, "short_rps", None),
+        pair(
+            RuntimeKind::Keel,
+            RuntimeKind::Monoio,
+            "keepalive_rps",
+            None,
+        ),
+        pair(
+            RuntimeKind::KeelUring,
+            RuntimeKind::Monoio,
+            "keepalive_rps",
+            Some(Goal::AtLeast(1.0)),
+        ),
         ring_over_epoll(
             runs,
             runtimes,

@@ -383,7 +383,7 @@ fn verdicts(runs: &[RunFigures], runtimes: &[RuntimeKind]) -> Vec<Verdict> {
     };
     let metric = |runtime: RuntimeKind, name: &str| metric_of(runtime, DEFAULT, name);
     let why = |needed: &[RuntimeKind]| why_missing(needed, runtimes);
-    let (keel, tokio) = (RuntimeKind::Keel, RuntimeKind::Tokio);
+    let (keel, tokio, monoio) = (RuntimeKind::Keel, RuntimeKind::Tokio, RuntimeKind::Monoio);
     let stretch = |runtime, loaded, idle| ratio(metric(runtime, loaded), metric(runtime, idle));
     let mut out = vec![
         Verdict::new(
@@ -506,6 +506,44 @@ fn verdicts(runs: &[RunFigures], runtimes: &[RuntimeKind]) -> Vec<Verdict> {
         "io_looks_per_s",
         None,
     ));
+    // monoio, a thread-per-core runtime, beside keel: how its one queue a
+    // thread treats a ready socket behind CPU tasks.
+    out.extend([
+        Verdict::new(
+            "server loaded_p99/idle_p99",
+            "monoio",
+            stretch(monoio, "server_loaded_p99_us", "server_idle_p99_us"),
+            None,
+        )
+        .missing_because(why(&[monoio])),
+        Verdict::new(
+            "server loaded_p99/(slice + idle_p99)",
+            "monoio",
+            ratio(
+                metric(monoio, "server_loaded_p99_us"),
+                metric(monoio, "server_slice_bound_us"),
+            ),
+            None,
+        )
+        .missing_because(why(&[monoio])),
+        Verdict::new(
+            "server loaded_p99 keel/monoio",
+            "keel",
+            ratio(
+                metric(keel, "server_loaded_p99_us"),
+                metric(monoio, "server_loaded_p99_us"),
+            ),
+            None,
+        )
+        .missing_because(why(&[keel, monoio])),
+        Verdict::new(
+            "slices_per_s keel/monoio",
+            "keel",
+            ratio(metric(keel, "slices_per_s"), metric(monoio, "slices_per_s")),
+            None,
+        )
+        .missing_because(why(&[keel, monoio])),
+    ]);
     out
 }
 

@@ -94,6 +94,8 @@ pub fn modes(runtime: RuntimeKind) -> &'static [S2Mode] {
             &[S2Mode::Off, S2Mode::Fixed, S2Mode::Adaptive]
         }
         RuntimeKind::Tokio => &[S2Mode::Read1460, S2Mode::Read64k],
+        // No S2 server (see `serve::monoio`).
+        RuntimeKind::Monoio => &[],
     }
 }
 

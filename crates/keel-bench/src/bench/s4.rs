@@ -395,6 +395,8 @@ fn reported(runtime: RuntimeKind, start: &Value, end: &Value) -> Reported {
             keel_reported(&worker_pairs(start, end).unwrap_or_default())
         }
         RuntimeKind::Tokio => tokio_reported(start, end),
+        // S4 runs no monoio server (see `serve::monoio`).
+        RuntimeKind::Monoio => Reported::default(),
     }
 }
 

@@ -105,6 +105,8 @@ pub fn modes(runtime: RuntimeKind) -> &'static [LogMode] {
     match runtime {
         RuntimeKind::Keel | RuntimeKind::KeelUring => &[LogMode::Group],
         RuntimeKind::Tokio => &[LogMode::PerRecord, LogMode::Group, LogMode::Inline],
+        // No S5 server (see `serve::monoio`).
+        RuntimeKind::Monoio => &[],
     }
 }
 

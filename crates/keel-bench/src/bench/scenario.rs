@@ -429,6 +429,7 @@ mod tests {
                 RuntimeKind::Keel => f64::from(round),
                 RuntimeKind::KeelUring => 3.0,
                 RuntimeKind::Tokio => 2.0,
+                RuntimeKind::Monoio => 4.0,
             };
             Ok(ToyRecord {
                 round,

@@ -14,6 +14,7 @@
 pub mod control;
 pub mod cpu;
 pub mod job;
+pub mod monoio;
 pub mod node;
 pub mod node_keel;
 pub mod node_tokio;
@@ -56,6 +57,9 @@ pub enum RuntimeKind {
     KeelUring,
     /// tokio's multi-thread runtime, the peer.
     Tokio,
+    /// monoio, a thread-per-core io_uring runtime: a peer of another
+    /// design, in S0 and S1 only (see `serve::monoio`).
+    Monoio,
 }
 
 impl RuntimeKind {
@@ -65,6 +69,7 @@ impl RuntimeKind {
             Self::Keel => "keel",
             Self::KeelUring => "keel-uring",
             Self::Tokio => "tokio",
+            Self::Monoio => "monoio",
         }
     }
 
@@ -73,13 +78,19 @@ impl RuntimeKind {
         matches!(self, Self::Keel | Self::KeelUring)
     }
 
-    /// The IO driver of a keel runtime of this kind (epoll for `tokio`,
-    /// which has no such setting).
+    /// The IO driver of a keel runtime of this kind (epoll for the peers,
+    /// which have no such setting).
     pub fn io_backend(self) -> keel::io::IoBackend {
         match self {
             Self::KeelUring => keel::io::IoBackend::Uring,
-            Self::Keel | Self::Tokio => keel::io::IoBackend::Epoll,
+            Self::Keel | Self::Tokio | Self::Monoio => keel::io::IoBackend::Epoll,
         }
+    }
+
+    /// Whether this runtime has a server for scenario `id` (`"s0"` ...):
+    /// monoio serves S0 and S1 only (see `serve::monoio`).
+    pub fn serves(self, id: &str) -> bool {
+        self != Self::Monoio || matches!(id, "s0" | "s1")
     }
 }
 
@@ -350,7 +361,21 @@ pub fn s1_start(
             opts,
             slices,
         ),
+        RuntimeKind::Monoio => monoio::start_s1(
+            opts.workers,
+            opts.addr,
+            opts.cpu_tasks,
+            opts.slice_iters,
+            slices,
+        ),
     }
+}
+
+/// The error for a scenario that `runtime` has no server for.
+pub fn not_served(runtime: RuntimeKind) -> Error {
+    Error::usage(format!(
+        "{runtime} serves S0 and S1 only (a peer of another design, not ported further)"
+    ))
 }
 
 /// Runs `keel-bench serve ...` until `stop` or the end of stdin.
@@ -374,6 +399,12 @@ pub fn run(command: &ServeCommand) -> Result<(), Error> {
                     ))),
                     None => node_tokio::runtime(opts.workers)
                         .and_then(|rt| s0::start(node_tokio::TokioNode::new(rt), &opts)),
+                },
+                RuntimeKind::Monoio => match opts.spin {
+                    Some(spin) => Err(Error::usage(format!(
+                        "monoio has no spin setting (asked for {spin:?}); leave --spin out"
+                    ))),
+                    None => monoio::start_s0(opts.workers, opts.addr),
                 },
             }
             .map_err(|e| e.context(format!("serve s0 --runtime {}", args.runtime)))?;
@@ -415,6 +446,7 @@ pub fn run(command: &ServeCommand) -> Result<(), Error> {
             let running = match args.runtime {
                 RuntimeKind::Keel | RuntimeKind::KeelUring => s2_keel::start(&opts),
                 RuntimeKind::Tokio => s2_tokio::start(&opts),
+                RuntimeKind::Monoio => Err(not_served(args.runtime)),
             }
             .map_err(|e| e.context(&context))?;
             control::serve_until_stop(running, &AtomicU64::new(0))
@@ -429,6 +461,7 @@ pub fn run(command: &ServeCommand) -> Result<(), Error> {
                 mode: match args.runtime {
                     RuntimeKind::Keel | RuntimeKind::KeelUring => s2::S2Mode::Off,
                     RuntimeKind::Tokio => s2::S2Mode::Read64k,
+                    RuntimeKind::Monoio => return Err(not_served(args.runtime).context("serve s4")),
                 },
                 job_lines: 1,
                 handler_lines: 0,
@@ -442,6 +475,7 @@ pub fn run(command: &ServeCommand) -> Result<(), Error> {
             let running = match args.runtime {
                 RuntimeKind::Keel | RuntimeKind::KeelUring => s2_keel::start(&opts),
                 RuntimeKind::Tokio => s2_tokio::start(&opts),
+                RuntimeKind::Monoio => Err(not_served(args.runtime)),
             }
             .map_err(|e| e.context(&context))?;
             control::serve_until_stop(running, &AtomicU64::new(0))
@@ -459,6 +493,7 @@ pub fn run(command: &ServeCommand) -> Result<(), Error> {
             let running = match args.runtime {
                 RuntimeKind::Keel | RuntimeKind::KeelUring => s5_keel::start(&opts),
                 RuntimeKind::Tokio => s5_tokio::start(&opts),
+                RuntimeKind::Monoio => Err(not_served(args.runtime)),
             }
             .map_err(|e| e.context(&context))?;
             control::serve_until_stop(running, &AtomicU64::new(0))

@@ -68,14 +68,14 @@ async fn serve<N: Node>(stream: N::Stream, peer: SocketAddr) {
 ///
 /// The request's body (if any) is left unread; hyper drains or discards
 /// it before the connection's next request.
-async fn hello(_request: Request<Incoming>) -> Result<Response<Full<Bytes>>, Infallible> {
+pub async fn hello(_request: Request<Incoming>) -> Result<Response<Full<Bytes>>, Infallible> {
     Ok(Response::new(Full::new(Bytes::from_static(BODY))))
 }
 
 /// Reports a connection that ended with an error other than the peer
 /// going away mid-request, which is routine for a server and not worth a
 /// line per connection.
-fn report_connection_error(peer: SocketAddr, error: &hyper::Error) {
+pub fn report_connection_error(peer: SocketAddr, error: &hyper::Error) {
     if !error.is_incomplete_message() {
         eprintln!("keel serve: {peer}: {error}");
     }

@@ -107,6 +107,7 @@ pub fn run(args: &ServeProxyArgs) -> Result<(), Error> {
     let running = match args.runtime {
         RuntimeKind::Keel | RuntimeKind::KeelUring => s3_keel::start(&opts),
         RuntimeKind::Tokio => s3_tokio::start(&opts),
+        RuntimeKind::Monoio => Err(super::not_served(args.runtime)),
     }
     .map_err(|e| e.context(&context))?;
     control::serve_until_stop(running, &AtomicU64::new(0))
