@@ -309,8 +309,8 @@ fn a_streams_receive_stays_armed_across_its_messages() {
 #[test]
 fn streams_that_run_the_buffer_pool_dry_still_get_every_byte_in_order() {
     let rt = support::receiving_on_the_ring(2);
-    const STREAMS: usize = 12;
-    // 12 × 1 MiB unread, against a pool of 4 MiB.
+    const STREAMS: usize = 20;
+    // 20 × 1 MiB unread, against a pool of 4 MiB.
     const EACH: usize = 1 << 20;
     let mut writers = Vec::new();
     let mut streams = Vec::new();
@@ -359,6 +359,46 @@ fn streams_that_run_the_buffer_pool_dry_still_get_every_byte_in_order() {
         if let Some(at) = (0..EACH - 1).find(|&i| bytes[i] != pattern(i + 1)) {
             panic!("stream {index}: byte {} is wrong", at + 1);
         }
+    }
+}
+
+/// A stream that receives and is not read holds at most its share of the
+/// ring's buffer pool: its multishot receive is cancelled (nothing is left
+/// in flight), the rest waits in the socket, and once read, every byte
+/// arrives in order and the receive is armed again.
+#[test]
+fn an_unread_stream_gives_up_its_receive_at_its_share_of_the_pool() {
+    let rt = support::receiving_on_the_ring(1);
+    let (listener, mut peer) = pending_pair();
+    let (accepted, _) = listener.accept().unwrap();
+    const TOTAL: usize = 1 << 20;
+    let mut stream = rt.block_on(async move { TcpStream::from_std(accepted).unwrap() });
+    peer.write_all(&[pattern(0)]).unwrap();
+    rt.block_on(async {
+        let mut first = [0u8; 1];
+        stream.read_exact(&mut first).await.unwrap();
+    });
+    support::wait_until("the receive is armed", || {
+        rt.stats().io.operations_in_flight == 1
+    });
+    let writer = std::thread::spawn(move || {
+        let bytes: Vec<u8> = (1..TOTAL).map(pattern).collect();
+        peer.write_all(&bytes).unwrap();
+        peer
+    });
+    // Nobody reads: the receive takes its share of the pool and ends.
+    support::wait_until("the receive was cancelled", || {
+        rt.stats().io.operations_in_flight == 0
+    });
+    let got = rt.block_on(async move {
+        let mut got = vec![0u8; TOTAL - 1];
+        stream.read_exact(&mut got).await.unwrap();
+        (got, stream)
+    });
+    let (got, _stream) = got;
+    drop(writer.join().unwrap());
+    if let Some(at) = (0..TOTAL - 1).find(|&i| got[i] != pattern(i + 1)) {
+        panic!("byte {} is wrong", at + 1);
     }
 }
 

@@ -378,8 +378,10 @@ impl Builder {
     /// a multishot `IORING_OP_RECV`, submitted with the rest of the
     /// worker's loop turn, which completes once per arrival into one of
     /// the ring's provided buffers (256 of 16 KiB a ring, mapped at its
-    /// first receive), and the bytes are copied out; when those run out,
-    /// a stream receives into a buffer of its own. It applies only on the
+    /// first receive; a stream holding 16 unread has its receive
+    /// cancelled until its reader drains it), and the bytes are copied
+    /// out; when those run out, a stream receives into a buffer of its
+    /// own. It applies only on the
     /// io_uring driver (see
     /// [`io_backend`](Self::io_backend)); on epoll it changes nothing.
     /// Default: off.

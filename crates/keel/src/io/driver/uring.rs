@@ -135,6 +135,10 @@ const COMPLETION_ENTRIES: u32 = 4096;
 /// The user data of the set-up check's cancellation, which matches
 /// nothing.
 const NO_REQUEST: u64 = u64::MAX - 1;
+/// The user data of a cancellation of a stream's multishot receive (see
+/// [`Uring::cancel_receive`]), whose own completion is dropped. No
+/// operation's user data reaches it: its pointer bits are all set.
+const CANCELLATION: u64 = u64::MAX - 2;
 
 /// A source registered on a thread that must not arm its poll, waiting
 /// for the poller to arm it (see the module docs).
@@ -651,6 +655,29 @@ impl Uring {
         }
     }
 
+    /// Asks the kernel to end the multishot receive whose user data is
+    /// `token` (its stream holds its share of the pool: see
+    /// `io::ring_recv::MAX_HELD`), submitted at once, since a busy worker
+    /// might not enter the kernel again soon and the receive would go on
+    /// taking buffers; its last completion, `ECANCELED`, comes after.
+    fn cancel_receive(&self, token: u64) -> io::Result<()> {
+        let entry = opcode::AsyncCancel::new(token)
+            .build()
+            .user_data(CANCELLATION);
+        let _submitting = lock(&self.submissions);
+        loop {
+            // SAFETY: under the lock, the only submission queue view; a
+            // cancellation points at no memory.
+            let pushed = unsafe { self.ring.submission_shared().push(&entry) }.is_ok();
+            // The view is dropped: the tail is published before entering.
+            // A full queue was submitted to make room: push again.
+            self.submit_queue()?;
+            if pushed {
+                return Ok(());
+            }
+        }
+    }
+
     /// The ring's pool of provided buffers, registered at the first call;
     /// `None` where the kernel refused it.
     fn pool(&self) -> Option<&Arc<BufPool>> {
@@ -692,6 +719,9 @@ impl Uring {
         for completion in completions {
             let token = completion.user_data();
             let ended = !cqueue::more(completion.flags());
+            if token == CANCELLATION {
+                continue;
+            }
             if token == self.wake_token {
                 if ended {
                     // Armed again before this poll returns (contract 5).
@@ -711,15 +741,18 @@ impl Uring {
                     // receive's (no file operation is multishot): its slot's
                     // reference stays the kernel's until the last one.
                     let slot = unsafe { Operation::borrowed_receive(token) };
-                    slot.complete(completion.result(), buffer, true, wake);
+                    if slot.complete(completion.result(), buffer, true, wake) {
+                        self.cancel_receive(token)?;
+                    }
                     continue;
                 }
                 self.in_flight.fetch_sub(1, Ordering::Relaxed);
                 // SAFETY: the operation's last completion: this is the one
                 // call for its user data.
                 match unsafe { Operation::of(token) } {
+                    // A last completion never asks for a cancellation.
                     Operation::Recv(slot) => {
-                        slot.complete(completion.result(), buffer, false, wake)
+                        let _ = slot.complete(completion.result(), buffer, false, wake);
                     }
                     Operation::File(op) => op.complete(step_of(token), completion.result(), wake),
                 }
@@ -848,7 +881,8 @@ impl Drop for Uring {
         for completion in unsafe { self.ring.completion_shared() } {
             let token = completion.user_data();
             let last = !cqueue::more(completion.flags());
-            if last && token != self.wake_token && token & OPERATION_BIT != 0 {
+            let operation = token != self.wake_token && token != CANCELLATION;
+            if last && operation && token & OPERATION_BIT != 0 {
                 // SAFETY: as in `reap`: the completion's one call.
                 match unsafe { Operation::of(token) } {
                     // Completed, so that a descriptor an open made is

@@ -26,10 +26,12 @@
 //! to the reader's (the reader's buffer cannot be handed to the kernel: a
 //! future dropped with the receive in flight would leave the kernel
 //! writing into freed memory); pool buffers held by a stream until its
-//! reader reads them (a stream that receives and is not read can hold
-//! the whole pool, and the others then receive one single receive at a
-//! time); and, for a stream that ever fell back to a single receive, a
-//! buffer of its own of [`buffer_len`] bytes, sized by its first read.
+//! reader reads them, at most [`MAX_HELD`] of them before the ring
+//! cancels the stream's receive (so a stream that receives and is not
+//! read leaves the pool to the others; what follows waits in the socket,
+//! and the receive is armed again once the reader has drained it); and,
+//! for a stream that ever fell back to a single receive, a buffer of its
+//! own of [`buffer_len`] bytes, sized by its first read.
 //!
 //! # Invariants
 //!
@@ -81,6 +83,12 @@ const MAX_BUFFER: usize = 64 * 1024;
 /// The smallest: a reader asking for a few bytes (a length prefix) still
 /// gets a buffer worth a system call.
 const MIN_BUFFER: usize = 4 * 1024;
+
+/// The most pool buffers a stream holds unread before its multishot
+/// receive is cancelled (256 KiB at the pool's 16 KiB): a stream that
+/// receives and is not read stops taking the pool from the others; its
+/// next receive is armed once its reader has drained it.
+pub(crate) const MAX_HELD: usize = 16;
 
 /// The buffer a stream whose first read asks for `wanted` bytes gets.
 pub(crate) fn buffer_len(wanted: usize) -> usize {
@@ -142,6 +150,9 @@ struct State {
     /// The pool ran dry under the last multishot receive: the next
     /// receive is a single one, into the stream's own buffer.
     single_next: bool,
+    /// The ring was asked to cancel the multishot receive (the slot held
+    /// [`MAX_HELD`] buffers); until its last completion.
+    cancelling: bool,
     /// The tasks waiting to read (two tasks may read one stream at once;
     /// both are woken, one gets the bytes).
     wakers: Vec<Waker>,
@@ -192,6 +203,7 @@ impl RecvSlot {
                 first_wanted: 0,
                 pool: None,
                 single_next: false,
+                cancelling: false,
                 wakers: Vec::new(),
                 closed: false,
             }),
@@ -290,18 +302,22 @@ impl RecvSlot {
     /// A completion of the slot's receive: `result` a byte count or a
     /// negated OS error, `buffer` the pool buffer it filled, `more`
     /// whether a multishot receive goes on. The waiting tasks' wakers go
-    /// to `wake`.
+    /// to `wake`. Returns whether the ring should cancel the multishot
+    /// receive: the slot now holds [`MAX_HELD`] unread pool buffers (asked
+    /// once a receive).
+    #[must_use = "the ring cancels the receive when asked"]
     pub(crate) fn complete(
         &self,
         result: i32,
         buffer: Option<u16>,
         more: bool,
         wake: &mut Vec<Waker>,
-    ) {
+    ) -> bool {
         let mut state = lock(&self.state);
         let multishot = state.receive == Receive::Armed;
         if !more {
             state.receive = Receive::Idle;
+            state.cancelling = false;
         }
         match (result, buffer) {
             (n, Some(id)) if n > 0 && multishot => {
@@ -332,6 +348,9 @@ impl RecvSlot {
             (n, _) => state.end = Some(End::Failed(io::Error::from_raw_os_error(-n))),
         }
         wake.append(&mut state.wakers);
+        let cancel = more && !state.cancelling && state.pooled() >= MAX_HELD;
+        state.cancelling |= cancel;
+        cancel
     }
 
     /// A receive that could not be submitted (the ring refused it): the
@@ -353,6 +372,14 @@ impl RecvSlot {
 }
 
 impl State {
+    /// Pool buffers held unread.
+    fn pooled(&self) -> usize {
+        self.filled
+            .iter()
+            .filter(|fill| matches!(fill, Filled::Pooled { .. }))
+            .count()
+    }
+
     /// Copies out of the first filled buffer, if any, and gives a pool
     /// buffer back once it is read: how many bytes were copied.
     fn copy_out(&mut self, copy: &mut dyn FnMut(&[u8]) -> usize) -> Option<usize> {
@@ -459,7 +486,7 @@ mod tests {
         // SAFETY: the slot is in flight: the test stands for the kernel,
         // the only writer of the buffer now.
         unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), buf, bytes.len()) };
-        slot.complete(bytes.len() as i32, None, false, &mut Vec::new());
+        let _ = slot.complete(bytes.len() as i32, None, false, &mut Vec::new());
     }
 
     #[test]
@@ -490,7 +517,7 @@ mod tests {
         let mut got = Vec::new();
         let _ = read(&slot, &mut got, 10);
         slot.take_for_submission(None).unwrap();
-        slot.complete(-libc::ECONNRESET, None, false, &mut Vec::new());
+        let _ = slot.complete(-libc::ECONNRESET, None, false, &mut Vec::new());
         match read(&slot, &mut got, 10) {
             (Poll::Ready(Err(error)), false) => {
                 assert_eq!(error.kind(), io::ErrorKind::ConnectionReset)
@@ -499,7 +526,7 @@ mod tests {
         }
         let _ = read(&slot, &mut got, 10);
         slot.take_for_submission(None).unwrap();
-        slot.complete(0, None, false, &mut Vec::new());
+        let _ = slot.complete(0, None, false, &mut Vec::new());
         for _ in 0..2 {
             assert!(matches!(
                 read(&slot, &mut got, 10),
@@ -514,7 +541,7 @@ mod tests {
         let mut got = Vec::new();
         let _ = read(&slot, &mut got, 10);
         slot.take_for_submission(None).unwrap();
-        slot.complete(-libc::ECANCELED, None, false, &mut Vec::new());
+        let _ = slot.complete(-libc::ECANCELED, None, false, &mut Vec::new());
         assert!(matches!(read(&slot, &mut got, 10), (Poll::Pending, true)));
         slot.close();
         assert!(slot.take_for_submission(None).is_none());
@@ -528,10 +555,11 @@ mod tests {
         ));
     }
 
-    /// A multishot completion of `bytes` into pool buffer `id`.
-    fn arrives(slot: &RecvSlot, pool: &BufPool, id: u16, bytes: &[u8], more: bool) {
+    /// A multishot completion of `bytes` into pool buffer `id`; whether
+    /// the slot asks for its receive to be cancelled.
+    fn arrives(slot: &RecvSlot, pool: &BufPool, id: u16, bytes: &[u8], more: bool) -> bool {
         pool.fill_as_the_kernel(id, bytes);
-        slot.complete(bytes.len() as i32, Some(id), more, &mut Vec::new());
+        slot.complete(bytes.len() as i32, Some(id), more, &mut Vec::new())
     }
 
     #[test]
@@ -541,8 +569,8 @@ mod tests {
         let mut got = Vec::new();
         assert!(matches!(read(&slot, &mut got, 4), (Poll::Pending, true)));
         arm(&slot, &pool);
-        arrives(&slot, &pool, 5, b"abcdef", true);
-        arrives(&slot, &pool, 9, b"gh", true);
+        let _ = arrives(&slot, &pool, 5, b"abcdef", true);
+        let _ = arrives(&slot, &pool, 9, b"gh", true);
         let before = pool.given_back();
         assert!(matches!(
             read(&slot, &mut got, 4),
@@ -564,8 +592,8 @@ mod tests {
         assert!(slot.is_busy());
         assert!(matches!(read(&slot, &mut got, 4), (Poll::Pending, false)));
         // The end of stream ends it, after the bytes before it.
-        arrives(&slot, &pool, 2, b"ij", true);
-        slot.complete(0, None, false, &mut Vec::new());
+        let _ = arrives(&slot, &pool, 2, b"ij", true);
+        let _ = slot.complete(0, None, false, &mut Vec::new());
         assert!(matches!(
             read(&slot, &mut got, 4),
             (Poll::Ready(Ok(2)), false)
@@ -588,7 +616,7 @@ mod tests {
         let mut got = Vec::new();
         let _ = read(&slot, &mut got, 100);
         arm(&slot, &pool);
-        slot.complete(-libc::ENOBUFS, None, false, &mut Vec::new());
+        let _ = slot.complete(-libc::ENOBUFS, None, false, &mut Vec::new());
         assert!(matches!(read(&slot, &mut got, 100), (Poll::Pending, true)));
         let Some(Submission::Single { buf, len, .. }) = slot.take_for_submission(Some(&pool))
         else {
@@ -597,7 +625,7 @@ mod tests {
         assert_eq!(len as usize, MIN_BUFFER);
         // SAFETY: the single receive is in flight: the test is the kernel.
         unsafe { std::ptr::copy_nonoverlapping(b"xyz".as_ptr(), buf, 3) };
-        slot.complete(3, None, false, &mut Vec::new());
+        let _ = slot.complete(3, None, false, &mut Vec::new());
         assert!(matches!(
             read(&slot, &mut got, 100),
             (Poll::Ready(Ok(3)), false)
@@ -613,10 +641,10 @@ mod tests {
         let slot = RecvSlot::new(-1);
         let _ = read(&slot, &mut Vec::new(), 10);
         arm(&slot, &pool);
-        arrives(&slot, &pool, 1, b"one", true);
-        arrives(&slot, &pool, 3, b"two", true);
+        let _ = arrives(&slot, &pool, 1, b"one", true);
+        let _ = arrives(&slot, &pool, 3, b"two", true);
         slot.close();
-        slot.complete(-libc::ECANCELED, None, false, &mut Vec::new());
+        let _ = slot.complete(-libc::ECANCELED, None, false, &mut Vec::new());
         let before = pool.given_back();
         drop(slot);
         assert_eq!(pool.given_back(), before + 2);
@@ -629,8 +657,8 @@ mod tests {
         let mut got = Vec::new();
         let _ = read(&slot, &mut got, 10);
         arm(&slot, &pool);
-        arrives(&slot, &pool, 0, b"last", true);
-        slot.complete(-libc::ECONNRESET, None, false, &mut Vec::new());
+        let _ = arrives(&slot, &pool, 0, b"last", true);
+        let _ = slot.complete(-libc::ECONNRESET, None, false, &mut Vec::new());
         assert!(matches!(
             read(&slot, &mut got, 10),
             (Poll::Ready(Ok(4)), false)
@@ -640,6 +668,37 @@ mod tests {
             (Poll::Ready(Err(_)), false)
         ));
         assert_eq!(got, b"last");
+    }
+
+    #[test]
+    fn a_stream_holding_its_share_of_the_pool_asks_once_for_its_receive_to_end() {
+        let pool = Arc::new(BufPool::unregistered());
+        let slot = RecvSlot::new(-1);
+        let mut got = Vec::new();
+        let _ = read(&slot, &mut got, 10);
+        arm(&slot, &pool);
+        for id in 0..MAX_HELD as u16 - 1 {
+            assert!(!arrives(&slot, &pool, id, b"x", true), "buffer {id}");
+        }
+        assert!(
+            arrives(&slot, &pool, 99, b"x", true),
+            "the last one it may hold"
+        );
+        // Asked once: more arriving before the cancellation lands does not
+        // ask again.
+        assert!(!arrives(&slot, &pool, 100, b"y", true));
+        let _ = slot.complete(-libc::ECANCELED, None, false, &mut Vec::new());
+        // What it held is read, and then the receive is armed again.
+        for _ in 0..=MAX_HELD {
+            assert!(matches!(
+                read(&slot, &mut got, 10),
+                (Poll::Ready(Ok(1)), false)
+            ));
+        }
+        assert_eq!(got.len(), MAX_HELD + 1);
+        assert!(matches!(read(&slot, &mut got, 10), (Poll::Pending, true)));
+        arm(&slot, &pool);
+        assert!(!arrives(&slot, &pool, 3, b"z", true));
     }
 
     #[test]
