@@ -235,17 +235,39 @@ pub fn ring_over_epoll(
     metric: &str,
     goal: Option<Goal>,
 ) -> Verdict {
-    let (ring, epoll) = (RuntimeKind::KeelUring, RuntimeKind::Keel);
+    over(
+        runs,
+        ran,
+        name,
+        (RuntimeKind::KeelUring, RuntimeKind::Keel),
+        mode,
+        metric,
+        goal,
+    )
+}
+
+/// A verdict `name` on `runtime`'s `metric` over `other`'s, both in
+/// `mode`, judging `runtime` against `goal`; where either is missing, why.
+/// `ran`: the runtimes the run measured.
+pub fn over(
+    runs: &[RunFigures],
+    ran: &[RuntimeKind],
+    name: impl Into<Cow<'static, str>>,
+    (runtime, other): (RuntimeKind, RuntimeKind),
+    mode: &str,
+    metric: &str,
+    goal: Option<Goal>,
+) -> Verdict {
     Verdict::new(
         name,
-        ring.name(),
+        runtime.name(),
         super::stats::ratio(
-            find_metric(runs, ring.name(), mode, metric),
-            find_metric(runs, epoll.name(), mode, metric),
+            find_metric(runs, runtime.name(), mode, metric),
+            find_metric(runs, other.name(), mode, metric),
         ),
         goal,
     )
-    .missing_because(why_missing(&[ring, epoll], ran))
+    .missing_because(why_missing(&[runtime, other], ran))
 }
 
 /// An ordered list of named values that serialises as a JSON object.

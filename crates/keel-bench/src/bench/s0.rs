@@ -24,9 +24,7 @@ use serde::Serialize;
 use serde_json::json;
 
 use super::noise::Noise;
-use super::outcome::{
-    find_metric, ring_over_epoll, why_missing, Goal, Outcome, Pairs, RunFigures, Verdict,
-};
+use super::outcome::{self, find_metric, why_missing, Goal, Outcome, Pairs, RunFigures, Verdict};
 use super::phase::{mark, SERVER_SILENCE};
 use super::placement::Role;
 use super::progress::PhaseBar;
@@ -326,27 +324,28 @@ fn round_metrics(keepalive: &PhaseRecord, short: &PhaseRecord) -> Vec<(&'static 
 
 /// The S0 verdicts, from one round's figures.
 fn verdicts(runs: &[RunFigures], runtimes: &[RuntimeKind]) -> Vec<Verdict> {
-    let over_tokio = |runtime: RuntimeKind, name: &str| {
-        ratio(
-            find_metric(runs, runtime.name(), "default", name),
-            find_metric(runs, "tokio", "default", name),
-        )
-    };
-    // `metric` of `runtime` over `other`'s, judging `runtime`.
-    let pair = |runtime: RuntimeKind, other: RuntimeKind, metric: &str, goal| {
-        Verdict::new(
-            format!("{metric} {runtime}/{other}"),
-            runtime.name(),
-            ratio(
-                find_metric(runs, runtime.name(), "default", metric),
-                find_metric(runs, other.name(), "default", metric),
-            ),
+    use RuntimeKind::{Keel, KeelUring, Monoio, Tokio};
+    // `metric` of one runtime over another's, as verdict `name`.
+    let over = |name: &str, pair, metric: &str, goal| {
+        outcome::over(
+            runs,
+            runtimes,
+            name.to_owned(),
+            pair,
+            "default",
+            metric,
             goal,
         )
-        .missing_because(why_missing(&[runtime, other], runtimes))
     };
-    let keel_over_tokio = |name: &str| over_tokio(RuntimeKind::Keel, name);
-    let missing = why_missing(&[RuntimeKind::Keel, RuntimeKind::Tokio], runtimes);
+    // `metric` of one runtime over another's, named after them.
+    let pair = |(runtime, other): (RuntimeKind, RuntimeKind), metric: &str, goal| {
+        over(
+            &format!("{metric} {runtime}/{other}"),
+            (runtime, other),
+            metric,
+            goal,
+        )
+    };
     let share = |runtime: RuntimeKind| {
         Verdict::new(
             format!("keepalive system share, {runtime}"),
@@ -357,93 +356,50 @@ fn verdicts(runs: &[RunFigures], runtimes: &[RuntimeKind]) -> Vec<Verdict> {
         .missing_because(why_missing(&[runtime], runtimes))
     };
     vec![
-        Verdict::new(
-            "keepalive_rps keel/tokio",
-            "keel",
-            keel_over_tokio("keepalive_rps"),
-            Some(Goal::AtLeast(1.0)),
-        )
-        .missing_because(&missing),
-        Verdict::new(
-            "short_rps keel/tokio",
-            "keel",
-            keel_over_tokio("short_rps"),
-            Some(Goal::AtLeast(1.0)),
-        )
-        .missing_because(&missing),
-        Verdict::new(
+        pair((Keel, Tokio), "keepalive_rps", Some(Goal::AtLeast(1.0))),
+        pair((Keel, Tokio), "short_rps", Some(Goal::AtLeast(1.0))),
+        over(
             "keepalive_p99 keel/tokio",
-            "keel",
-            keel_over_tokio("keepalive_p99_us"),
+            (Keel, Tokio),
+            "keepalive_p99_us",
             None,
-        )
-        .missing_because(&missing),
-        Verdict::new(
+        ),
+        over(
             "keepalive_cpu_per_request keel/tokio",
-            "keel",
-            keel_over_tokio("keepalive_cpu_per_request_us"),
+            (Keel, Tokio),
+            "keepalive_cpu_per_request_us",
             None,
-        )
-        .missing_because(&missing),
+        ),
         // The share of the server's CPU spent in the kernel bounds what any
         // runtime can gain over another on this path: keel-uring's goals
         // over tokio are keel's (the ring twins), since with the kernel at
         // a share s of tokio's CPU, a runtime that cost nothing at all
         // would serve 1/s times tokio's requests (see docs/scenarios.md).
-        share(RuntimeKind::Keel),
-        share(RuntimeKind::Tokio),
-        share(RuntimeKind::Monoio),
+        share(Keel),
+        share(Tokio),
+        share(Monoio),
         // monoio, a thread-per-core io_uring runtime, beside tokio: the
         // ring should put keel at least as far ahead of tokio as monoio's
         // ring puts monoio.
+        pair((Monoio, Tokio), "keepalive_rps", None),
+        pair((Monoio, Tokio), "short_rps", None),
+        pair((Keel, Monoio), "keepalive_rps", None),
         pair(
-            RuntimeKind::Monoio,
-            RuntimeKind::Tokio,
-            "keepalive_rps",
-            None,
-        ),
-        pair(RuntimeKind::Monoio, RuntimeKind::Tokio, "short_rps", None),
-        pair(
-            RuntimeKind::Keel,
-            RuntimeKind::Monoio,
-            "keepalive_rps",
-            None,
-        ),
-        pair(
-            RuntimeKind::KeelUring,
-            RuntimeKind::Monoio,
+            (KeelUring, Monoio),
             "keepalive_rps",
             Some(Goal::AtLeast(1.0)),
         ),
-        ring_over_epoll(
-            runs,
-            runtimes,
-            "keepalive_rps keel-uring/keel",
-            "default",
-            "keepalive_rps",
-            None,
-        ),
-        ring_over_epoll(
-            runs,
-            runtimes,
-            "short_rps keel-uring/keel",
-            "default",
-            "short_rps",
-            None,
-        ),
-        ring_over_epoll(
-            runs,
-            runtimes,
+        pair((KeelUring, Keel), "keepalive_rps", None),
+        pair((KeelUring, Keel), "short_rps", None),
+        over(
             "keepalive_cpu_per_request keel-uring/keel",
-            "default",
+            (KeelUring, Keel),
             "keepalive_cpu_per_request_us",
             None,
         ),
-        ring_over_epoll(
-            runs,
-            runtimes,
+        over(
             "short_cpu_per_request keel-uring/keel",
-            "default",
+            (KeelUring, Keel),
             "short_cpu_per_request_us",
             None,
         ),

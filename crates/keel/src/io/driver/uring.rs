@@ -341,13 +341,14 @@ impl Uring {
         self.submit(&entry)
     }
 
-    /// Pushes `entry` and submits it at once.
+    /// Pushes `entry`, a poll or a cancellation (entries that point at no
+    /// memory), and submits it at once.
     fn submit(&self, entry: &squeue::Entry) -> io::Result<()> {
         let _submitting = lock(&self.submissions);
         loop {
             // SAFETY: the lock held above makes this the only submission
-            // queue view (every other is made under it too). A poll entry
-            // points at no memory.
+            // queue view (every other is made under it too). Polls and
+            // cancellations point at no memory.
             let pushed = unsafe { self.ring.submission_shared().push(entry) }.is_ok();
             // The view is dropped: the tail is published before entering.
             // A full queue was submitted to make room: push again.
@@ -661,21 +662,11 @@ impl Uring {
     /// might not enter the kernel again soon and the receive would go on
     /// taking buffers; its last completion, `ECANCELED`, comes after.
     fn cancel_receive(&self, token: u64) -> io::Result<()> {
-        let entry = opcode::AsyncCancel::new(token)
-            .build()
-            .user_data(CANCELLATION);
-        let _submitting = lock(&self.submissions);
-        loop {
-            // SAFETY: under the lock, the only submission queue view; a
-            // cancellation points at no memory.
-            let pushed = unsafe { self.ring.submission_shared().push(&entry) }.is_ok();
-            // The view is dropped: the tail is published before entering.
-            // A full queue was submitted to make room: push again.
-            self.submit_queue()?;
-            if pushed {
-                return Ok(());
-            }
-        }
+        self.submit(
+            &opcode::AsyncCancel::new(token)
+                .build()
+                .user_data(CANCELLATION),
+        )
     }
 
     /// The ring's pool of provided buffers, registered at the first call;
@@ -923,7 +914,7 @@ impl Operation {
     /// still held, so the slot lives at least until the last completion.
     unsafe fn borrowed_receive(token: u64) -> ManuallyDrop<Arc<RecvSlot>> {
         debug_assert_eq!(token & FILE_BIT, 0, "no file operation is multishot");
-        let pointer = token & !(OPERATION_BIT | FILE_BIT | STEP_MASK);
+        let pointer = pointer_of(token);
         // SAFETY: per the contract, the pointer came from
         // `Arc::<RecvSlot>::into_raw` and its reference is still held;
         // `ManuallyDrop` keeps this view from releasing it.
@@ -957,7 +948,7 @@ impl Operation {
     /// a pointer by [`Operation::into_user_data`]), and this is called
     /// once for it.
     unsafe fn of(token: u64) -> Operation {
-        let pointer = token & !(OPERATION_BIT | FILE_BIT | STEP_MASK);
+        let pointer = pointer_of(token);
         if token & FILE_BIT != 0 {
             // SAFETY: per the contract above, the pointer came from
             // `Arc::<FileOp>::into_raw` and its reference has not been
@@ -968,6 +959,11 @@ impl Operation {
             Operation::Recv(unsafe { Arc::from_raw(pointer as *const RecvSlot) })
         }
     }
+}
+
+/// The `Arc` pointer in an operation's user data, its tag bits cleared.
+fn pointer_of(token: u64) -> u64 {
+    token & !(OPERATION_BIT | FILE_BIT | STEP_MASK)
 }
 
 /// The step a file operation's user data names.

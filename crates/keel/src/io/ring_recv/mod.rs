@@ -383,35 +383,29 @@ impl State {
     /// Copies out of the first filled buffer, if any, and gives a pool
     /// buffer back once it is read: how many bytes were copied.
     fn copy_out(&mut self, copy: &mut dyn FnMut(&[u8]) -> usize) -> Option<usize> {
-        let (n, drained) = match self.filled.front_mut()? {
+        // The filled buffer's first `end` bytes, and where reading is.
+        let (bytes, start, end) = match self.filled.front_mut()? {
             Filled::Own { start, end } => {
                 let buffer = self.buffer.as_ref().expect("an own fill has its buffer");
                 // SAFETY: the receive into the own buffer completed (it is
-                // filled), so the kernel is done with it and wrote
-                // `start..end` (`end` ≤ its length, from the completion);
-                // the lock is held, so no other reader copies out of it
-                // meanwhile.
-                let bytes = unsafe {
-                    std::slice::from_raw_parts(
-                        buffer.ptr.as_ptr().add(*start).cast::<u8>(),
-                        *end - *start,
-                    )
-                };
-                let n = copy(bytes);
-                *start += n;
-                (n, *start >= *end)
+                // filled), so the kernel is done with it and wrote its
+                // first `end` bytes (`end` ≤ its length, from the
+                // completion); the lock is held, so no other reader copies
+                // out of it meanwhile.
+                let bytes =
+                    unsafe { std::slice::from_raw_parts(buffer.ptr.as_ptr().cast::<u8>(), *end) };
+                (bytes, start, *end)
             }
             Filled::Pooled { id, start, end } => {
                 let pool = self.pool.as_ref().expect("a pooled fill has its pool");
                 // SAFETY: a completion named buffer `id` with `end` bytes,
                 // and the slot has not given it back (see `pool`).
-                let bytes = unsafe { pool.bytes(*id, *end) };
-                let n = copy(&bytes[*start..]);
-                *start += n;
-                (n, *start >= *end)
+                (unsafe { pool.bytes(*id, *end) }, start, *end)
             }
         };
-        if drained {
+        let n = copy(&bytes[*start..]);
+        *start += n;
+        if *start >= end {
             self.give_back_front();
         }
         Some(n)
@@ -437,9 +431,10 @@ impl Drop for RecvSlot {
         if let Some(buffer) = state.buffer.take() {
             let slice = std::ptr::slice_from_raw_parts_mut(buffer.ptr.as_ptr(), buffer.len);
             // SAFETY: allocated by `Box::<[MaybeUninit<u8>]>` of this
-            // length in `take_for_submission`; the slot is dropped only when nothing
-            // else holds it, the kernel included (its receive holds an
-            // `Arc`), so nobody reads or writes the buffer any more.
+            // length in `take_for_submission`; the slot is dropped only
+            // when nothing else holds it, the kernel included (its receive
+            // holds an `Arc`), so nobody reads or writes the buffer any
+            // more.
             drop(unsafe { Box::from_raw(slice) });
         }
     }
