@@ -1,10 +1,12 @@
 //! Scenario servers, run as their own process by `keel-bench bench`.
 //!
-//! Each scenario has one server. S0 and S1 are written once, over the
-//! runtime interface [`node::Node`] that keel ([`node_keel`]) and tokio
-//! ([`node_tokio`]) implement; S2, S3 and S5 are still written twice,
-//! once on keel and once on tokio, the way a competent tokio user would
-//! write it. The harness treats every variant identically: same process
+//! Each scenario has one server. S0, S1 and S2 (with S4) are written
+//! once, over the runtime interface [`node::Node`] that keel
+//! ([`node_keel`]) and tokio ([`node_tokio`]) implement, and so is S5's
+//! log service. What differs by design is written per runtime, the tokio
+//! side the way a competent tokio user would write it: how S5's node
+//! makes a record durable ([`s5_keel`], [`s5_tokio`]) and S3's proxy,
+//! whose classes are keel's ([`s3_keel`], [`s3_tokio`]). The harness treats every variant identically: same process
 //! layout, same flags, same control protocol ([`control`]), same CPU work
 //! ([`cpu`]), and the same runtime, listener, accept loop and accounting
 //! for every scenario. A server runs in its
@@ -21,8 +23,6 @@ pub mod node_tokio;
 pub mod s0;
 pub mod s1;
 pub mod s2;
-pub mod s2_keel;
-pub mod s2_tokio;
 pub mod s3;
 pub mod s3_backend;
 pub mod s3_keel;
@@ -371,6 +371,30 @@ pub fn s1_start(
     }
 }
 
+/// Starts the S2 node (S4's too) on `runtime` (see [`s2::start`]).
+fn s2_start(runtime: RuntimeKind, opts: &s2::S2Opts) -> Result<Running, Error> {
+    match runtime {
+        RuntimeKind::Keel | RuntimeKind::KeelUring => {
+            let rt = node_keel::runtime(opts.workers, opts.spin, opts.io)?;
+            s2::start(node_keel::KeelNode::new(rt), opts)
+        }
+        RuntimeKind::Tokio => no_spin(runtime, opts.spin)
+            .and_then(|()| node_tokio::runtime(opts.workers))
+            .and_then(|rt| s2::start(node_tokio::TokioNode::new(rt), opts)),
+        RuntimeKind::Monoio => Err(not_served(runtime)),
+    }
+}
+
+/// Refuses a spin policy for a peer runtime, which has no such setting.
+fn no_spin(runtime: RuntimeKind, spin: Option<keel::SpinPolicy>) -> Result<(), Error> {
+    match spin {
+        Some(spin) => Err(Error::usage(format!(
+            "{runtime} has no spin setting (asked for {spin:?}); leave --spin out"
+        ))),
+        None => Ok(()),
+    }
+}
+
 /// The error for a scenario that `runtime` has no server for.
 pub fn not_served(runtime: RuntimeKind) -> Error {
     Error::usage(format!(
@@ -393,19 +417,11 @@ pub fn run(command: &ServeCommand) -> Result<(), Error> {
                     node_keel::runtime(opts.workers, opts.spin, opts.io)
                         .and_then(|rt| s0::start(node_keel::KeelNode::new(rt), &opts))
                 }
-                RuntimeKind::Tokio => match opts.spin {
-                    Some(spin) => Err(Error::usage(format!(
-                        "tokio has no spin setting (asked for {spin:?}); leave --spin out"
-                    ))),
-                    None => node_tokio::runtime(opts.workers)
-                        .and_then(|rt| s0::start(node_tokio::TokioNode::new(rt), &opts)),
-                },
-                RuntimeKind::Monoio => match opts.spin {
-                    Some(spin) => Err(Error::usage(format!(
-                        "monoio has no spin setting (asked for {spin:?}); leave --spin out"
-                    ))),
-                    None => monoio::start_s0(opts.workers, opts.addr),
-                },
+                RuntimeKind::Tokio => no_spin(args.runtime, opts.spin)
+                    .and_then(|()| node_tokio::runtime(opts.workers))
+                    .and_then(|rt| s0::start(node_tokio::TokioNode::new(rt), &opts)),
+                RuntimeKind::Monoio => no_spin(args.runtime, opts.spin)
+                    .and_then(|()| monoio::start_s0(opts.workers, opts.addr)),
             }
             .map_err(|e| e.context(format!("serve s0 --runtime {}", args.runtime)))?;
             control::serve_until_stop(running, &AtomicU64::new(0))
@@ -443,12 +459,7 @@ pub fn run(command: &ServeCommand) -> Result<(), Error> {
                 io: args.runtime.io_backend(),
             };
             let context = format!("serve s2 --runtime {} --mode {}", args.runtime, args.mode);
-            let running = match args.runtime {
-                RuntimeKind::Keel | RuntimeKind::KeelUring => s2_keel::start(&opts),
-                RuntimeKind::Tokio => s2_tokio::start(&opts),
-                RuntimeKind::Monoio => Err(not_served(args.runtime)),
-            }
-            .map_err(|e| e.context(&context))?;
+            let running = s2_start(args.runtime, &opts).map_err(|e| e.context(&context))?;
             control::serve_until_stop(running, &AtomicU64::new(0))
         }
         ServeCommand::S4(args) => {
@@ -472,12 +483,7 @@ pub fn run(command: &ServeCommand) -> Result<(), Error> {
             };
             let spin = args.spin.map_or("default", Spin::name);
             let context = format!("serve s4 --runtime {} --spin {spin}", args.runtime);
-            let running = match args.runtime {
-                RuntimeKind::Keel | RuntimeKind::KeelUring => s2_keel::start(&opts),
-                RuntimeKind::Tokio => s2_tokio::start(&opts),
-                RuntimeKind::Monoio => Err(not_served(args.runtime)),
-            }
-            .map_err(|e| e.context(&context))?;
+            let running = s2_start(args.runtime, &opts).map_err(|e| e.context(&context))?;
             control::serve_until_stop(running, &AtomicU64::new(0))
         }
         ServeCommand::S5(args) => {

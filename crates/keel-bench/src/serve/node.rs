@@ -4,8 +4,10 @@
 //! A scenario server is the same program on every runtime: what differs
 //! is how it spawns, accepts, sleeps, yields and moves bytes, and how it
 //! reports its runtime's own figures. [`Node`] is that difference, and a
-//! server written once against it (`s0`, `s1`; the others still have a
-//! keel and a tokio module) runs on any runtime that implements it:
+//! server written once against it (`s0`, `s1`, `s2`, and the log service
+//! of `s5`; S3's proxy, whose classes are keel's own, and S5's logs, which
+//! are built differently by design, still have a keel and a tokio module)
+//! runs on any runtime that implements it:
 //! [`super::node_keel::KeelNode`] (either IO driver) and
 //! [`super::node_tokio::TokioNode`]. A new peer runtime is one more
 //! implementation, not a copy of every server.
@@ -39,6 +41,15 @@ pub trait Node: Sized + 'static {
     /// A stream as hyper's connection driver takes it.
     type HyperIo: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static;
 
+    /// The runtime's name in error messages.
+    const NAME: &'static str;
+
+    /// Whether the runtime can hold a stream's reads until a batch of
+    /// bytes is there (keel's `BatchPolicy`): S2's `fixed` and `adaptive`
+    /// modes, and its `off`. A runtime without it reads per readiness
+    /// into a buffer of the mode's size (`read-1460`, `read-64k`).
+    const BATCHES: bool;
+
     /// Binds a listener to `addr`; returns it and its bound address.
     fn bind(&self, addr: SocketAddr) -> Result<(Self::Listener, SocketAddr), Error>;
 
@@ -68,6 +79,10 @@ pub trait Node: Sized + 'static {
 
     /// Sets `TCP_NODELAY`.
     fn set_nodelay(stream: &Self::Stream) -> io::Result<()>;
+
+    /// Sets how the stream's reads gather bytes. A runtime that does not
+    /// [batch](Node::BATCHES) refuses with `Unsupported`.
+    fn set_batch(stream: &Self::Stream, policy: keel::net::BatchPolicy) -> io::Result<()>;
 
     /// Reads what the stream has, up to `buf`'s length (0 at its end).
     fn read<'a>(

@@ -3,8 +3,8 @@
 //! `mark` reports.
 //!
 //! A keel runtime is a [`Node`] ([`KeelNode`]), which the servers written
-//! once run on (`s0`, `s1`). The servers still written per runtime (the
-//! `s*_keel` modules) start a runtime with [`runtime`], bind with
+//! once run on (`s0`, `s1`, `s2`, S5's log service). The parts written per
+//! runtime (the `s*_keel` modules) start a runtime with [`runtime`], bind with
 //! [`bind`], accept with [`accept_each`] and answer `mark` with
 //! [`stats_json`], so they differ only in what they serve. The echo
 //! service ([`accept_echo`]) is S1's, and S5 runs it beside its log for
@@ -107,6 +107,9 @@ impl Node for KeelNode {
     // keel's stream implements hyper's IO traits itself.
     type HyperIo = TcpStream;
 
+    const NAME: &'static str = "keel";
+    const BATCHES: bool = true;
+
     fn bind(&self, addr: SocketAddr) -> Result<(TcpListener, SocketAddr), Error> {
         bind(&self.rt, addr)
     }
@@ -144,6 +147,10 @@ impl Node for KeelNode {
 
     fn set_nodelay(stream: &TcpStream) -> io::Result<()> {
         stream.set_nodelay(true)
+    }
+
+    fn set_batch(stream: &TcpStream, policy: keel::net::BatchPolicy) -> io::Result<()> {
+        stream.set_batch(policy)
     }
 
     fn read<'a>(

@@ -4,8 +4,8 @@
 //!
 //! The twin of [`super::node_keel`], written the way a tokio user writes
 //! it: a tokio runtime is a [`Node`] ([`TokioNode`]) for the servers
-//! written once (`s0`, `s1`); each server still written per runtime (the
-//! `s*_tokio` modules, and the S3 backend) starts a runtime with
+//! written once (`s0`, `s1`, `s2`, S5's log service); each part written
+//! per runtime (the `s*_tokio` modules, and the S3 backend) starts a runtime with
 //! [`runtime`], binds with [`bind`], accepts with [`accept_each`] and
 //! answers `mark` with [`tokio_stats_json`]. The echo service
 //! ([`accept_echo`]) is S1's, and S5 runs it beside its log for the ping
@@ -109,6 +109,9 @@ impl Node for TokioNode {
     // hyper-util's standard adapter between tokio's IO traits and hyper's.
     type HyperIo = TokioIo<TcpStream>;
 
+    const NAME: &'static str = "tokio";
+    const BATCHES: bool = false;
+
     fn bind(&self, addr: SocketAddr) -> Result<(TcpListener, SocketAddr), Error> {
         bind(self.runtime(), addr)
     }
@@ -146,6 +149,13 @@ impl Node for TokioNode {
 
     fn set_nodelay(stream: &TcpStream) -> io::Result<()> {
         stream.set_nodelay(true)
+    }
+
+    fn set_batch(_: &TcpStream, _: keel::net::BatchPolicy) -> io::Result<()> {
+        Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            "tokio has no batch policy: its reads complete per readiness",
+        ))
     }
 
     fn read<'a>(

@@ -1,4 +1,4 @@
-//! S2, the scheduling storm: what the node's variants share.
+//! S2, the scheduling storm, written once over [`Node`].
 //!
 //! The node has two services. The stream service accepts the storm's
 //! connections and hands every delivery (every read that returned data)
@@ -8,14 +8,29 @@
 //! calibrated size, and says in an `X-Job-Us` header how long the job
 //! itself took in this process, so the probe can tell the runtime's delay
 //! from the job's own speed (which varies between processes).
+//!
+//! On keel (`off`, `fixed`, `adaptive`) every stream connection gets a
+//! `keel::net::BatchPolicy`, so a read completes only when a batch is
+//! there (or its delay has run out) and a handler wakes once per batch
+//! instead of once per packet; `off` reads per readiness, as tokio does.
+//! tokio (`read-1460`, `read-64k`) reads into a buffer of that size, as a
+//! tokio user writes it: a bigger buffer does not batch by itself, since a
+//! server that keeps up finds one packet per readiness. Every task runs
+//! in the runtime's default class: what S2 measures is the cost of the
+//! wakeups, not the classes.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use clap::ValueEnum;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
+
+use super::node::{accept_each, Node};
+use super::Running;
+use crate::error::Error;
 
 /// The largest API request accepted, bytes (up to and including its blank
 /// line): a bigger one is answered 413 and the connection closed, however
@@ -52,6 +67,12 @@ impl S2Mode {
             Self::Read1460 => "read-1460",
             Self::Read64k => "read-64k",
         }
+    }
+
+    /// Whether this mode is a batch policy (keel's modes) rather than a
+    /// buffer size (tokio's); see [`Node::BATCHES`].
+    pub fn batches(self) -> bool {
+        matches!(self, Self::Off | Self::Fixed | Self::Adaptive)
     }
 
     /// The read buffer of a stream handler in this mode.
@@ -114,6 +135,101 @@ pub struct S2Counters {
     /// The work each delivery costs beyond the sum, in the API job's
     /// lines (see [`S2Opts::handler_lines`]).
     pub handler_lines: u64,
+}
+
+/// Starts the S2 node on `node`; returns once both services are bound.
+/// A mode the runtime does not serve is refused (see [`S2Mode::batches`]).
+pub fn start<N: Node>(node: N, opts: &S2Opts) -> Result<Running, Error> {
+    if opts.mode.batches() != N::BATCHES {
+        let modes = if N::BATCHES {
+            "off, fixed or adaptive"
+        } else {
+            "read-1460 or read-64k"
+        };
+        return Err(Error::usage(format!(
+            "{} serves S2 with --mode {modes}, not {}",
+            N::NAME,
+            opts.mode
+        )));
+    }
+    let (streams, addr) = node.bind(opts.addr)?;
+    let (api, api_addr) = node.bind(opts.api_addr)?;
+    let counters = Arc::new(S2Counters::new(opts.handler_lines));
+    let stream_counters = Arc::clone(&counters);
+    let (policy, buffer) = (policy(opts), opts.mode.buffer());
+    node.spawn(accept_each::<N, _, _>(streams, move |stream, peer| {
+        if N::BATCHES {
+            if let Err(error) = N::set_batch(&stream, policy) {
+                eprintln!("keel serve: {peer}: cannot set the batch policy: {error}");
+            }
+        }
+        handle_stream::<N>(stream, buffer, Arc::clone(&stream_counters))
+    }));
+    let (job_lines, api_counters) = (opts.job_lines, Arc::clone(&counters));
+    node.spawn(accept_each::<N, _, _>(api, move |stream, _| {
+        serve_api::<N>(stream, job_lines, Arc::clone(&api_counters))
+    }));
+
+    let stats = node.stats();
+    Ok(Running {
+        addr,
+        log_addr: None,
+        api_addr: Some(api_addr),
+        admin_addr: None,
+        startup: json!({"mode": opts.mode}),
+        runtime_stats: Box::new(move || {
+            let mut value = stats();
+            value["s2"] = counters.to_json();
+            value
+        }),
+        guard: node.into_guard(),
+    })
+}
+
+/// The batch policy of a mode (reads per readiness for `off` and for the
+/// modes that do not batch).
+fn policy(opts: &S2Opts) -> keel::net::BatchPolicy {
+    match opts.mode {
+        S2Mode::Fixed => keel::net::BatchPolicy::fixed(opts.min_bytes, opts.max_delay),
+        S2Mode::Adaptive => keel::net::BatchPolicy::adaptive(opts.max_delay),
+        _ => keel::net::BatchPolicy::off(),
+    }
+}
+
+/// Reads a stream until it ends, handing every read to the handler.
+async fn handle_stream<N: Node>(mut stream: N::Stream, buffer: usize, counters: Arc<S2Counters>) {
+    let mut buf = vec![0u8; buffer];
+    loop {
+        match N::read(&mut stream, &mut buf).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => counters.deliver(&buf[..n]),
+        }
+    }
+}
+
+/// Answers requests on one API connection until it closes, the job run
+/// inline in the connection's task.
+async fn serve_api<N: Node>(mut stream: N::Stream, job_lines: u64, counters: Arc<S2Counters>) {
+    let _ = N::set_nodelay(&stream);
+    let mut pending = Vec::new();
+    let mut buf = [0u8; 2048];
+    loop {
+        match api_step(&mut pending, job_lines, &counters) {
+            ApiStep::Answer(response) => {
+                if N::write_all(&mut stream, &response).await.is_err() {
+                    return;
+                }
+            }
+            ApiStep::Refuse => {
+                let _ = N::write_all(&mut stream, TOO_LARGE).await;
+                return;
+            }
+            ApiStep::Read => match N::read(&mut stream, &mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => pending.extend_from_slice(&buf[..n]),
+            },
+        }
+    }
 }
 
 impl S2Counters {

@@ -1,4 +1,5 @@
-//! S5, the log node: what its variants share.
+//! S5, the log node: what its variants share, and its log service
+//! written once over [`Node`].
 //!
 //! A log node serves two things: an echo service (the ping client of S1
 //! measures it) and a log service where each client sends a record and
@@ -14,14 +15,27 @@
 //! little-endian `u64`, sent after the record is durable. A node that
 //! cannot make a record durable closes the connection instead of
 //! answering, so a client never mistakes a failure for an acknowledgement.
+//!
+//! # What differs between the nodes
+//!
+//! Only how a record is made durable, the [`Sink`]: keel's `wal::Log`
+//! (`s5_keel`), and on tokio the group committer a careful user writes by
+//! hand, a sync per record on the blocking pool, or the blocking mistake
+//! (`s5_tokio`). The connection's service ([`log_accept_loop`]) and the
+//! echo beside it are the same code on both.
 
+use std::future::Future;
+use std::io;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 use clap::ValueEnum;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
+
+use super::node::{accept_each, Node};
 
 /// The largest record the log service accepts, bytes. A bigger length
 /// prefix is a protocol error and closes the connection, so a garbage
@@ -31,6 +45,104 @@ pub const MAX_RECORD: usize = 1 << 20;
 /// Bytes a log connection reads ahead, in both nodes: a record and its
 /// length prefix in one system call.
 pub const READ_BUFFER: usize = 8 * 1024;
+
+/// What makes a record durable on a node: its log.
+pub trait Sink: Clone + Send + Sync + 'static {
+    /// Makes `record` durable and returns its LSN; an error means it may
+    /// not be, and the connection is closed unanswered.
+    fn append(&self, record: Vec<u8>) -> impl Future<Output = io::Result<u64>> + Send;
+}
+
+/// Accepts log clients forever, one task each, their records going to
+/// `sink`.
+pub async fn log_accept_loop<N: Node, S: Sink>(
+    listener: N::Listener,
+    sink: S,
+    counters: Arc<LogCounters>,
+) {
+    accept_each::<N, _, _>(listener, move |stream, _| {
+        serve_log::<N, S>(stream, sink.clone(), Arc::clone(&counters))
+    })
+    .await
+}
+
+/// Serves one log client: record in, LSN out once durable.
+async fn serve_log<N: Node, S: Sink>(mut stream: N::Stream, sink: S, counters: Arc<LogCounters>) {
+    let _ = N::set_nodelay(&stream);
+    let mut records = Records::default();
+    loop {
+        let record = match records.next::<N>(&mut stream).await {
+            Ok(record) => record,
+            Err(Ended::Closed) => return,
+            Err(Ended::Refused(why)) => {
+                eprintln!("keel serve: closing a log client: {why}");
+                return;
+            }
+        };
+        match sink.append(record).await {
+            Ok(lsn) => {
+                counters.acked.fetch_add(1, Ordering::Relaxed);
+                if N::write_all(&mut stream, &lsn.to_le_bytes()).await.is_err() {
+                    return;
+                }
+            }
+            Err(error) => {
+                counters.failed.fetch_add(1, Ordering::Relaxed);
+                eprintln!("keel serve: a record failed, closing its client: {error}");
+                return;
+            }
+        }
+    }
+}
+
+/// Why a connection has no next record.
+#[derive(Debug, PartialEq, Eq)]
+enum Ended {
+    /// The client closed it (possibly mid-record), or a read failed.
+    Closed,
+    /// The client broke the protocol: why.
+    Refused(String),
+}
+
+/// A log connection's bytes, read [`READ_BUFFER`] at a time and cut into
+/// records, so that a record and its length prefix take one read, not
+/// two.
+#[derive(Default)]
+struct Records {
+    /// Bytes read and not yet taken as a record.
+    pending: Vec<u8>,
+}
+
+impl Records {
+    /// The next whole record in `pending`, if one is there; a length over
+    /// [`MAX_RECORD`] is refused before anything is allocated for it.
+    fn take(&mut self) -> Result<Option<Vec<u8>>, Ended> {
+        let Some(prefix) = self.pending.first_chunk::<4>() else {
+            return Ok(None);
+        };
+        let len = check_len(*prefix).map_err(Ended::Refused)?;
+        if self.pending.len() < 4 + len {
+            return Ok(None);
+        }
+        let record = self.pending[4..4 + len].to_vec();
+        self.pending.drain(..4 + len);
+        Ok(Some(record))
+    }
+
+    /// Reads until a whole record is there, and takes it.
+    async fn next<N: Node>(&mut self, stream: &mut N::Stream) -> Result<Vec<u8>, Ended> {
+        let mut chunk = [0u8; READ_BUFFER];
+        loop {
+            if let Some(record) = self.take()? {
+                return Ok(record);
+            }
+            match N::read(stream, &mut chunk).await {
+                Ok(0) | Err(_) => return Err(Ended::Closed),
+                Ok(n) => self.pending.extend_from_slice(&chunk[..n]),
+            }
+        }
+    }
+}
 
 /// How a node makes records durable.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, ValueEnum, Serialize, Deserialize)]
@@ -130,6 +242,27 @@ pub fn check_len(prefix: [u8; 4]) -> Result<usize, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Records are taken whole however the reads split them, an empty
+    /// record among them; a length over the limit is refused.
+    #[test]
+    fn records_are_cut_from_the_bytes_however_they_arrive() {
+        let mut records = Records::default();
+        let mut wire = frame(b"first");
+        wire.extend_from_slice(&frame(b""));
+        wire.extend_from_slice(&frame(b"third"));
+        let mut taken = Vec::new();
+        for byte in wire {
+            records.pending.push(byte);
+            while let Some(record) = records.take().unwrap() {
+                taken.push(record);
+            }
+        }
+        assert_eq!(taken, [b"first".to_vec(), Vec::new(), b"third".to_vec()]);
+        assert!(records.pending.is_empty());
+        records.pending = (MAX_RECORD as u32 + 1).to_le_bytes().to_vec();
+        assert!(matches!(records.take(), Err(Ended::Refused(_))));
+    }
 
     /// A framed record starts with its little-endian length.
     #[test]

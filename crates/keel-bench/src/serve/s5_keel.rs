@@ -1,8 +1,9 @@
 //! The S5 log node on keel: `wal::Log` behind the log service.
 //!
-//! Connection tasks read a record, `append` it and answer with the LSN
-//! once the append's future resolves, that is once the record is durable.
-//! They never touch the disk themselves: the log's writer thread takes
+//! Connection tasks (the log service written once, `s5::log_accept_loop`)
+//! read a record, `append` it and answer with the LSN once the append's
+//! future resolves, that is once the record is durable. They never touch
+//! the disk themselves: the log's writer thread takes
 //! every pending record, writes them at once and syncs once per batch,
 //! so the workers stay free for the echo service, which is S1's.
 //!
@@ -22,16 +23,15 @@
 //!   next record. Measured here, spinning
 //!   raised the loaded ping p99 by about a third at the same record rate.
 
-use std::sync::atomic::Ordering;
+use std::future::Future;
+use std::io;
 use std::sync::Arc;
 
-use keel::io::{AsyncReadExt, AsyncWriteExt, BufReader};
-use keel::net::{TcpListener, TcpStream};
 use keel::wal::{Log, Options, Recovery};
 use serde_json::{json, Value};
 
-use super::node_keel::{accept_each, accept_echo, bind, stats_json};
-use super::s5::{check_len, LogCounters, LogMode, S5Opts, READ_BUFFER};
+use super::node_keel::{accept_echo, bind, stats_json, KeelNode};
+use super::s5::{log_accept_loop, LogCounters, LogMode, S5Opts, Sink};
 use super::Running;
 use crate::error::Error;
 
@@ -61,7 +61,7 @@ pub fn start(opts: &S5Opts) -> Result<Running, Error> {
     // the class of the task that calls it.
     rt.spawn_in(
         keel::Class::BULK,
-        log_accept_loop(listener, log.clone(), Arc::clone(&counters)),
+        log_accept_loop::<KeelNode, Log>(listener, log.clone(), Arc::clone(&counters)),
     );
 
     let handle = rt.handle().clone();
@@ -114,48 +114,11 @@ pub fn recovery_json(recovery: &Recovery) -> Value {
     })
 }
 
-/// Accepts log clients forever, one task each.
-pub async fn log_accept_loop(listener: TcpListener, log: Log, counters: Arc<LogCounters>) {
-    accept_each(listener, move |stream, _| {
-        serve_log(stream, log.clone(), Arc::clone(&counters))
-    })
-    .await
-}
-
-/// Serves one log client: record in, LSN out once durable. The record
-/// is read through a buffer, so its length prefix and its bytes take one
-/// system call, not two.
-async fn serve_log(stream: TcpStream, log: Log, counters: Arc<LogCounters>) {
-    let _ = stream.set_nodelay(true);
-    let mut stream = BufReader::with_capacity(READ_BUFFER, stream);
-    loop {
-        let mut prefix = [0u8; 4];
-        if stream.read_exact(&mut prefix).await.is_err() {
-            return;
-        }
-        let len = match check_len(prefix) {
-            Ok(len) => len,
-            Err(why) => {
-                eprintln!("keel serve: closing a log client: {why}");
-                return;
-            }
-        };
-        let mut record = vec![0u8; len];
-        if stream.read_exact(&mut record).await.is_err() {
-            return;
-        }
-        match log.append(&record).await {
-            Ok(lsn) => {
-                counters.acked.fetch_add(1, Ordering::Relaxed);
-                if stream.write_all(&lsn.get().to_le_bytes()).await.is_err() {
-                    return;
-                }
-            }
-            Err(error) => {
-                counters.failed.fetch_add(1, Ordering::Relaxed);
-                eprintln!("keel serve: a record failed, closing its client: {error}");
-                return;
-            }
-        }
+/// keel's log as the node's [`Sink`]: a record is durable when its
+/// `append` resolves.
+impl Sink for Log {
+    fn append(&self, record: Vec<u8>) -> impl Future<Output = io::Result<u64>> + Send {
+        let append = Log::append(self, &record);
+        async move { append.await.map(|lsn| lsn.get()) }
     }
 }

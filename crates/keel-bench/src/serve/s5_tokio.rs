@@ -22,12 +22,10 @@ use std::io::{self, Write};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, oneshot};
 
-use super::node_tokio::{accept_each, accept_echo, bind, tokio_stats_json, Guard};
-use super::s5::{check_len, frame, LogCounters, LogMode, S5Opts, READ_BUFFER};
+use super::node_tokio::{accept_echo, bind, tokio_stats_json, Guard, TokioNode};
+use super::s5::{frame, log_accept_loop, LogCounters, LogMode, S5Opts, Sink};
 use super::Running;
 use crate::error::Error;
 
@@ -57,16 +55,20 @@ pub fn start(opts: &S5Opts) -> Result<Running, Error> {
     let (log, log_addr) = bind(&rt, opts.log_addr)?;
 
     let sink = match opts.mode {
-        LogMode::PerRecord => Sink::PerRecord(Arc::clone(&store)),
-        LogMode::Inline => Sink::Inline(Arc::clone(&store)),
+        LogMode::PerRecord => Durability::PerRecord(Arc::clone(&store)),
+        LogMode::Inline => Durability::Inline(Arc::clone(&store)),
         LogMode::Group => {
             let (tx, rx) = mpsc::unbounded_channel();
             rt.spawn(committer(Arc::clone(&store), rx));
-            Sink::Group(tx)
+            Durability::Group(tx)
         }
     };
     rt.spawn(accept_echo(echo));
-    rt.spawn(log_accept_loop(log, sink, Arc::clone(&counters)));
+    rt.spawn(log_accept_loop::<TokioNode, _>(
+        log,
+        sink,
+        Arc::clone(&counters),
+    ));
 
     let handle = rt.handle().clone();
     let runtime_stats = Box::new(move || {
@@ -123,9 +125,10 @@ impl Store {
     }
 }
 
-/// Where a connection task sends its records.
+/// Where a connection task sends its records: how this node makes them
+/// durable.
 #[derive(Clone)]
-enum Sink {
+enum Durability {
     /// `spawn_blocking` per record.
     PerRecord(Arc<Store>),
     /// Blocking calls in the task.
@@ -134,8 +137,7 @@ enum Sink {
     Group(mpsc::UnboundedSender<(Vec<u8>, oneshot::Sender<io::Result<u64>>)>),
 }
 
-impl Sink {
-    /// Makes `record` durable and returns its LSN.
+impl Sink for Durability {
     async fn append(&self, record: Vec<u8>) -> io::Result<u64> {
         match self {
             Self::PerRecord(store) => {
@@ -191,52 +193,6 @@ async fn committer(
                 Err(e) => Err(io::Error::new(e.kind(), e.to_string())),
             };
             let _ = done.send(answer);
-        }
-    }
-}
-
-/// Accepts log clients forever, one task each.
-async fn log_accept_loop(listener: TcpListener, sink: Sink, counters: Arc<LogCounters>) {
-    accept_each(listener, move |stream, _| {
-        serve_log(stream, sink.clone(), Arc::clone(&counters))
-    })
-    .await
-}
-
-/// Serves one log client: record in, LSN out once durable. The record
-/// is read through a buffer, so its length prefix and its bytes take one
-/// system call, not two.
-async fn serve_log(stream: TcpStream, sink: Sink, counters: Arc<LogCounters>) {
-    let _ = stream.set_nodelay(true);
-    let mut stream = tokio::io::BufReader::with_capacity(READ_BUFFER, stream);
-    loop {
-        let mut prefix = [0u8; 4];
-        if stream.read_exact(&mut prefix).await.is_err() {
-            return;
-        }
-        let len = match check_len(prefix) {
-            Ok(len) => len,
-            Err(why) => {
-                eprintln!("keel serve: closing a log client: {why}");
-                return;
-            }
-        };
-        let mut record = vec![0u8; len];
-        if stream.read_exact(&mut record).await.is_err() {
-            return;
-        }
-        match sink.append(record).await {
-            Ok(lsn) => {
-                counters.acked.fetch_add(1, Ordering::Relaxed);
-                if stream.write_all(&lsn.to_le_bytes()).await.is_err() {
-                    return;
-                }
-            }
-            Err(error) => {
-                counters.failed.fetch_add(1, Ordering::Relaxed);
-                eprintln!("keel serve: a record failed, closing its client: {error}");
-                return;
-            }
         }
     }
 }

@@ -16,7 +16,7 @@ use std::sync::Arc;
 use clap::Args;
 use serde_json::json;
 
-use super::node_keel::{accept_echo, bind, runtime, stats_json};
+use super::node_keel::{accept_echo, bind, runtime, stats_json, KeelNode};
 use super::s3::ProxyCounters;
 use super::s3_keel::Classes;
 use super::s5::LogCounters;
@@ -94,7 +94,11 @@ fn start(args: &ServeSoakArgs, slices: Arc<AtomicU64>) -> Result<Running, Error>
     let (log_listener, log_addr) = bind(&rt, any)?;
     rt.spawn_in(
         keel::Class::BULK,
-        super::s5_keel::log_accept_loop(log_listener, log.clone(), Arc::clone(&log_counters)),
+        super::s5::log_accept_loop::<KeelNode, _>(
+            log_listener,
+            log.clone(),
+            Arc::clone(&log_counters),
+        ),
     );
 
     let handle = rt.handle().clone();
