@@ -4,7 +4,8 @@
 //! the workers that run. These tests check that sources wake their tasks
 //! while every worker sleeps, wherever they were first waited on (a
 //! worker, or a thread outside the runtime), that a worker held by a long
-//! poll does not hold its ring's events or receives, and that a source
+//! poll does not hold its ring's events or receives (nor a poll it pushed
+//! just before), and that a source
 //! closes its socket when dropped, watched or not.
 //!
 //! These need a ring: where the kernel or a sandbox refuses one, they
@@ -14,6 +15,7 @@
 
 mod support;
 
+use std::future::Future;
 use std::io::{Read, Write};
 use std::sync::mpsc;
 use std::time::Duration;
@@ -289,6 +291,56 @@ fn a_long_poll_does_not_hold_its_rings_events() {
 #[test]
 fn a_long_poll_does_not_hold_its_rings_receives() {
     held_worker(true);
+}
+
+/// A worker's first wait on a stream pushes the stream's poll to the
+/// worker's own ring without entering the kernel: it goes in with the
+/// worker's next look or park. Here the worker is held by a long poll at
+/// once, before either: the sleeping worker, looking after the held
+/// worker's ring, must submit that poll, or the stream's data never wakes
+/// its reader (on the other worker) and the long poll ends at the
+/// watchdog.
+#[test]
+fn a_poll_pushed_by_a_worker_held_at_once_is_submitted_for_it() {
+    let rt = per_worker(2, false);
+    let (mut peer, accepted) = pair();
+    let (handed_tx, handed_rx) = mpsc::channel();
+    let (echoed_tx, echoed_rx) = mpsc::channel::<()>();
+    let holder = rt.spawn(async move {
+        let mut stream = TcpStream::from_std(accepted).unwrap();
+        let mut buf = [0; 1];
+        // One poll of a read: nothing was sent, so the stream is waited
+        // on, and its poll pushed to this worker's ring.
+        let mut read = std::pin::pin!(stream.read(&mut buf));
+        let first =
+            std::future::poll_fn(|cx| std::task::Poll::Ready(read.as_mut().poll(cx).is_pending()))
+                .await;
+        assert!(first, "nothing was sent yet");
+        handed_tx.send(stream).unwrap();
+        // Held in the same poll, with no look or park in between.
+        echoed_rx
+            .recv_timeout(support::WATCHDOG)
+            .expect("the echo never came while this worker was held");
+    });
+    let mut stream = handed_rx.recv_timeout(support::WATCHDOG).unwrap();
+    let reader = rt.spawn(async move {
+        let mut byte = [0; 1];
+        stream.read_exact(&mut byte).await.unwrap();
+        stream.write_all(&byte).await.unwrap();
+    });
+    // Long enough for the reader to wait and its worker to fall asleep.
+    std::thread::sleep(Duration::from_millis(20));
+    let echoed = peer.write_all(b"g").and_then(|()| {
+        let mut echo = [0; 1];
+        peer.read_exact(&mut echo).map(|()| echo)
+    });
+    echoed_tx.send(()).unwrap();
+    assert_eq!(
+        &echoed.expect("the echo, while the stream's worker is held"),
+        b"g"
+    );
+    rt.block_on(reader).unwrap();
+    rt.block_on(holder).unwrap();
 }
 
 /// A stream dropped before any task waited on it was never watched; one

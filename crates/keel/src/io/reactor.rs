@@ -240,9 +240,10 @@ impl Reactor {
         &self,
         source: &mut (impl Source + AsRawFd),
         token: Token,
+        listening: bool,
     ) -> io::Result<()> {
         let forgotten = self.forget(token);
-        let result = self.driver.deregister(source, token.0);
+        let result = self.driver.deregister(source, token.0, listening);
         if let Some(io) = forgotten {
             io.wake_all();
         }

@@ -26,6 +26,10 @@ pub(crate) struct IoSource<E: Source + AsRawFd> {
     shared: Arc<Shared>,
     /// Registered with the urgent lane's reactor, not the workers'.
     on_lane: bool,
+    /// A listening socket: a ring's deregistration shuts it for reading,
+    /// so that it stops listening at once (see the io_uring driver's
+    /// `stop_listening`).
+    listening: bool,
 }
 
 impl<E: Source + AsRawFd + std::fmt::Debug> std::fmt::Debug for IoSource<E> {
@@ -61,7 +65,26 @@ impl<E: Source + AsRawFd> IoSource<E> {
     /// # Errors
     ///
     /// If epoll refuses the source.
-    pub(crate) fn new(shared: Arc<Shared>, mut io: E, assume_ready: bool) -> io::Result<Self> {
+    pub(crate) fn new(shared: Arc<Shared>, io: E, assume_ready: bool) -> io::Result<Self> {
+        Self::with_role(shared, io, assume_ready, false)
+    }
+
+    /// [`new`](Self::new) for a listening socket, assumed ready: its
+    /// deregistration also stops it listening at once.
+    ///
+    /// # Errors
+    ///
+    /// As [`new`](Self::new).
+    pub(crate) fn listener(shared: Arc<Shared>, io: E) -> io::Result<Self> {
+        Self::with_role(shared, io, true, true)
+    }
+
+    fn with_role(
+        shared: Arc<Shared>,
+        mut io: E,
+        assume_ready: bool,
+        listening: bool,
+    ) -> io::Result<Self> {
         let (reactor, on_lane) = shared.reactor_for_new_source();
         let (scheduled, token) = reactor.register(
             &mut io,
@@ -75,6 +98,7 @@ impl<E: Source + AsRawFd> IoSource<E> {
             token,
             shared,
             on_lane,
+            listening,
         })
     }
 
@@ -330,10 +354,11 @@ impl<E: Source + AsRawFd> Drop for IoSource<E> {
             // ring cannot cancel its poll (a kernel out of memory): epoll
             // forgets a closed descriptor anyway; a ring's poll would
             // keep the socket open until the ring is dropped.
-            let _ = self
-                .shared
-                .reactor_of(self.on_lane)
-                .deregister(&mut io, self.token);
+            let _ = self.shared.reactor_of(self.on_lane).deregister(
+                &mut io,
+                self.token,
+                self.listening,
+            );
         }
     }
 }

@@ -291,15 +291,20 @@ impl Driver {
         }
     }
 
-    /// Stops watching `source`, registered under `token` (contract, 2).
+    /// Stops watching `source`, registered under `token` (contract, 2);
+    /// `listening` if it is a listening socket, which then stops listening
+    /// before this returns.
     pub(crate) fn deregister(
         &self,
         source: &mut (impl Source + AsRawFd),
         token: usize,
+        listening: bool,
     ) -> io::Result<()> {
         match self {
+            // An epoll registration holds no reference to the socket: the
+            // caller's close is the last, and ends the listening at once.
             Driver::Epoll(epoll) => epoll.deregister(source),
-            Driver::Uring(ring) => ring.deregister(source.as_raw_fd(), token),
+            Driver::Uring(ring) => ring.deregister(source.as_raw_fd(), token, listening),
         }
     }
 

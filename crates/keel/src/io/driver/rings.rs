@@ -249,7 +249,9 @@ impl Rings {
     }
 
     /// With a ring per worker, watches `fd` on its home ring, making the
-    /// calling worker's ring its home if it has none yet; a worker armed
+    /// calling worker's ring its home if it has none yet (from its own
+    /// worker, at that worker's next enter: see
+    /// [`Uring::watch_at_next_enter`]); a worker armed
     /// polls of other rings would take their completions' task work, so
     /// another ring's poll is left to that ring's worker, which this
     /// wakes. Called once per registration.
@@ -265,17 +267,22 @@ impl Rings {
         };
         let mine = self.ring_of_worker(worker);
         let home = self.home_of(homes, fd, mine);
-        self.rings[home].register(fd, token, interest, mine == Some(home))
+        if mine == Some(home) {
+            return self.rings[home].watch_at_next_enter(fd, token, interest);
+        }
+        self.rings[home].register(fd, token, interest, false)
     }
 
-    pub(super) fn deregister(&self, fd: RawFd, token: usize) -> io::Result<()> {
+    pub(super) fn deregister(&self, fd: RawFd, token: usize, listening: bool) -> io::Result<()> {
         match &self.homes {
-            None => self.ring_of(fd).deregister(fd, token),
+            None => self.ring_of(fd).deregister(fd, token, listening),
             Some(homes) => match homes.leave(fd, self.rings.len()) {
-                Some(home) => self.rings[home].deregister(fd, token),
+                Some(home) => self.rings[home].deregister(fd, token, listening),
                 // Never watched and no operation queued: nothing to cancel.
                 None => {
-                    uring::stop_listening(fd);
+                    if listening {
+                        uring::stop_listening(fd);
+                    }
                     Ok(())
                 }
             },

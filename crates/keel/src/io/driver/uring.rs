@@ -178,6 +178,10 @@ pub(crate) struct Uring {
     queued: Mutex<Vec<Operation>>,
     /// `queued` is not empty: one load for a look that finds nothing.
     has_queued: AtomicBool,
+    /// The submission queue holds polls pushed for the next enter (see
+    /// [`Uring::watch_at_next_enter`]); set after the push, under the
+    /// submission lock, and cleared before the enter that submits them.
+    unsubmitted: AtomicBool,
     /// Operations submitted and not yet reaped.
     in_flight: AtomicU64,
     /// The provided buffers of multishot receives, registered at the
@@ -261,6 +265,7 @@ impl Uring {
             wake_token: wake_token as u64,
             queued: Mutex::new(Vec::new()),
             has_queued: AtomicBool::new(false),
+            unsubmitted: AtomicBool::new(false),
             in_flight: AtomicU64::new(0),
             pool: OnceLock::new(),
         };
@@ -327,18 +332,36 @@ impl Uring {
 
     /// Arms a multishot poll of `fd` for `interest`, under `token`.
     fn watch(&self, fd: RawFd, token: u64, interest: Interest) -> io::Result<()> {
-        let mut mask = 0;
-        if interest.is_readable() {
-            mask |= (libc::POLLIN | libc::POLLPRI | libc::POLLRDHUP) as u32;
+        self.submit(&poll_entry(fd, token, interest))
+    }
+
+    /// Watches `fd` from the ring's own worker, like [`watch`](Self::watch)
+    /// but without a system call of its own: the poll is pushed to the
+    /// submission queue and reaches the kernel with the worker's next
+    /// enter, a look (within `io_interval`) or its park, whichever comes
+    /// first; a worker that steals the ring's events submits it too (see
+    /// [`flush`](Self::flush)). A stream's first wait is most often
+    /// followed by the worker's running dry, so this saves an
+    /// `io_uring_enter` a connection. The poll finds the socket's state
+    /// when it is armed, so nothing that arrived meanwhile is missed.
+    pub(super) fn watch_at_next_enter(
+        &self,
+        fd: RawFd,
+        token: usize,
+        interest: Interest,
+    ) -> io::Result<()> {
+        let entry = poll_entry(fd, token as u64, interest);
+        let _submitting = lock(&self.submissions);
+        loop {
+            // SAFETY: under the submission lock, the only submission
+            // queue view; a poll points at no memory.
+            if unsafe { self.ring.submission_shared().push(&entry) }.is_ok() {
+                self.unsubmitted.store(true, Ordering::Release);
+                return Ok(());
+            }
+            // Full: submit what it holds to make room.
+            self.submit_queue()?;
         }
-        if interest.is_writable() {
-            mask |= libc::POLLOUT as u32;
-        }
-        let entry = opcode::PollAdd::new(Fd(fd), mask)
-            .multi(true)
-            .build()
-            .user_data(token);
-        self.submit(&entry)
     }
 
     /// Pushes `entry`, a poll or a cancellation (entries that point at no
@@ -442,7 +465,7 @@ impl Uring {
         Ok(())
     }
 
-    pub(super) fn deregister(&self, fd: RawFd, token: usize) -> io::Result<()> {
+    pub(super) fn deregister(&self, fd: RawFd, token: usize, listening: bool) -> io::Result<()> {
         {
             let mut unarmed = lock(&self.unarmed);
             if let Some(at) = unarmed.iter().position(|u| u.token == token as u64) {
@@ -475,7 +498,9 @@ impl Uring {
             Err(error) if error.kind() == io::ErrorKind::NotFound => Ok(()),
             result => result,
         };
-        stop_listening(fd);
+        if listening {
+            stop_listening(fd);
+        }
         cancelled
     }
 
@@ -645,14 +670,17 @@ impl Uring {
     /// will not poll the ring before it sleeps (another is the poller)
     /// or that is busy (see `sched::worker`).
     pub(super) fn flush(&self) {
-        if !self.has_queued.load(Ordering::Relaxed) {
+        if !self.has_queued.load(Ordering::Relaxed) && !self.unsubmitted.load(Ordering::Relaxed) {
             return;
         }
         let _submitting = lock(&self.submissions);
-        if self.push_queued() > 0 {
-            // A failure leaves the entries queued: the next wait or flush
-            // submits them.
-            let _ = self.submit_queue();
+        let unsubmitted = self.unsubmitted.swap(false, Ordering::Acquire);
+        if self.push_queued() > 0 || unsubmitted {
+            // A failure leaves the entries in the submission queue: the
+            // next wait or flush submits them.
+            if self.submit_queue().is_err() {
+                self.unsubmitted.store(true, Ordering::Release);
+            }
         }
     }
 
@@ -794,7 +822,22 @@ impl Uring {
         } else {
             0
         };
-        // SAFETY: the caller holds the ring's one poller (see above): no
+        // Polls pushed for this enter (`watch_at_next_enter`): the flag is
+        // cleared before the enter below, which submits every entry the
+        // queue holds, so a poll pushed after it sets the flag again.
+        let unsubmitted = self.unsubmitted.swap(false, Ordering::Acquire);
+        let result = self.enter(timeout, pushed + usize::from(unsubmitted));
+        if result.is_err() && unsubmitted {
+            // Perhaps not submitted: the next wait or flush enters again.
+            self.unsubmitted.store(true, Ordering::Release);
+        }
+        result
+    }
+
+    /// [`wait`](Self::wait)'s enter, `pushed` entries waiting to be
+    /// submitted.
+    fn enter(&self, timeout: Option<Duration>, pushed: usize) -> io::Result<()> {
+        // SAFETY: the caller holds the ring's one poller (see `wait`): no
         // other completion queue view exists meanwhile.
         if !unsafe { self.ring.completion_shared() }.is_empty() {
             if pushed > 0 {
@@ -961,6 +1004,21 @@ impl Operation {
     }
 }
 
+/// A multishot poll of `fd` for `interest`, under `token`.
+fn poll_entry(fd: RawFd, token: u64, interest: Interest) -> squeue::Entry {
+    let mut mask = 0;
+    if interest.is_readable() {
+        mask |= (libc::POLLIN | libc::POLLPRI | libc::POLLRDHUP) as u32;
+    }
+    if interest.is_writable() {
+        mask |= libc::POLLOUT as u32;
+    }
+    opcode::PollAdd::new(Fd(fd), mask)
+        .multi(true)
+        .build()
+        .user_data(token)
+}
+
 /// The `Arc` pointer in an operation's user data, its tag bits cleared.
 fn pointer_of(token: u64) -> u64 {
     token & !(OPERATION_BIT | FILE_BIT | STEP_MASK)
@@ -971,7 +1029,7 @@ fn step_of(token: u64) -> usize {
     ((token & STEP_MASK) >> STEP_SHIFT) as usize
 }
 
-/// Stops `fd` listening, if it is a listening socket.
+/// Stops `fd`, a listening socket, listening.
 ///
 /// The cancelled poll's reference to the file is dropped by the worker
 /// that armed it, in the kernel work that posts the cancellation,
@@ -983,25 +1041,9 @@ fn step_of(token: u64) -> usize {
 /// once (TCP and Unix alike); a connected stream is left alone, since its
 /// close must send what a shutdown would not (a reset over unread data).
 pub(super) fn stop_listening(fd: RawFd) {
-    let mut listening: libc::c_int = 0;
-    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
-    // SAFETY: getsockopt writes at most `len` bytes into `listening`,
-    // which lives across the call; a descriptor that is not a socket
-    // fails with ENOTSOCK and writes nothing.
-    let read = unsafe {
-        libc::getsockopt(
-            fd,
-            libc::SOL_SOCKET,
-            libc::SO_ACCEPTCONN,
-            (&mut listening as *mut libc::c_int).cast(),
-            &mut len,
-        )
-    };
-    if read == 0 && listening != 0 {
-        // SAFETY: no memory is passed; the descriptor is the caller's,
-        // open until after this returns.
-        unsafe { libc::shutdown(fd, libc::SHUT_RD) };
-    }
+    // SAFETY: no memory is passed; the descriptor is the caller's, open
+    // until after this returns. A failure (not a socket) changes nothing.
+    unsafe { libc::shutdown(fd, libc::SHUT_RD) };
 }
 
 /// What a poll's mask says, read as epoll's event would be.

@@ -86,7 +86,7 @@ impl TcpListenOptions {
         let shared = current_runtime()?;
         let listener = each_addr(resolve(addr)?, |addr| self.bind_one(addr))?;
         Ok(TcpListener {
-            io: IoSource::new(shared, listener, true)?,
+            io: IoSource::listener(shared, listener)?,
         })
     }
 
@@ -131,7 +131,7 @@ impl TcpListener {
         listener.set_nonblocking(true)?;
         let listener = mio::net::TcpListener::from_std(listener);
         Ok(TcpListener {
-            io: IoSource::new(shared, listener, true)?,
+            io: IoSource::listener(shared, listener)?,
         })
     }
 

@@ -101,7 +101,7 @@ impl UnixListenOptions {
         }
         .map_err(|error| with_path(error, path))?;
         Ok(UnixListener {
-            io: IoSource::new(shared, listener, true)?,
+            io: IoSource::listener(shared, listener)?,
         })
     }
 
@@ -199,7 +199,7 @@ impl UnixListener {
         let shared = current_runtime()?;
         listener.set_nonblocking(true)?;
         Ok(UnixListener {
-            io: IoSource::new(shared, mio::net::UnixListener::from_std(listener), true)?,
+            io: IoSource::listener(shared, mio::net::UnixListener::from_std(listener))?,
         })
     }
 
