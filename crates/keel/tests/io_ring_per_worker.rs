@@ -375,6 +375,33 @@ fn a_stream_dropped_watched_or_not_closes_its_socket() {
     });
 }
 
+/// A listener watched on its worker's ring (it waited for a connection)
+/// stops listening when dropped: its address binds again at once, though
+/// the cancelled poll's hold on the socket ends a moment later.
+#[test]
+fn a_listener_dropped_after_a_wait_frees_its_address_at_once() {
+    let rt = per_worker(2, false);
+    for _ in 0..8 {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let accepting = rt.spawn(async move {
+            let listener = TcpListener::from_std(listener).unwrap();
+            let accepted = listener.accept().await.map(drop);
+            (listener, accepted)
+        });
+        // Long enough for the accept to wait, and its worker to sleep in
+        // its ring, the listener's poll armed there.
+        std::thread::sleep(Duration::from_millis(20));
+        let client = std::net::TcpStream::connect(addr).unwrap();
+        let (listener, accepted) = rt.block_on(accepting).unwrap();
+        accepted.unwrap();
+        drop(listener);
+        drop(client);
+        std::net::TcpListener::bind(addr)
+            .unwrap_or_else(|error| panic!("{addr} still listened after the drop: {error}"));
+    }
+}
+
 /// A stream first waited on outside the runtime is watched on a ring
 /// chosen in turn, whose worker arms it; while that worker is held by a
 /// long poll, the sleeping worker arms it instead. Two streams, read in
