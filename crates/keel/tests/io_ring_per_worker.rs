@@ -18,6 +18,7 @@ mod support;
 use std::future::Future;
 use std::io::{Read, Write};
 use std::sync::mpsc;
+use std::task::Poll;
 use std::time::Duration;
 
 use keel::io::{AsyncReadExt, AsyncWriteExt, IoBackend};
@@ -233,13 +234,26 @@ fn a_receive_queued_outside_the_runtime_wakes_a_sleeping_worker() {
     a_stream_read_outside_wakes_a_sleeping_worker(true);
 }
 
+/// How the holding task first waits on its stream in [`held_worker`].
+#[derive(Clone, Copy)]
+enum FirstWait {
+    /// A read under a 2 ms timeout: the worker parks (and so enters its
+    /// ring) before the hold.
+    Timeout,
+    /// One poll of a read, then the hold at once: the stream's poll is
+    /// pushed to the worker's ring for its next enter, which does not come
+    /// before the hold.
+    OnePoll,
+}
+
 /// A task waits on a stream (so the stream is watched on its worker's
 /// ring), hands it to a reader, and then holds its worker in one long
 /// poll until the reader has echoed twice: the other worker, asleep in its
-/// own ring, must serve the busy worker's ring (the events, and with ring
-/// receives the second receive, queued there by the reader's worker), or
-/// the echoes never come and the long poll ends at the watchdog.
-fn held_worker(ring_receives: bool) {
+/// own ring, must serve the busy worker's ring (the events; the poll the
+/// busy worker pushed but did not submit; with ring receives the second
+/// receive, queued there by the reader's worker), or the echoes never
+/// come and the long poll ends at the watchdog.
+fn held_worker(ring_receives: bool, first_wait: FirstWait) {
     let rt = per_worker(2, ring_receives);
     let (mut peer, accepted) = pair();
     let (handed_tx, handed_rx) = mpsc::channel();
@@ -249,8 +263,19 @@ fn held_worker(ring_receives: bool) {
         // Waits on the stream: its watch (or its receive's home) is this
         // worker's ring from now on.
         let mut buf = [0; 1];
-        let waited = keel::time::timeout(Duration::from_millis(2), stream.read(&mut buf)).await;
-        assert!(waited.is_err(), "nothing was sent yet");
+        let waited = match first_wait {
+            FirstWait::Timeout => {
+                let read = stream.read(&mut buf);
+                keel::time::timeout(Duration::from_millis(2), read)
+                    .await
+                    .is_err()
+            }
+            FirstWait::OnePoll => {
+                let mut read = std::pin::pin!(stream.read(&mut buf));
+                std::future::poll_fn(|cx| Poll::Ready(read.as_mut().poll(cx).is_pending())).await
+            }
+        };
+        assert!(waited, "nothing was sent yet");
         handed_tx.send(stream).unwrap();
         // One long poll: the worker is held until the echo came back.
         echoed_rx
@@ -285,62 +310,21 @@ fn held_worker(ring_receives: bool) {
 
 #[test]
 fn a_long_poll_does_not_hold_its_rings_events() {
-    held_worker(false);
+    held_worker(false, FirstWait::Timeout);
 }
 
 #[test]
 fn a_long_poll_does_not_hold_its_rings_receives() {
-    held_worker(true);
+    held_worker(true, FirstWait::Timeout);
 }
 
 /// A worker's first wait on a stream pushes the stream's poll to the
 /// worker's own ring without entering the kernel: it goes in with the
-/// worker's next look or park. Here the worker is held by a long poll at
-/// once, before either: the sleeping worker, looking after the held
-/// worker's ring, must submit that poll, or the stream's data never wakes
-/// its reader (on the other worker) and the long poll ends at the
-/// watchdog.
+/// worker's next look or park. Held by a long poll at once, before
+/// either, the worker leaves that poll to the sleeping worker to submit.
 #[test]
 fn a_poll_pushed_by_a_worker_held_at_once_is_submitted_for_it() {
-    let rt = per_worker(2, false);
-    let (mut peer, accepted) = pair();
-    let (handed_tx, handed_rx) = mpsc::channel();
-    let (echoed_tx, echoed_rx) = mpsc::channel::<()>();
-    let holder = rt.spawn(async move {
-        let mut stream = TcpStream::from_std(accepted).unwrap();
-        let mut buf = [0; 1];
-        // One poll of a read: nothing was sent, so the stream is waited
-        // on, and its poll pushed to this worker's ring.
-        let mut read = std::pin::pin!(stream.read(&mut buf));
-        let first =
-            std::future::poll_fn(|cx| std::task::Poll::Ready(read.as_mut().poll(cx).is_pending()))
-                .await;
-        assert!(first, "nothing was sent yet");
-        handed_tx.send(stream).unwrap();
-        // Held in the same poll, with no look or park in between.
-        echoed_rx
-            .recv_timeout(support::WATCHDOG)
-            .expect("the echo never came while this worker was held");
-    });
-    let mut stream = handed_rx.recv_timeout(support::WATCHDOG).unwrap();
-    let reader = rt.spawn(async move {
-        let mut byte = [0; 1];
-        stream.read_exact(&mut byte).await.unwrap();
-        stream.write_all(&byte).await.unwrap();
-    });
-    // Long enough for the reader to wait and its worker to fall asleep.
-    std::thread::sleep(Duration::from_millis(20));
-    let echoed = peer.write_all(b"g").and_then(|()| {
-        let mut echo = [0; 1];
-        peer.read_exact(&mut echo).map(|()| echo)
-    });
-    echoed_tx.send(()).unwrap();
-    assert_eq!(
-        &echoed.expect("the echo, while the stream's worker is held"),
-        b"g"
-    );
-    rt.block_on(reader).unwrap();
-    rt.block_on(holder).unwrap();
+    held_worker(false, FirstWait::OnePoll);
 }
 
 /// A stream dropped before any task waited on it was never watched; one
