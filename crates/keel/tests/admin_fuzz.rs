@@ -307,3 +307,47 @@ fn regressions() {
         assert_healthy(addr);
     });
 }
+
+/// A small head with more header fields than hyper's parser takes is
+/// refused with `431`, like a head over the size limit: the plainly valid
+/// requests the checks insist on answering with `200` are those of at
+/// most [`fuzz_admin::MAX_HEADERS`] fields.
+#[test]
+fn a_small_head_of_too_many_fields_is_refused() {
+    let head = |fields: usize| {
+        let mut bytes = b"GET /health HTTP/1.1\r\n".to_vec();
+        for _ in 0..fields {
+            bytes.extend_from_slice(b"x-f: a\r\n");
+        }
+        bytes.extend_from_slice(b"\r\n");
+        bytes
+    };
+    within(TEST_LIMIT, move || {
+        let (_rt, server) = endpoint();
+        let addr = server.local_addr();
+        for (fields, status) in [
+            (fuzz_admin::MAX_HEADERS, "HTTP/1.1 200 "),
+            (fuzz_admin::MAX_HEADERS + 1, "HTTP/1.1 431 "),
+        ] {
+            let input = Input {
+                bytes: head(fields),
+                chunk: 4096,
+                padding: 0,
+            };
+            assert_eq!(
+                fuzz_admin::simple_request(&input.bytes),
+                fields <= fuzz_admin::MAX_HEADERS
+            );
+            let output = exchange(addr, &input);
+            assert!(
+                output.starts_with(status.as_bytes()),
+                "{fields} fields: {:?}",
+                String::from_utf8_lossy(&output[..output.len().min(60)])
+            );
+            if let Err(e) = check(addr, &input) {
+                panic!("{fields} fields: {e}");
+            }
+        }
+        assert_healthy(addr);
+    });
+}

@@ -65,6 +65,9 @@
 //! A request that is not HTTP/1.x (garbage, a bad method, header or
 //! version) gets `400 Bad Request` and the connection is closed.
 //!
+//! A head of more than 100 header fields also gets `431`, however
+//! small: that is the most hyper's parser takes.
+//!
 //! The head limit answers 431, not 413, because hyper, which parses the
 //! requests, answers an oversized head itself, with the status RFC 6585
 //! defines for it; 413 is the status for a body that is too large, which

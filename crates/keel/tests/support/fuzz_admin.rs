@@ -38,7 +38,7 @@ pub fn check_exchange(input: &[u8], output: &[u8], cut: bool) -> Result<usize, S
 /// `HEAD` of a route (a query allowed) in HTTP/1.1, then header lines of
 /// plain token names and visible values, none that asks for more than a
 /// plain answer (a body, an upgrade, a continue, a connection option),
-/// and the blank line, all within 8 KiB.
+/// at most [`MAX_HEADERS`] of them, and the blank line, all within 8 KiB.
 pub fn simple_request(input: &[u8]) -> bool {
     let Some(end) = find(&input[..input.len().min(8 * 1024)], b"\r\n\r\n") else {
         return false;
@@ -69,6 +69,7 @@ pub fn simple_request(input: &[u8]) -> bool {
     if !matches!(method, "GET" | "HEAD")
         || !matches!(path, "/health" | "/status" | "/stats" | "/metrics")
         || version != "HTTP/1.1"
+        || lines.clone().count() > MAX_HEADERS
     {
         return false;
     }
@@ -93,6 +94,10 @@ pub fn simple_request(input: &[u8]) -> bool {
             .any(|n| name.eq_ignore_ascii_case(n))
     })
 }
+
+/// The most header fields hyper's HTTP/1 parser takes in one head (its
+/// default); a head with more is answered `431`, however small.
+pub const MAX_HEADERS: usize = 100;
 
 /// The statuses the endpoint (or hyper, for requests it cannot parse)
 /// answers with.
