@@ -6,7 +6,8 @@
 //! log service. What differs by design is written per runtime, the tokio
 //! side the way a competent tokio user would write it: how S5's node
 //! makes a record durable ([`s5_keel`], [`s5_tokio`]) and S3's proxy,
-//! whose classes are keel's ([`s3_keel`], [`s3_tokio`]). The harness treats every variant identically: same process
+//! whose classes are keel's ([`s3_keel`], [`s3_tokio`]). The harness
+//! treats every variant identically: same process
 //! layout, same flags, same control protocol ([`control`]), same CPU work
 //! ([`cpu`]), and the same runtime, listener, accept loop and accounting
 //! for every scenario. A server runs in its
