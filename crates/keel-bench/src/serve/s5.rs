@@ -109,23 +109,40 @@ enum Ended {
 /// two.
 #[derive(Default)]
 struct Records {
-    /// Bytes read and not yet taken as a record.
+    /// Bytes read; those before `taken` were taken as records.
     pending: Vec<u8>,
+    /// How many bytes of `pending` were taken. They are dropped when more
+    /// bytes arrive, once a read rather than once a record.
+    taken: usize,
 }
 
 impl Records {
-    /// The next whole record in `pending`, if one is there; a length over
-    /// [`MAX_RECORD`] is refused before anything is allocated for it.
+    /// The bytes read and not yet taken as a record.
+    fn unread(&self) -> &[u8] {
+        &self.pending[self.taken..]
+    }
+
+    /// Adds `bytes` after the unread ones.
+    fn extend(&mut self, bytes: &[u8]) {
+        self.pending.drain(..self.taken);
+        self.taken = 0;
+        self.pending.extend_from_slice(bytes);
+    }
+
+    /// The next whole record among the unread bytes, if one is there; a
+    /// length over [`MAX_RECORD`] is refused before anything is allocated
+    /// for it.
     fn take(&mut self) -> Result<Option<Vec<u8>>, Ended> {
-        let Some(prefix) = self.pending.first_chunk::<4>() else {
+        let unread = self.unread();
+        let Some(prefix) = unread.first_chunk::<4>() else {
             return Ok(None);
         };
         let len = check_len(*prefix).map_err(Ended::Refused)?;
-        if self.pending.len() < 4 + len {
+        let Some(record) = unread.get(4..4 + len) else {
             return Ok(None);
-        }
-        let record = self.pending[4..4 + len].to_vec();
-        self.pending.drain(..4 + len);
+        };
+        let record = record.to_vec();
+        self.taken += 4 + len;
         Ok(Some(record))
     }
 
@@ -138,7 +155,7 @@ impl Records {
             }
             match N::read(stream, &mut chunk).await {
                 Ok(0) | Err(_) => return Err(Ended::Closed),
-                Ok(n) => self.pending.extend_from_slice(&chunk[..n]),
+                Ok(n) => self.extend(&chunk[..n]),
             }
         }
     }
@@ -253,14 +270,25 @@ mod tests {
         wire.extend_from_slice(&frame(b"third"));
         let mut taken = Vec::new();
         for byte in wire {
-            records.pending.push(byte);
+            records.extend(&[byte]);
             while let Some(record) = records.take().unwrap() {
                 taken.push(record);
             }
         }
         assert_eq!(taken, [b"first".to_vec(), Vec::new(), b"third".to_vec()]);
-        assert!(records.pending.is_empty());
-        records.pending = (MAX_RECORD as u32 + 1).to_le_bytes().to_vec();
+        assert!(records.unread().is_empty());
+        // Many records and a part of the next in one read, the rest after.
+        let mut wire = frame(b"one");
+        wire.extend_from_slice(&frame(b"two"));
+        wire.extend_from_slice(&frame(b"three"));
+        records.extend(&wire[..wire.len() - 2]);
+        assert_eq!(records.take().unwrap(), Some(b"one".to_vec()));
+        assert_eq!(records.take().unwrap(), Some(b"two".to_vec()));
+        assert_eq!(records.take().unwrap(), None);
+        records.extend(&wire[wire.len() - 2..]);
+        assert_eq!(records.take().unwrap(), Some(b"three".to_vec()));
+        assert!(records.unread().is_empty());
+        records.extend(&(MAX_RECORD as u32 + 1).to_le_bytes());
         assert!(matches!(records.take(), Err(Ended::Refused(_))));
     }
 

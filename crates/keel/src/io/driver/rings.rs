@@ -278,13 +278,10 @@ impl Rings {
             None => self.ring_of(fd).deregister(fd, token, listening),
             Some(homes) => match homes.leave(fd, self.rings.len()) {
                 Some(home) => self.rings[home].deregister(fd, token, listening),
-                // Never watched and no operation queued: nothing to cancel.
-                None => {
-                    if listening {
-                        uring::stop_listening(fd);
-                    }
-                    Ok(())
-                }
+                // Never watched and no operation queued: nothing to cancel,
+                // and no poll holds the socket, so closing the descriptor
+                // ends it (a listener stops listening at once).
+                None => Ok(()),
             },
         }
     }

@@ -352,33 +352,32 @@ impl Uring {
     ) -> io::Result<()> {
         let entry = poll_entry(fd, token as u64, interest);
         let _submitting = lock(&self.submissions);
-        loop {
-            // SAFETY: under the submission lock, the only submission
-            // queue view; a poll points at no memory.
-            if unsafe { self.ring.submission_shared().push(&entry) }.is_ok() {
-                self.unsubmitted.store(true, Ordering::Release);
-                return Ok(());
-            }
-            // Full: submit what it holds to make room.
-            self.submit_queue()?;
-        }
+        self.push_entry(&entry)?;
+        self.unsubmitted.store(true, Ordering::Release);
+        Ok(())
     }
 
     /// Pushes `entry`, a poll or a cancellation (entries that point at no
     /// memory), and submits it at once.
     fn submit(&self, entry: &squeue::Entry) -> io::Result<()> {
         let _submitting = lock(&self.submissions);
+        self.push_entry(entry)?;
+        // The view is dropped: the tail is published before entering.
+        self.submit_queue()
+    }
+
+    /// Pushes `entry`, a poll or a cancellation, to the submission queue,
+    /// first submitting what a full queue holds to make room. The caller
+    /// holds [`Uring::submissions`].
+    fn push_entry(&self, entry: &squeue::Entry) -> io::Result<()> {
         loop {
-            // SAFETY: the lock held above makes this the only submission
-            // queue view (every other is made under it too). Polls and
-            // cancellations point at no memory.
-            let pushed = unsafe { self.ring.submission_shared().push(entry) }.is_ok();
-            // The view is dropped: the tail is published before entering.
-            // A full queue was submitted to make room: push again.
-            self.submit_queue()?;
-            if pushed {
+            // SAFETY: the caller holds the submission lock, which makes
+            // this the only submission queue view (every other is made
+            // under it too). Polls and cancellations point at no memory.
+            if unsafe { self.ring.submission_shared().push(entry) }.is_ok() {
                 return Ok(());
             }
+            self.submit_queue()?;
         }
     }
 
