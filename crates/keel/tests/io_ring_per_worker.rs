@@ -5,7 +5,8 @@
 //! while every worker sleeps, wherever they were first waited on (a
 //! worker, or a thread outside the runtime), that a worker held by a long
 //! poll does not hold its ring's events or receives (nor a poll it pushed
-//! just before), and that a source
+//! just before), that a worker busy with short polls sees its ring's
+//! events at the next poll boundary, and that a source
 //! closes its socket when dropped, watched or not.
 //!
 //! These need a ring: where the kernel or a sandbox refuses one, they
@@ -17,7 +18,8 @@ mod support;
 
 use std::future::Future;
 use std::io::{Read, Write};
-use std::sync::mpsc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc};
 use std::task::Poll;
 use std::time::Duration;
 
@@ -325,6 +327,64 @@ fn a_long_poll_does_not_hold_its_rings_receives() {
 #[test]
 fn a_poll_pushed_by_a_worker_held_at_once_is_submitted_for_it() {
     held_worker(false, FirstWait::OnePoll);
+}
+
+/// A worker kept busy by short polls, its looks at IO by interval and by
+/// count put off for an hour, still sees its ring's events at the next
+/// poll boundary: a glance at its ring (shared memory, no system call)
+/// tells it that a look would find them.
+#[test]
+fn a_busy_worker_sees_its_rings_events_at_the_next_poll_boundary() {
+    let rt = Runtime::builder()
+        .workers(1)
+        .io_backend(IoBackend::Uring)
+        .io_ring_per_worker(true)
+        .io_interval(Duration::from_secs(3600))
+        .io_every(u32::MAX)
+        .spin(keel::SpinPolicy::None)
+        .build()
+        .unwrap_or_else(|error| {
+            panic!(
+                "this test needs io_uring: {error} (probe: {})",
+                keel::io::probe_io_uring()
+            )
+        });
+    let (mut peer, accepted) = pair();
+    let (spinning_tx, spinning_rx) = mpsc::channel();
+    let (read_tx, read_rx) = mpsc::channel();
+    rt.spawn(async move {
+        let mut stream = TcpStream::from_std(accepted).unwrap();
+        let mut byte = [0; 1];
+        // The first wait pushes the stream's poll; the park that waits
+        // for the timeout submits it.
+        let read = stream.read(&mut byte);
+        let timed_out = keel::time::timeout(Duration::from_millis(2), read)
+            .await
+            .is_err();
+        assert!(timed_out, "nothing was sent yet");
+        // From here the worker runs short polls without end, and never
+        // parks, until the byte is read.
+        let done = Arc::new(AtomicBool::new(false));
+        let spinner = keel::spawn({
+            let done = done.clone();
+            async move {
+                while !done.load(Ordering::Relaxed) {
+                    keel::yield_now().await;
+                }
+            }
+        });
+        spinning_tx.send(()).unwrap();
+        stream.read_exact(&mut byte).await.unwrap();
+        done.store(true, Ordering::Relaxed);
+        spinner.await.unwrap();
+        read_tx.send(byte[0]).unwrap();
+    });
+    spinning_rx.recv_timeout(support::WATCHDOG).unwrap();
+    peer.write_all(b"g").unwrap();
+    let read = read_rx
+        .recv_timeout(support::WATCHDOG)
+        .expect("the busy worker never saw the stream's event");
+    assert_eq!(read, b'g');
 }
 
 /// A stream dropped before any task waited on it was never watched; one

@@ -7,7 +7,10 @@
 //! - *without blocking*, between two task polls, once `io_interval` has
 //!   passed since its own last poll, or after `io_every` task polls,
 //!   whichever comes first (see
-//!   [`worker`](crate::sched)); when it runs out of tasks, only if
+//!   [`worker`](crate::sched)); with a ring per worker also at any poll
+//!   boundary where a glance at its ring (memory the kernel shares, no
+//!   system call) shows that a look would find events
+//!   ([`Reactor::has_news`]); when it runs out of tasks, only if
 //!   `io_interval` has passed too (a system call each time a queue runs
 //!   dry would cost a message hop more than it buys);
 //! - *blocking*, when it parks: at most one parked worker blocks in
@@ -331,6 +334,13 @@ impl Reactor {
     /// Whether a parked worker is blocked in `group`'s poll.
     pub(crate) fn has_blocker(&self, group: usize) -> bool {
         self.groups[group].blocked.load(Ordering::Relaxed)
+    }
+
+    /// Whether a look at `group` would find events, known without a
+    /// system call (a ring per worker: see [`Driver::has_news`]); `false`
+    /// where only a look can tell, and while a blocker waits in it.
+    pub(crate) fn has_news(&self, group: usize) -> bool {
+        self.driver.has_news(group) && !self.has_blocker(group)
     }
 
     /// Whether operations (reads, file syncs) may complete on this

@@ -417,7 +417,12 @@ impl Builder {
     /// intervals answer sooner at the cost of one `epoll_wait` system call
     /// (about a microsecond) per interval and worker. A poll that runs
     /// longer than the interval cannot be interrupted: IO then waits for
-    /// the next poll boundary of any worker.
+    /// the next poll boundary of any worker. With a ring per worker
+    /// ([`io_ring_per_worker`](Builder::io_ring_per_worker)) a worker also
+    /// looks at any poll boundary where its ring shows completions
+    /// waiting, which it sees without a system call; the interval then
+    /// bounds how long operations queued by its tasks wait to be
+    /// submitted.
     pub fn io_interval(&mut self, interval: Duration) -> &mut Builder {
         self.io_interval = interval;
         self

@@ -39,8 +39,12 @@
 //!    start.
 //! 4. **IO and timers.** If the runtime's `io_interval` has passed since
 //!    this worker last polled the reactor, or it ran `io_every` polls since
-//!    then, poll the reactor without blocking (unless a parked worker is
+//!    then, or (with a ring per worker) a glance at its ring shows events
+//!    waiting, poll the reactor without blocking (unless a parked worker is
 //!    blocked in it) and queue the tasks it wakes in their events lanes.
+//!    The glance reads memory the kernel shares with the process, so on
+//!    the ring an event is seen at the first poll boundary after it; on
+//!    epoll only a system call can tell, so the interval and count rule.
 //!    The interval is per worker, not per runtime, so that every poll
 //!    boundary of a long poll (a CPU slice) is a chance to see IO: with a
 //!    shared interval, a second worker's boundary that falls soon after the
@@ -564,7 +568,10 @@ impl Worker {
             .poll_ended(class.index(), end, took - preempted, preempted);
         self.charge(class.index(), took - preempted, end);
         self.polls_since_io += 1;
-        if self.polls_since_io >= self.shared.config.io_every || self.io_interval_passed(end) {
+        if self.polls_since_io >= self.shared.config.io_every
+            || self.io_interval_passed(end)
+            || self.io_has_news()
+        {
             self.poll_io(Some(end));
             self.chained = false;
         }
@@ -630,6 +637,14 @@ impl Worker {
     /// reactor.
     fn io_interval_passed(&self, now: u64) -> bool {
         now.saturating_sub(self.last_io) >= self.shared.config.io_interval
+    }
+
+    /// Whether this worker's ring has news for it (see `io::driver`'s
+    /// glance): a look then finds events without waiting for the
+    /// interval. Always `false` on epoll and on shared rings.
+    fn io_has_news(&self) -> bool {
+        let reactor = &self.shared.reactor;
+        reactor.has_news(reactor.group_of(self.index))
     }
 
     /// Step 4: polls the reactor without blocking, unless a parked worker is

@@ -8,7 +8,10 @@
 //!   `POLL_ADD` (edge triggered, as epoll's registrations are), each
 //!   ring's eventfd watched by another. Looking for events without blocking
 //!   reads the completion queue, memory the kernel shares with the
-//!   process: no system call when nothing happened. TCP streams' reads
+//!   process: no system call when nothing happened, and whether there is
+//!   anything to look at is known from any thread without a lock (`glance`:
+//!   with a ring per worker, a worker looks at every poll boundary where
+//!   its ring has news). TCP streams' reads
 //!   (`io::ring_recv`) and files' opens, reads and syncs, and the log's
 //!   linked writes (`io::ring_file`) complete on it; socket writes,
 //!   accepts and the rest still go by readiness.
@@ -74,6 +77,7 @@
 //!    instead (see `io::ring_file`).
 
 mod epoll;
+mod glance;
 mod rings;
 mod uring;
 
@@ -403,6 +407,16 @@ impl Driver {
             (Driver::Epoll(_), Poller::Epoll(poller)) => poller.has_events(),
             (Driver::Uring(ring), Poller::Uring(poller)) => ring.has_completions(poller),
             _ => unreachable!("a poller polls the driver it came with"),
+        }
+    }
+
+    /// Whether poller `group` would find something at a look, known
+    /// without a system call or a lock (see `glance`): with a ring per
+    /// worker only. `false` where it cannot tell (epoll, shared rings).
+    pub(crate) fn has_news(&self, group: usize) -> bool {
+        match self {
+            Driver::Epoll(_) => false,
+            Driver::Uring(rings) => rings.has_news(group),
         }
     }
 

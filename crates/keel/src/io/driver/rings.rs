@@ -362,6 +362,14 @@ impl Rings {
         })
     }
 
+    /// With a ring per worker, whether worker ring `group` has news for
+    /// its worker (see `glance`); `false` on shared rings, whose polls'
+    /// completions may wait for another thread's task work, which this
+    /// worker's look cannot post.
+    pub(super) fn has_news(&self, group: usize) -> bool {
+        self.per_worker() && self.rings[group % self.rings.len()].has_news()
+    }
+
     /// Whether a completion waits on one of `poller`'s rings.
     pub(super) fn has_completions(&self, poller: &mut Poller) -> bool {
         self.rings_of(poller)

@@ -11,7 +11,10 @@
 //! Looking for events without blocking, which a busy worker does every
 //! `io_interval`, reads the completion queue's head and tail, memory the
 //! kernel shares with the process: no system call when nothing happened
-//! (epoll needs an `epoll_wait` to learn that). Receives queued by the
+//! (epoll needs an `epoll_wait` to learn that). Whether there is anything
+//! to look at is three loads from any thread (see `glance`), so with a
+//! ring per worker a worker looks at every poll boundary where its ring
+//! has news, not only every `io_interval`. Receives queued by the
 //! tasks of a loop turn go to the kernel in the turn's one enter, as do
 //! files' linked writes and syncs (the log's batches, with
 //! `wal::Options::writer_on_ring`). Sends and accepts are to follow.
@@ -102,6 +105,7 @@ use io_uring::types::{self, CancelBuilder, Fd, SubmitArgs, Timespec};
 use io_uring::{cqueue, opcode, squeue, IoUring};
 use mio::Interest;
 
+use super::glance::Glance;
 use super::Owner;
 use crate::io::lock;
 use crate::io::readiness::Event;
@@ -189,6 +193,9 @@ pub(crate) struct Uring {
     /// single). Declared after `ring`, so dropped after the ring is
     /// closed (see `io::ring_recv::pool`).
     pool: OnceLock<Option<Arc<BufPool>>>,
+    /// A glance at the ring for the worker that runs beside it (see
+    /// `glance`); `None` where the kernel maps the rings apart.
+    glance: Option<Glance>,
 }
 
 impl std::fmt::Debug for Uring {
@@ -268,12 +275,15 @@ impl Uring {
             unsubmitted: AtomicBool::new(false),
             in_flight: AtomicU64::new(0),
             pool: OnceLock::new(),
+            glance: None,
         };
         uring.watch(
             uring.wake_fd.as_raw_fd(),
             uring.wake_token,
             Interest::READABLE,
         )?;
+        let mut uring = uring;
+        uring.glance = Glance::new(&uring.ring).ok();
         let mut poller = Poller { _one: () };
         uring.check_multishot(&mut poller).map_err(refused)?;
         uring.hand_the_wake_poll_to_the_poller(&mut poller)?;
@@ -333,6 +343,12 @@ impl Uring {
     /// Arms a multishot poll of `fd` for `interest`, under `token`.
     fn watch(&self, fd: RawFd, token: u64, interest: Interest) -> io::Result<()> {
         self.submit(&poll_entry(fd, token, interest))
+    }
+
+    /// Whether a look at the ring would find something (see `glance`);
+    /// `false` without a glance, where only the interval looks.
+    pub(super) fn has_news(&self) -> bool {
+        self.glance.as_ref().is_some_and(Glance::news)
     }
 
     /// Watches `fd` from the ring's own worker, like [`watch`](Self::watch)
