@@ -29,11 +29,19 @@ use keel::Runtime;
 
 /// A runtime of `workers` workers with a ring each.
 fn per_worker(workers: usize, ring_receives: bool) -> Runtime {
-    Runtime::builder()
-        .workers(workers)
+    build_with_rings(
+        Runtime::builder()
+            .workers(workers)
+            .ring_receives(ring_receives),
+    )
+}
+
+/// `builder`'s runtime on a ring per worker, never spinning; fails with
+/// the reason where the ring is refused.
+fn build_with_rings(builder: &mut keel::Builder) -> Runtime {
+    builder
         .io_backend(IoBackend::Uring)
         .io_ring_per_worker(true)
-        .ring_receives(ring_receives)
         .spin(keel::SpinPolicy::None)
         .build()
         .unwrap_or_else(|error| {
@@ -335,20 +343,12 @@ fn a_poll_pushed_by_a_worker_held_at_once_is_submitted_for_it() {
 /// tells it that a look would find them.
 #[test]
 fn a_busy_worker_sees_its_rings_events_at_the_next_poll_boundary() {
-    let rt = Runtime::builder()
-        .workers(1)
-        .io_backend(IoBackend::Uring)
-        .io_ring_per_worker(true)
-        .io_interval(Duration::from_secs(3600))
-        .io_every(u32::MAX)
-        .spin(keel::SpinPolicy::None)
-        .build()
-        .unwrap_or_else(|error| {
-            panic!(
-                "this test needs io_uring: {error} (probe: {})",
-                keel::io::probe_io_uring()
-            )
-        });
+    let rt = build_with_rings(
+        Runtime::builder()
+            .workers(1)
+            .io_interval(Duration::from_secs(3600))
+            .io_every(u32::MAX),
+    );
     let (mut peer, accepted) = pair();
     let (spinning_tx, spinning_rx) = mpsc::channel();
     let (read_tx, read_rx) = mpsc::channel();
