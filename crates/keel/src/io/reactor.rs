@@ -336,10 +336,16 @@ impl Reactor {
         self.groups[group].blocked.load(Ordering::Relaxed)
     }
 
-    /// Whether a look at `group` would find events, known without a
-    /// system call (a ring per worker: see [`Driver::has_news`]); `false`
-    /// where only a look can tell, and while a blocker waits in it.
-    pub(crate) fn has_news(&self, group: usize) -> bool {
+    /// Whether a look by `worker` at its poll group would find events,
+    /// known without a system call (a ring per worker: see
+    /// [`Driver::has_news`]); `false` where only a look can tell, and
+    /// while a blocker waits in it. Called after every poll: on the other
+    /// drivers it returns before finding the worker's group.
+    pub(crate) fn has_news(&self, worker: usize) -> bool {
+        if !self.driver.per_worker() {
+            return false;
+        }
+        let group = self.group_of(worker);
         self.driver.has_news(group) && !self.has_blocker(group)
     }
 

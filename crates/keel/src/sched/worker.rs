@@ -643,8 +643,7 @@ impl Worker {
     /// glance): a look then finds events without waiting for the
     /// interval. Always `false` on epoll and on shared rings.
     fn io_has_news(&self) -> bool {
-        let reactor = &self.shared.reactor;
-        reactor.has_news(reactor.group_of(self.index))
+        self.shared.reactor.has_news(self.index)
     }
 
     /// Step 4: polls the reactor without blocking, unless a parked worker is

@@ -194,7 +194,8 @@ pub(crate) struct Uring {
     /// closed (see `io::ring_recv::pool`).
     pool: OnceLock<Option<Arc<BufPool>>>,
     /// A glance at the ring for the worker that runs beside it (see
-    /// `glance`); `None` where the kernel maps the rings apart.
+    /// `glance`); `None` where the kernel maps the rings apart or the
+    /// second mapping failed: only the interval looks then.
     glance: Option<Glance>,
 }
 
@@ -263,6 +264,7 @@ impl Uring {
         }
         // SAFETY: just created, owned by nothing else (see above).
         let wake_fd = unsafe { OwnedFd::from_raw_fd(wake_fd) };
+        let glance = Glance::new(&ring).ok();
         let uring = Uring {
             ring,
             submissions: Mutex::new(()),
@@ -275,15 +277,13 @@ impl Uring {
             unsubmitted: AtomicBool::new(false),
             in_flight: AtomicU64::new(0),
             pool: OnceLock::new(),
-            glance: None,
+            glance,
         };
         uring.watch(
             uring.wake_fd.as_raw_fd(),
             uring.wake_token,
             Interest::READABLE,
         )?;
-        let mut uring = uring;
-        uring.glance = Glance::new(&uring.ring).ok();
         let mut poller = Poller { _one: () };
         uring.check_multishot(&mut poller).map_err(refused)?;
         uring.hand_the_wake_poll_to_the_poller(&mut poller)?;
