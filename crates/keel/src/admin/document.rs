@@ -134,6 +134,10 @@ pub struct IoFigures {
     /// Whether each worker has a ring of its own (`false` on epoll).
     #[serde(default)]
     pub ring_per_worker: bool,
+    /// With a ring per worker, the rings a worker glances at after every
+    /// poll (0 on epoll and on shared rings).
+    #[serde(default)]
+    pub glances: usize,
 }
 
 impl From<&IoDriverStats> for IoFigures {
@@ -145,6 +149,7 @@ impl From<&IoDriverStats> for IoFigures {
             operations_in_flight: io.operations_in_flight,
             rings: io.rings,
             ring_per_worker: io.ring_per_worker,
+            glances: io.glances,
         }
     }
 }
@@ -824,6 +829,7 @@ mod tests {
                 operations_in_flight: 0,
                 rings: 0,
                 ring_per_worker: false,
+                glances: 0,
             }),
             ..StatsDocument::default()
         }
@@ -959,6 +965,7 @@ mod tests {
             "operations_in_flight",
             "rings",
             "ring_per_worker",
+            "glances",
         ]);
         assert_eq!(keys(&json), expected);
     }

@@ -183,7 +183,7 @@
 //! | `since_last` | window | the same since the previous `/stats` answer of this endpoint (the first: since it started) |
 //! | `lane` | object or null | the urgent lane, when the runtime has one (see [`Builder::urgent_lane`](crate::Builder::urgent_lane)): `priority` (string, how it got ahead of the workers, and why not at real-time priority if that was refused), `polls`, `throttled` (integers), `busy_s`, `charged_s`, `cpu_s` (numbers; `cpu_s` is the lane thread's CPU clock) |
 //! | `tokio` | object or null | the tokio side, when the runtime has one (see [`Builder::tokio_threads`](crate::Builder::tokio_threads)): `workers`, `threads`, `alive_tasks` (integers), `busy_s`, `cpu_s` (numbers) |
-//! | `io` | object | the IO driver (see [`Builder::io_backend`](crate::Builder::io_backend)): `driver` (`epoll` or `io_uring`), `requested` (`auto`, `epoll`, `uring`), `fallback` (string or null: why `auto` runs on epoll), `operations_in_flight` (reads and file syncs the ring holds), `rings` (io_uring instances, 0 on epoll), `ring_per_worker` (boolean: each worker has a ring of its own) |
+//! | `io` | object | the IO driver (see [`Builder::io_backend`](crate::Builder::io_backend)): `driver` (`epoll` or `io_uring`), `requested` (`auto`, `epoll`, `uring`), `fallback` (string or null: why `auto` runs on epoll), `operations_in_flight` (reads and file syncs the ring holds), `rings` (io_uring instances, 0 on epoll), `ring_per_worker` (boolean: each worker has a ring of its own), `glances` (with a ring per worker, the rings a worker glances at after every poll; 0 on epoll and on shared rings) |
 //!
 //! A class is charged the wall time of its polls less the time the kernel
 //! preempted their workers inside them: a poll that blocks pays for all

@@ -163,6 +163,7 @@ impl Reactor {
             operations_in_flight: self.driver.in_flight(),
             rings: self.driver.rings(),
             ring_per_worker: self.driver.per_worker(),
+            glances: self.driver.glances(),
         }
     }
 

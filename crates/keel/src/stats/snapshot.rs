@@ -94,6 +94,16 @@ pub struct IoDriverStats {
     /// [`Builder::io_ring_per_worker`](crate::Builder::io_ring_per_worker));
     /// `rings` is then the number of workers. `false` on epoll.
     pub ring_per_worker: bool,
+    /// With a ring per worker, the rings whose worker glances at them
+    /// after every poll (their completion queue read from memory the
+    /// kernel shares, no system call), so that a busy worker sees its IO
+    /// at the next poll boundary. Equal to `rings` where the kernel maps
+    /// the submission and completion rings together (Linux 5.4 and
+    /// later); a ring without a glance is looked at every `io_interval`
+    /// or `io_every` polls only (see
+    /// [`Builder::io_interval`](crate::Builder::io_interval)). 0 on epoll
+    /// and on shared rings.
+    pub glances: usize,
 }
 
 /// The runtime's tokio side: the tokio runtime that runs what libraries

@@ -261,6 +261,15 @@ impl Driver {
         }
     }
 
+    /// How many rings a worker glances at after every poll (see
+    /// `glance`); 0 on epoll and on shared rings.
+    pub(crate) fn glances(&self) -> usize {
+        match self {
+            Driver::Epoll(_) => 0,
+            Driver::Uring(rings) => rings.glances(),
+        }
+    }
+
     /// Watches `source` under `token` (contract, 1); with a ring per
     /// worker, from its [`arm`](Driver::arm) on. `worker`: the calling
     /// thread's index among the runtime's workers, if it is one; only they

@@ -323,6 +323,16 @@ impl Rings {
         self.rings.iter().for_each(Uring::flush);
     }
 
+    /// How many rings a worker glances at after every poll (see
+    /// `glance`): with a ring per worker, those whose glance was made; 0
+    /// on shared rings, which are not glanced at.
+    pub(super) fn glances(&self) -> usize {
+        if !self.per_worker() {
+            return 0;
+        }
+        self.rings.iter().filter(|ring| ring.has_glance()).count()
+    }
+
     pub(super) fn in_flight(&self) -> u64 {
         self.rings.iter().map(Uring::in_flight).sum()
     }

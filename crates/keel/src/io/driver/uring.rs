@@ -721,6 +721,13 @@ impl Uring {
     }
 
     /// Operations submitted and not yet reaped.
+    /// Whether a worker beside this ring can glance at it (see `glance`):
+    /// `false` where the kernel maps the rings apart or the second mapping
+    /// failed, and only the interval and the count then trigger a look.
+    pub(super) fn has_glance(&self) -> bool {
+        self.glance.is_some()
+    }
+
     pub(super) fn in_flight(&self) -> u64 {
         self.in_flight.load(Ordering::Relaxed)
     }
