@@ -185,15 +185,15 @@ pub(crate) fn set_local(local: Option<Rc<Local>>) {
 }
 
 /// Runs `f` with this thread's local queues, if it is a worker.
+///
+/// `f` runs outside the thread-local's borrow, on a counted reference to
+/// the queues: a wake inside it may reach this function again. While the
+/// thread-local is being torn down, `f` sees a foreign thread (`None`).
+#[inline]
 pub(crate) fn with_local<R>(f: impl FnOnce(Option<&Local>) -> R) -> R {
-    let mut f = Some(f);
-    let result = CONTEXT.try_with(|c| match c.local.try_borrow() {
-        Ok(local) => (f.take().expect("called once"))(local.as_deref()),
-        Err(_) => (f.take().expect("called once"))(None),
-    });
-    match result {
-        Ok(result) => result,
-        // The thread-local is being torn down: behave as a foreign thread.
-        Err(_) => (f.take().expect("called once"))(None),
-    }
+    let local = CONTEXT
+        .try_with(|c| c.local.try_borrow().ok().and_then(|local| local.clone()))
+        .ok()
+        .flatten();
+    f(local.as_deref())
 }
