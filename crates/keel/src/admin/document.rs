@@ -138,6 +138,12 @@ pub struct IoFigures {
     /// poll (0 on epoll and on shared rings).
     #[serde(default)]
     pub glances: usize,
+    /// Waits of the driver the kernel refused (each slept off for 1 ms).
+    #[serde(default)]
+    pub wait_errors: u64,
+    /// The last of those errors; `null` if there was none.
+    #[serde(default)]
+    pub last_wait_error: Option<String>,
 }
 
 impl From<&IoDriverStats> for IoFigures {
@@ -150,6 +156,8 @@ impl From<&IoDriverStats> for IoFigures {
             rings: io.rings,
             ring_per_worker: io.ring_per_worker,
             glances: io.glances,
+            wait_errors: io.wait_errors,
+            last_wait_error: io.last_wait_error.clone(),
         }
     }
 }
@@ -830,6 +838,8 @@ mod tests {
                 rings: 0,
                 ring_per_worker: false,
                 glances: 0,
+                wait_errors: 0,
+                last_wait_error: None,
             }),
             ..StatsDocument::default()
         }
@@ -966,6 +976,8 @@ mod tests {
             "rings",
             "ring_per_worker",
             "glances",
+            "wait_errors",
+            "last_wait_error",
         ]);
         assert_eq!(keys(&json), expected);
     }

@@ -48,6 +48,21 @@
 //! source that was deregistered (and whose slot was reused) is recognised
 //! as stale and dropped instead of waking the wrong task.
 //!
+//! # A wait that fails
+//!
+//! A wait the kernel refuses (`ENOMEM` arming the ring's polls, a
+//! descriptor of the runtime's closed behind its back) returns at once.
+//! The park that called it would go round without sleeping, a core at
+//! 100% doing nothing. So a failed wait other than `EINTR` is counted
+//! ([`IoDriverStats::wait_errors`], with the last error's text), logged
+//! (the first, then at every power of two), and followed by a sleep of
+//! [`WAIT_ERROR_BACKOFF`] (never longer than the wait's own timeout, and
+//! not at all for a look, which does not block). The runtime keeps
+//! running tasks meanwhile; a notification for a worker asleep there is
+//! seen within the backoff instead of at once.
+//!
+//! [`IoDriverStats::wait_errors`]: crate::stats::IoDriverStats::wait_errors
+//!
 //! # Wakes
 //!
 //! Polling collects the wakers of the tasks to wake; the caller wakes them
@@ -104,6 +119,12 @@ struct PollGroup {
     blocked: AtomicBool,
 }
 
+/// How long a wait that the kernel refused is slept off before the
+/// caller goes on (see "A wait that fails"): short enough that a
+/// notification waits little, long enough that a failing park costs a
+/// thousand system calls a second, not millions.
+pub(crate) const WAIT_ERROR_BACKOFF: Duration = Duration::from_millis(1);
+
 /// See the module docs.
 #[derive(Debug)]
 pub(crate) struct Reactor {
@@ -117,6 +138,10 @@ pub(crate) struct Reactor {
     groups: Box<[PollGroup]>,
     entries: Mutex<Slab<Entry>>,
     next_generation: AtomicU64,
+    /// Waits the kernel refused (see "A wait that fails").
+    wait_errors: AtomicU64,
+    /// The text of the last of them.
+    last_wait_error: Mutex<Option<String>>,
     /// Under loom, the kernel's side of each poll group: see [`model`].
     #[cfg(loom)]
     pub(crate) model: Box<[model::Kernel]>,
@@ -148,6 +173,8 @@ impl Reactor {
             groups,
             entries: Mutex::new(Slab::new()),
             next_generation: AtomicU64::new(0),
+            wait_errors: AtomicU64::new(0),
+            last_wait_error: Mutex::new(None),
             #[cfg(loom)]
             model,
         })
@@ -164,6 +191,8 @@ impl Reactor {
             rings: self.driver.rings(),
             ring_per_worker: self.driver.per_worker(),
             glances: self.driver.glances(),
+            wait_errors: self.wait_errors.load(Ordering::Relaxed),
+            last_wait_error: lock(&self.last_wait_error).clone(),
         }
     }
 
@@ -413,15 +442,39 @@ impl Reactor {
         #[cfg(not(loom))]
         let _ = group;
         #[cfg_attr(loom, allow(unreachable_code))]
-        // EINTR: a signal arrived; the caller polls again soon. The other
-        // errors (a bad descriptor or buffer) cannot happen while the
-        // runtime owns both; treated the same way. Either way, what is
-        // there is reaped.
-        let _ = self.driver.wait(poller, timeout);
+        // EINTR: a signal arrived; the caller polls again soon. Any other
+        // error is counted and slept off (see "A wait that fails"). Either
+        // way, what is there is reaped.
+        match self.driver.wait(poller, timeout) {
+            Ok(()) => {}
+            Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
+            Err(error) => self.wait_failed(&error, timeout),
+        }
         if !self.driver.has_events(poller) {
             return 0;
         }
         self.reap(poller, wake, true)
+    }
+
+    /// Counts and logs a wait the kernel refused, and sleeps it off for a
+    /// caller that meant to block (see "A wait that fails").
+    #[cold]
+    fn wait_failed(&self, error: &io::Error, timeout: Option<Duration>) {
+        let count = self.wait_errors.fetch_add(1, Ordering::Relaxed) + 1;
+        let text = error.to_string();
+        if count.is_power_of_two() {
+            tracing::error!(
+                driver = self.driver.name(),
+                failed_waits = count,
+                "the IO driver's wait failed: {text}; sleeping {} ms before each retry",
+                WAIT_ERROR_BACKOFF.as_millis(),
+            );
+        }
+        *lock(&self.last_wait_error) = Some(text);
+        let backoff = timeout.map_or(WAIT_ERROR_BACKOFF, |t| t.min(WAIT_ERROR_BACKOFF));
+        if !backoff.is_zero() {
+            std::thread::sleep(backoff);
+        }
     }
 
     /// Reaps what the driver holds for `poller`, as [`poll`](Self::poll)
