@@ -608,8 +608,11 @@ fn verdicts(runs: &[RunFigures], runtimes: &[RuntimeKind]) -> Vec<Verdict> {
     out
 }
 
-/// keel-uring's stream CPU a gigabyte over keel's on epoll, at most.
-const RING_STREAM_CPU_OVER_EPOLL: f64 = 0.8;
+/// keel-uring's stream CPU a gigabyte over keel's on epoll, at most (no
+/// worse): the copy to the reader and the handler's work, which no driver
+/// removes, leave a runtime that cost nothing at about 0.76 of keel's
+/// (docs/scenarios.md).
+const RING_STREAM_CPU_OVER_EPOLL: f64 = 1.0;
 
 /// The static name of a runtime, for a verdict.
 fn runtime_name(runtime: &str) -> &'static str {
