@@ -48,9 +48,14 @@ fn on_worker(rt: &Runtime, value: u32) -> u32 {
 
 fn a_refused_wait_is_slept_off(backend: IoBackend, kind: &str) {
     let before = descriptors_of_kind(kind);
+    // No tokio side (under `tokio-context`, its own epoll descriptor would
+    // be found and broken too), and the ring layout set here, whatever
+    // `KEEL_IO_RINGS` says.
     let rt = Runtime::builder()
         .workers(1)
         .io_backend(backend)
+        .io_ring_per_worker(true)
+        .tokio_threads(0)
         .build()
         .unwrap();
     // The worker runs and parks at least once before the break.

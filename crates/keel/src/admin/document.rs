@@ -138,7 +138,8 @@ pub struct IoFigures {
     /// poll (0 on epoll and on shared rings).
     #[serde(default)]
     pub glances: usize,
-    /// Waits of the driver the kernel refused (each slept off for 1 ms).
+    /// Waits of the driver the kernel refused (a blocking one with nothing
+    /// to reap is then slept off for 1 ms).
     #[serde(default)]
     pub wait_errors: u64,
     /// The last of those errors; `null` if there was none.

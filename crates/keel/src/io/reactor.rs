@@ -57,7 +57,8 @@
 //! ([`IoDriverStats::wait_errors`], with the last error's text), logged
 //! (the first, then at every power of two), and followed by a sleep of
 //! [`WAIT_ERROR_BACKOFF`] (never longer than the wait's own timeout, and
-//! not at all for a look, which does not block). The runtime keeps
+//! not at all for a look, which does not block, or when events are there
+//! to reap: they are reaped at once). The runtime keeps
 //! running tasks meanwhile; a notification for a worker asleep there is
 //! seen within the backoff instead of at once.
 //!
@@ -445,12 +446,24 @@ impl Reactor {
         // EINTR: a signal arrived; the caller polls again soon. Any other
         // error is counted and slept off (see "A wait that fails"). Either
         // way, what is there is reaped.
-        match self.driver.wait(poller, timeout) {
-            Ok(()) => {}
-            Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
-            Err(error) => self.wait_failed(&error, timeout),
+        let failure = match self.driver.wait(poller, timeout) {
+            Ok(()) => None,
+            Err(error) if error.kind() == io::ErrorKind::Interrupted => None,
+            Err(error) => Some(error),
+        };
+        let has_events = self.driver.has_events(poller);
+        if let Some(error) = failure {
+            // Events that are there are reaped at once, not slept on.
+            self.wait_failed(
+                &error,
+                if has_events {
+                    Some(Duration::ZERO)
+                } else {
+                    timeout
+                },
+            );
         }
-        if !self.driver.has_events(poller) {
+        if !has_events {
             return 0;
         }
         self.reap(poller, wake, true)

@@ -104,9 +104,10 @@ pub struct IoDriverStats {
     /// [`Builder::io_interval`](crate::Builder::io_interval)). 0 on epoll
     /// and on shared rings.
     pub glances: usize,
-    /// Waits of the driver that the kernel refused (`EINTR` aside): each
-    /// is followed by a sleep of a millisecond, so that a park that keeps
-    /// failing does not spin. 0 on a healthy runtime; one that grows says
+    /// Waits of the driver that the kernel refused (`EINTR` aside). A
+    /// blocking wait that fails with nothing to reap is followed by a
+    /// sleep of a millisecond, so that a park that keeps failing does not
+    /// spin; a non-blocking look is counted and not slept. 0 on a healthy runtime; one that grows says
     /// the driver cannot wait (the kernel out of memory for the ring's
     /// polls, a descriptor of the runtime closed behind its back) and IO
     /// is looked at only between those sleeps.

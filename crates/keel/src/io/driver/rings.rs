@@ -416,11 +416,18 @@ impl Rings {
         };
         debug_assert_eq!(self.rings.len(), poller.rings.len());
         let mut found = false;
+        let mut failure = None;
         for (ring, ring_poller) in self.rings.iter().zip(&mut poller.rings) {
             // A look: arms, submits, and enters where the kernel holds
-            // completions back; never blocks.
-            ring.wait(Some(Duration::ZERO))?;
+            // completions back; never blocks. One ring's failure does not
+            // keep the others from being looked at: it is returned after.
+            if let Err(error) = ring.wait(Some(Duration::ZERO)) {
+                failure.get_or_insert(error);
+            }
             found |= ring.has_completions(ring_poller);
+        }
+        if let Some(error) = failure {
+            return Err(error);
         }
         if found || timeout == Some(Duration::ZERO) {
             return Ok(());

@@ -720,7 +720,6 @@ impl Uring {
             .as_ref()
     }
 
-    /// Operations submitted and not yet reaped.
     /// Whether a worker beside this ring can glance at it (see `glance`):
     /// `false` where the kernel maps the rings apart or the second mapping
     /// failed, and only the interval and the count then trigger a look.
@@ -728,6 +727,7 @@ impl Uring {
         self.glance.is_some()
     }
 
+    /// Operations submitted and not yet reaped.
     pub(super) fn in_flight(&self) -> u64 {
         self.in_flight.load(Ordering::Relaxed)
     }
@@ -864,7 +864,17 @@ impl Uring {
         if !unsafe { self.ring.completion_shared() }.is_empty() {
             if pushed > 0 {
                 let _submitting = lock(&self.submissions);
-                self.submit_queue()?;
+                match self.submit_queue() {
+                    // The kernel could not take them while completions
+                    // wait (EBUSY, EAGAIN): they stay queued, and the
+                    // next enter submits them, as below.
+                    Err(error)
+                        if !matches!(error.raw_os_error(), Some(libc::EBUSY | libc::EAGAIN)) =>
+                    {
+                        return Err(error)
+                    }
+                    _ => {}
+                }
             }
             return Ok(());
         }
