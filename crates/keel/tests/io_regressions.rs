@@ -65,7 +65,9 @@ fn udp_recv_after_a_refused_datagram_waits_instead_of_spinning() {
 /// The worker blocked in the reactor leaves it to run a task that then
 /// polls for long; the other worker, asleep on its parker, must take over
 /// the reactor, or every socket waits for that poll although a worker is
-/// idle.
+/// idle. The runtime is idle for 300 ms first, so that the other worker
+/// dozes (sleeps untimed, see `sched::doze`) when the blocker leaves: the
+/// departure must wake it.
 #[test]
 fn an_idle_worker_serves_sockets_while_the_former_blocker_is_busy() {
     let rtt = bounded(Duration::from_secs(20), || {
@@ -99,7 +101,8 @@ fn an_idle_worker_serves_sockets_while_the_former_blocker_is_busy() {
         let mut byte = [0u8; 1];
         echo.write_all(b"w").unwrap();
         echo.read_exact(&mut byte).unwrap();
-        // Both workers park: one blocks in epoll, the other on its condvar.
+        // Both workers park: one blocks in epoll, the other on its condvar,
+        // where it dozes after 100 ms.
         std::thread::sleep(Duration::from_millis(300));
         slow.write_all(b"s").unwrap();
         std::thread::sleep(Duration::from_millis(100));

@@ -22,7 +22,9 @@
 //!   woke; the other sleepers wake every few milliseconds to take the role
 //!   over if it stays vacant (see `REACTOR_CHECK_NS` in the worker), so a
 //!   long poll on the former blocker cannot keep sockets unpolled while
-//!   workers sleep.
+//!   workers sleep. Once the role has stayed held for a while they doze
+//!   (sleep untimed) until an alarm set when a blocker leaves its poll
+//!   wakes them (see `sched::doze`), so an idle runtime wakes nobody.
 //!
 //! The first is what keeps sockets served when every worker is busy with
 //! CPU work (the seed's "eager check io"): readiness is looked at every
@@ -365,6 +367,15 @@ impl Reactor {
     /// Whether a parked worker is blocked in `group`'s poll.
     pub(crate) fn has_blocker(&self, group: usize) -> bool {
         self.groups[group].blocked.load(Ordering::Relaxed)
+    }
+
+    /// Whether every poll group but `group` has a parked worker blocked in
+    /// it: with a ring per worker, whether every other worker sleeps in
+    /// its ring.
+    pub(crate) fn others_blocked(&self, group: usize) -> bool {
+        (0..self.groups.len())
+            .filter(|&other| other != group)
+            .all(|other| self.has_blocker(other))
     }
 
     /// Whether a look by `worker` at its poll group would find events,

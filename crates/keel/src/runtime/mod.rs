@@ -157,6 +157,17 @@ impl Runtime {
         // before saying so drops its sender, which ends the wait.
         drop(started);
         while all_started.recv().is_ok() {}
+        // The thread that wakes dozing workers (see `sched::doze`), where
+        // workers may doze.
+        #[cfg(not(any(loom, miri)))]
+        if runtime.handle.shared.doze.has_alarm() {
+            let shared = runtime.handle.shared.clone();
+            let name = format!("{}-alarm", shared.config.thread_name);
+            let thread = thread::Builder::new()
+                .name(name)
+                .spawn(move || shared.run_alarm())?;
+            runtime.threads.push(thread);
+        }
         Ok(runtime)
     }
 

@@ -365,3 +365,44 @@ fn loom_a_push_racing_the_drain_is_never_stranded() {
         assert_eq!(queued.load(SeqCst), 0, "a task was stranded in the queue");
     });
 }
+
+/// A sleeper dozes (sleeps without its periodic check) while a blocker
+/// leaves its poll: either the sleeper sees the departure and does not
+/// doze, or the departer sees the dozer and sets the alarm, which wakes
+/// it (see `doze`). A doze
+/// that outlives the departure is a deadlock here: the model's dozer
+/// parks untimed and nobody else would wake it.
+#[test]
+fn loom_a_departure_never_misses_a_dozer() {
+    use super::doze::Doze;
+    use crate::loom::sync::atomic::AtomicBool;
+
+    loom::model(|| {
+        let doze = Arc::new(Doze::new(2));
+        let parker = Arc::new(Parker::new());
+        // The blocker role of the one poll group.
+        let blocked = Arc::new(AtomicBool::new(true));
+        let seen = doze.departures();
+        let departer = {
+            let (doze, parker, blocked) = (doze.clone(), parker.clone(), blocked.clone());
+            thread::spawn(move || {
+                // The blocker leaves its poll: gives up the role, then
+                // counts the departure and sets the alarm, which (no time
+                // passing here) fires at once and wakes the dozers.
+                blocked.store(false, Release);
+                if doze.must_arm() {
+                    doze.wake_dozers(|worker| {
+                        assert_eq!(worker, 1);
+                        let _ = parker.unpark();
+                    });
+                }
+            })
+        };
+        // Worker 1, after its quiet checks.
+        if doze.try_doze(1, seen, || blocked.load(Relaxed)) {
+            parker.park();
+            doze.wake_up(1);
+        }
+        departer.join().unwrap();
+    });
+}

@@ -43,6 +43,7 @@
 //! one with the least virtual time among classes with work ([`class`]).
 
 pub(crate) mod class;
+pub(crate) mod doze;
 mod gather;
 pub(crate) mod idle;
 pub(crate) mod lanes;
@@ -170,6 +171,8 @@ pub(crate) struct Shared {
     /// `stealers[worker][class]`: the stealing ends of each worker's lanes.
     stealers: Box<[Box<[LaneStealers]>]>,
     pub(crate) idle: Idle,
+    /// Which parked workers stopped their periodic checks; see [`doze`].
+    pub(crate) doze: doze::Doze,
     /// One per worker; see [`park`].
     parkers: Box<[Parker]>,
     pub(crate) registry: Arc<Registry>,
@@ -234,6 +237,7 @@ impl Shared {
                 .map(|queues| queues.iter().map(Lanes::stealers).collect())
                 .collect(),
             idle: Idle::new(config.workers),
+            doze: doze::Doze::new(config.workers),
             parkers: (0..config.workers).map(|_| Parker::new()).collect(),
             registry: Arc::new(Registry::new()),
             metrics: (0..config.workers)
@@ -529,6 +533,14 @@ impl Shared {
         }
     }
 
+    /// The body of the alarm thread (see [`doze`]): wakes the dozing
+    /// workers when the alarm fires, until the runtime stops.
+    #[cfg(not(any(loom, miri)))]
+    pub(crate) fn run_alarm(&self) {
+        self.doze
+            .wait_for_alarm(|| self.is_stopping(), |worker| self.unpark(worker));
+    }
+
     /// The reactor a new source registers with: the lane's for a source
     /// created in the urgent class when the runtime has a lane (see
     /// [`urgent`]), the workers' otherwise. `true` in the second half
@@ -630,6 +642,7 @@ impl Shared {
         for worker in 0..self.parkers.len() {
             self.unpark(worker);
         }
+        self.doze.stop();
         if let Some(lane) = &self.lane {
             lane.wake();
         }

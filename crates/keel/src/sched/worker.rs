@@ -59,8 +59,12 @@
 //!    [`idle`](super::idle)). Then sleep until notified: blocked in
 //!    `epoll_wait` if no other worker is (see [`crate::io`]), on the
 //!    parker otherwise, looking every [`REACTOR_CHECK_NS`] whether the
-//!    reactor was left without a blocker; and until the earliest timer if
-//!    no other parked worker watches it (see [`time`](crate::time)).
+//!    reactor was left without a blocker (with a ring per worker, each
+//!    worker in its own ring, looking as often at the rings of the
+//!    workers that run), or untimed once those looks have found nothing
+//!    changed for a while (see [`doze`](super::doze)); and until the
+//!    earliest timer if no other parked worker watches it (see
+//!    [`time`](crate::time)).
 //!    Whatever wakes the worker, it leaves the sleepers, wakes the tasks of
 //!    IO events, fires due timers and goes to 1.
 //!
@@ -78,6 +82,7 @@ use std::task::Waker;
 use std::time::{Duration, Instant};
 
 use super::class::CHARGE_WINDOW_NS;
+use super::doze::Quiet;
 use super::lanes::Lane;
 use super::policy::{PickPolicy, Plan, Source};
 #[cfg(doc)]
@@ -108,7 +113,10 @@ const SPINS_PER_CHECK: u32 = 128;
 /// sleepers to take over at once costs a thread wake per event, and on a
 /// small machine the woken worker takes the core a client needs (measured:
 /// S1's idle latency tripled). A sleeper that wakes every 5 ms costs some
-/// 200 wake-ups a second and bounds that wait to 5 ms.
+/// 200 wake-ups a second and bounds that wait to 5 ms; on a runtime that
+/// has been idle for 100 ms it dozes instead, and an alarm set by the
+/// first blocker to leave its poll wakes it 5 ms later (see
+/// [`doze`](super::doze)).
 const REACTOR_CHECK_NS: u64 = 5_000_000;
 
 /// The body of worker thread `index`. `started` is told once the worker
@@ -812,20 +820,26 @@ impl Worker {
             let parker = &shared.parkers[self.index];
             let group = shared.reactor.group_of(self.index);
             if let Some(mut poller) = shared.reactor.become_blocker(group) {
-                let blocking = StopBlocking(&shared.reactor, group);
+                let blocking = StopBlocking(shared, group);
                 let local = &self.local;
                 #[cfg(feature = "tokio-context")]
                 let tokio = self.tokio.as_ref();
                 let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
+                let mut quiet = Quiet::new(shared.doze.departures());
                 loop {
                     let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
                     // With a ring per worker, the rings of the workers that
                     // run are looked at now and then (below), as sleepers
                     // look for a vacant blocker role on one shared ring: a
                     // worker may start to run after this one fell asleep.
-                    let check = shared
-                        .reactor
-                        .has_groups()
+                    // Not while every worker has stayed in its poll for a
+                    // while: then this one dozes (see `doze`).
+                    let dozing = shared.reactor.has_groups()
+                        && quiet.may_doze()
+                        && shared.doze.try_doze(self.index, quiet.seen(), || {
+                            shared.reactor.others_blocked(group)
+                        });
+                    let check = (shared.reactor.has_groups() && !dozing)
                         .then(|| Duration::from_nanos(REACTOR_CHECK_NS));
                     let wait = left.into_iter().chain(check).min();
                     let notified = parker.park_in(|| {
@@ -850,6 +864,9 @@ impl Worker {
                             .reactor
                             .poll(&mut poller, group, wait, &mut self.woken);
                     });
+                    if dozing {
+                        shared.doze.wake_up(self.index);
+                    }
                     let timed_out = left.is_some_and(|left| left <= wait.unwrap_or(left));
                     if notified || check.is_none() || timed_out || !self.woken.is_empty() {
                         break;
@@ -861,7 +878,12 @@ impl Worker {
                     if !self.woken.is_empty() {
                         break;
                     }
+                    quiet.checked(
+                        shared.doze.departures(),
+                        shared.reactor.others_blocked(group),
+                    );
                 }
+                // Leaving the poll: dozers go back to their checks.
                 drop(blocking);
                 drop(poller);
             } else {
@@ -873,19 +895,34 @@ impl Worker {
                 // even that would take a core from someone who needs it.
                 // Receives this worker's tasks queued would wait for the
                 // blocker's next wait: submit them before sleeping.
+                // While the blocker stays in its poll for long, this worker
+                // dozes instead (see `doze`).
                 shared.reactor.flush(Some(self.index));
                 let check = Duration::from_nanos(REACTOR_CHECK_NS);
                 let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
+                let mut quiet = Quiet::new(shared.doze.departures());
                 loop {
                     let left = deadline.map_or(Duration::MAX, |d| {
                         d.saturating_duration_since(Instant::now())
                     });
-                    if parker.park_timeout(left.min(check))
-                        || left <= check
-                        || !shared.reactor.has_blocker(group)
-                    {
+                    let dozing = quiet.may_doze()
+                        && shared.doze.try_doze(self.index, quiet.seen(), || {
+                            shared.reactor.has_blocker(group)
+                        });
+                    let wait = if dozing { left } else { left.min(check) };
+                    let notified = if wait == Duration::MAX {
+                        parker.park();
+                        true
+                    } else {
+                        parker.park_timeout(wait)
+                    };
+                    if dozing {
+                        shared.doze.wake_up(self.index);
+                    }
+                    if notified || left <= wait || !shared.reactor.has_blocker(group) {
                         break;
                     }
+                    quiet.checked(shared.doze.departures(), true);
                 }
             }
             watched = timeout.is_some();
@@ -951,11 +988,16 @@ impl Worker {
 
 /// Gives up the reactor's blocker role when dropped, so a panic on the way
 /// cannot leave the role taken and IO unpolled.
-struct StopBlocking<'a>(&'a crate::io::reactor::Reactor, usize);
+struct StopBlocking<'a>(&'a Shared, usize);
 
 impl Drop for StopBlocking<'_> {
+    /// Gives up the role, then sets the alarm if workers doze (see
+    /// `doze`): woken by it, they go back to looking whether the role or
+    /// this worker's ring needs them.
     fn drop(&mut self) {
-        self.0.stop_blocking(self.1);
+        let shared = self.0;
+        shared.reactor.stop_blocking(self.1);
+        shared.doze.departed();
     }
 }
 

@@ -77,7 +77,9 @@
 //! A worker that runs a long poll would hold its ring's events until its
 //! next look. So a sleeping worker wakes every few milliseconds
 //! (`REACTOR_CHECK_NS`, as the sleepers of shared rings do to take a
-//! vacant blocker role) and, on the rings whose worker is not asleep in
+//! vacant blocker role, and dozing as they do when every worker has
+//! slept in its ring for a while: see `sched::doze`) and, on the rings
+//! whose worker is not asleep in
 //! them, submits what is queued, arms the sources' watches left there,
 //! and reaps what completed (`Reactor::steal`). What it submits or arms
 //! posts its completions from the sleeping worker, to the busy worker's
