@@ -50,6 +50,7 @@ use crate::loom::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicUsize, Order
 /// How long after a blocker leaves its poll the dozers are woken (5 ms,
 /// the sleepers' own look interval: the bound on how long a long poll can
 /// keep IO unwatched is the same with or without dozing).
+#[cfg_attr(any(loom, miri), allow(dead_code))]
 pub(crate) const ALARM_AFTER: Duration = Duration::from_millis(5);
 
 /// Checks in a row that must find nothing changed before a sleeper dozes:
@@ -99,6 +100,7 @@ impl Doze {
 
     /// Whether the runtime needs its alarm thread (see
     /// [`wait_for_alarm`](Self::wait_for_alarm)).
+    #[cfg_attr(any(loom, miri), allow(dead_code))]
     pub(crate) fn has_alarm(&self) -> bool {
         #[cfg(not(any(loom, miri)))]
         return self.alarm.is_some();
@@ -179,6 +181,7 @@ impl Doze {
 
     /// The alarm fired: calls `unpark` for every dozing worker, each
     /// taken out of the dozers first.
+    #[cfg_attr(miri, allow(dead_code))]
     pub(crate) fn wake_dozers(&self, mut unpark: impl FnMut(usize)) {
         // A swap, not a store: a departure that found the alarm set (and
         // so left its dozers to this scan) wrote `armed` last, and this
@@ -367,6 +370,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(miri, ignore = "nobody dozes under Miri, which has no timerfd")]
     fn a_departure_sets_the_alarm_once_and_the_alarm_wakes_every_dozer() {
         let doze = Doze::new(3);
         assert!(doze.try_doze(0, 0, || true));
@@ -391,6 +395,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(miri, ignore = "nobody dozes under Miri, which has no timerfd")]
     fn no_doze_after_a_departure_or_when_not_quiet() {
         let doze = Doze::new(2);
         let seen = doze.departures();
