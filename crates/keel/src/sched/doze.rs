@@ -37,7 +37,9 @@
 //! either the dozer's comes second, and its read sees the bump, so it
 //! does not doze; or the departer's does, and its read sees the
 //! registration, so it arms the alarm (unless it is armed already), and
-//! the alarm's wake-up, after its own fence, finds the dozer's flag.
+//! the alarm's wake-up finds the dozer's flag: it takes `armed` back with
+//! a read-modify-write, which reads the last departure's write of it, and
+//! so follows every departure that left its dozers to it.
 //! (Fences rather than `SeqCst` loads alone: they are what the C++ model
 //! orders between two variables, and what loom models.) The wake-up is
 //! a parker token, which survives until the dozer parks (see `park`).
