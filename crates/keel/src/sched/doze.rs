@@ -134,7 +134,10 @@ impl Doze {
         // Orders the registration before the read of the departures (the
         // dozer's half of the protocol in the module docs).
         fence(SeqCst);
-        if self.departures.load(SeqCst) == seen && still_quiet() {
+        // `enabled` again, after the fence: a failed alarm turns it off,
+        // fences, then wakes the dozers it finds (see `disable`), so a
+        // sleeper that registered too late for that scan sees it off here.
+        if self.enabled.load(SeqCst) && self.departures.load(SeqCst) == seen && still_quiet() {
             return true;
         }
         self.wake_up(worker);
@@ -151,9 +154,11 @@ impl Doze {
 
     /// A blocker left its poll (after giving up its role): counts the
     /// departure and, if workers doze and the alarm is not set, sets it.
-    pub(crate) fn departed(&self) {
-        if self.must_arm() {
-            self.arm();
+    /// If the kernel will not set the timer, nobody dozes from then on and
+    /// the dozers are woken here, through `unpark`.
+    pub(crate) fn departed(&self, unpark: impl FnMut(usize)) {
+        if self.must_arm() && !self.arm() {
+            self.disable(unpark);
         }
     }
 
@@ -167,18 +172,25 @@ impl Doze {
         self.count.load(SeqCst) > 0 && !self.armed.swap(true, SeqCst)
     }
 
-    /// Sets the alarm [`ALARM_AFTER`] ahead (under loom, where no time
-    /// passes, the model fires it itself).
-    fn arm(&self) {
+    /// Sets the alarm [`ALARM_AFTER`] ahead; returns whether the kernel
+    /// set it (under loom, where no time passes, the model fires it
+    /// itself).
+    fn arm(&self) -> bool {
         #[cfg(not(any(loom, miri)))]
         if let Some(alarm) = &self.alarm {
-            if alarm.set(ALARM_AFTER).is_err() {
-                // A timer the kernel will not set: nobody dozes from now
-                // on, and the alarm thread wakes those who do.
-                self.enabled.store(false, SeqCst);
-                let _ = alarm.set(Duration::from_nanos(1));
-            }
+            return alarm.set(ALARM_AFTER).is_ok();
         }
+        true
+    }
+
+    /// The alarm cannot be relied on: nobody dozes from now on, and those
+    /// who do are woken through `unpark`. The fence pairs with the one in
+    /// [`try_doze`](Self::try_doze): a sleeper either registered in time
+    /// for the scan below, or reads `enabled` off after its registration.
+    pub(crate) fn disable(&self, unpark: impl FnMut(usize)) {
+        self.enabled.store(false, SeqCst);
+        fence(SeqCst);
+        self.wake_dozers(unpark);
     }
 
     /// The alarm fired: calls `unpark` for every dozing worker, each
@@ -211,12 +223,13 @@ impl Doze {
             return;
         };
         loop {
-            let fired = alarm.wait();
-            if fired.is_err() {
-                self.enabled.store(false, SeqCst);
+            if alarm.wait().is_err() {
+                // Nobody is left to wait for the alarm.
+                self.disable(&mut unpark);
+                return;
             }
             self.wake_dozers(&mut unpark);
-            if fired.is_err() || stopping() {
+            if stopping() {
                 return;
             }
         }
@@ -251,6 +264,14 @@ mod sys {
             }
             // SAFETY: `fd` was just opened and is owned by nothing else.
             Ok(Alarm(unsafe { OwnedFd::from_raw_fd(fd) }))
+        }
+
+        /// An alarm the kernel refuses to set and that never fires: a
+        /// descriptor that is not a timer (`/dev/null`), for the tests of
+        /// the failure paths.
+        #[cfg(test)]
+        pub(super) fn broken() -> Alarm {
+            Alarm(std::fs::File::open("/dev/null").expect("/dev/null").into())
         }
 
         /// Fires once, `after` from now (a zero `after` would disarm it:
@@ -412,6 +433,40 @@ mod tests {
         assert_eq!(doze.count.load(SeqCst), 0);
     }
 
+    /// A doze for two workers whose alarm the kernel refuses.
+    fn with_a_broken_alarm() -> Doze {
+        let mut doze = Doze::new(2);
+        assert!(doze.has_alarm());
+        doze.alarm = Some(sys::Alarm::broken());
+        doze
+    }
+
+    #[test]
+    #[cfg_attr(miri, ignore = "nobody dozes under Miri, which has no timerfd")]
+    fn a_departure_whose_alarm_the_kernel_refuses_wakes_the_dozers_itself() {
+        let doze = with_a_broken_alarm();
+        assert!(doze.try_doze(1, doze.departures(), || true));
+        let mut woken = Vec::new();
+        doze.departed(|worker| woken.push(worker));
+        assert_eq!(woken, [1], "nobody else would wake the dozer");
+        assert_eq!(doze.count.load(SeqCst), 0);
+        // Nobody dozes from now on.
+        assert!(!doze.try_doze(0, doze.departures(), || true));
+        assert!(!doze.dozing[0].load(SeqCst));
+    }
+
+    #[test]
+    #[cfg_attr(miri, ignore = "nobody dozes under Miri, which has no timerfd")]
+    fn an_alarm_that_fails_to_fire_wakes_the_dozers_and_ends_dozing() {
+        let doze = with_a_broken_alarm();
+        assert!(doze.try_doze(0, doze.departures(), || true));
+        let mut woken = Vec::new();
+        // A read of /dev/null returns at once with nothing: a failed wait.
+        doze.wait_for_alarm(|| false, |worker| woken.push(worker));
+        assert_eq!(woken, [0]);
+        assert!(!doze.try_doze(1, doze.departures(), || true));
+    }
+
     #[test]
     fn one_worker_never_dozes() {
         let doze = Doze::new(1);
@@ -442,7 +497,7 @@ mod tests {
         };
         assert!(doze.try_doze(1, doze.departures(), || true));
         let departed = std::time::Instant::now();
-        doze.departed();
+        doze.departed(|worker| panic!("the departer woke {worker} itself"));
         let woken = woken_rx.recv_timeout(Duration::from_secs(10)).unwrap();
         assert_eq!(woken, 1);
         // Not before the alarm's delay: the departer woke nobody itself.

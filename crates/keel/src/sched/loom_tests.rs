@@ -406,3 +406,33 @@ fn loom_a_departure_never_misses_a_dozer() {
         departer.join().unwrap();
     });
 }
+
+/// The alarm fails (the kernel refused its timer, or its wait failed)
+/// while a sleeper is about to doze: either the sleeper registered in time
+/// for the scan that wakes the dozers, or it sees dozing turned off after
+/// its registration and does not doze (see `Doze::disable`). A doze that
+/// slips between the two is a deadlock here, as above.
+#[test]
+fn loom_a_failed_alarm_never_strands_a_dozer() {
+    use super::doze::Doze;
+
+    loom::model(|| {
+        let doze = Arc::new(Doze::new(2));
+        let parker = Arc::new(Parker::new());
+        let seen = doze.departures();
+        let disabler = {
+            let (doze, parker) = (doze.clone(), parker.clone());
+            thread::spawn(move || {
+                doze.disable(|worker| {
+                    assert_eq!(worker, 1);
+                    let _ = parker.unpark();
+                });
+            })
+        };
+        if doze.try_doze(1, seen, || true) {
+            parker.park();
+            doze.wake_up(1);
+        }
+        disabler.join().unwrap();
+    });
+}

@@ -997,7 +997,7 @@ impl Drop for StopBlocking<'_> {
     fn drop(&mut self) {
         let shared = self.0;
         shared.reactor.stop_blocking(self.1);
-        shared.doze.departed();
+        shared.doze.departed(|worker| shared.unpark(worker));
     }
 }
 

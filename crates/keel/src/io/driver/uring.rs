@@ -849,7 +849,7 @@ impl Uring {
         // queue holds, so a poll pushed after it sets the flag again.
         let unsubmitted = self.unsubmitted.swap(false, Ordering::Acquire);
         let result = self.enter(timeout, pushed + usize::from(unsubmitted));
-        if result.is_err() && unsubmitted {
+        if result.is_err() && (unsubmitted || pushed > 0) {
             // Perhaps not submitted: the next wait or flush enters again.
             self.unsubmitted.store(true, Ordering::Release);
         }
@@ -865,15 +865,17 @@ impl Uring {
             if pushed > 0 {
                 let _submitting = lock(&self.submissions);
                 match self.submit_queue() {
+                    Ok(_) => {}
                     // The kernel could not take them while completions
-                    // wait (EBUSY, EAGAIN): they stay queued, and the
-                    // next enter submits them, as below.
+                    // wait (EBUSY, EAGAIN): they stay queued, and the flag
+                    // makes the next wait or flush submit them (a wait
+                    // that does not block would not enter otherwise).
                     Err(error)
-                        if !matches!(error.raw_os_error(), Some(libc::EBUSY | libc::EAGAIN)) =>
+                        if matches!(error.raw_os_error(), Some(libc::EBUSY | libc::EAGAIN)) =>
                     {
-                        return Err(error)
+                        self.unsubmitted.store(true, Ordering::Release);
                     }
-                    _ => {}
+                    Err(error) => return Err(error),
                 }
             }
             return Ok(());
