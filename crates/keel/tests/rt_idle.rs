@@ -71,6 +71,11 @@ fn an_idle_runtime_does_not_wake(name: &str, builder: &mut keel::Builder) {
         switches <= MOST_SWITCHES,
         "{name}: the idle runtime's workers switched {switches} times in {WINDOW:?}: they still wake to check on each other"
     );
+    let doze = rt.stats().doze;
+    assert!(
+        doze.enabled && doze.dozes >= 1 && doze.alarm_error.is_none(),
+        "{name}: the stats say a worker dozed: {doze:?}"
+    );
     // And it still runs what comes.
     let task = rt.spawn(async { 42 });
     assert_eq!(rt.block_on(task).unwrap(), 42);

@@ -8,8 +8,8 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::stats::{
-    BlockingStats, Deliveries, DeliveryStats, IoDriverStats, LaneStats, QueueDelay, Stats,
-    TokioStats, WorkerStats,
+    BlockingStats, Deliveries, DeliveryStats, DozeStats, IoDriverStats, LaneStats, QueueDelay,
+    Stats, TokioStats, WorkerStats,
 };
 
 /// The whole `/stats` document: what the endpoint writes, and what a
@@ -112,6 +112,35 @@ pub struct StatsDocument {
     /// that predates the choice (which ran on epoll).
     #[serde(default)]
     pub io: Option<IoFigures>,
+    /// Parked workers' dozes; `null` from a server that predates them.
+    #[serde(default)]
+    pub doze: Option<DozeFigures>,
+}
+
+/// Parked workers' dozes (`doze`; see [`DozeStats`]).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct DozeFigures {
+    /// Whether parked workers may doze now.
+    pub enabled: bool,
+    /// Times a worker began to doze.
+    pub dozes: u64,
+    /// Times the alarm fired and woke at least one dozer.
+    pub alarms: u64,
+    /// Why workers may not doze where the runtime would have them doze
+    /// (the kernel refused the alarm's timer); `null` otherwise.
+    pub alarm_error: Option<String>,
+}
+
+impl From<&DozeStats> for DozeFigures {
+    fn from(doze: &DozeStats) -> DozeFigures {
+        DozeFigures {
+            enabled: doze.enabled,
+            dozes: doze.dozes,
+            alarms: doze.alarms,
+            alarm_error: doze.alarm_error.clone(),
+        }
+    }
 }
 
 /// The IO driver (`io`; see [`IoDriverStats`]).
@@ -842,6 +871,12 @@ mod tests {
                 wait_errors: 0,
                 last_wait_error: None,
             }),
+            doze: Some(DozeFigures {
+                enabled: true,
+                dozes: 12,
+                alarms: 4,
+                alarm_error: None,
+            }),
             ..StatsDocument::default()
         }
     }
@@ -979,6 +1014,11 @@ mod tests {
             "glances",
             "wait_errors",
             "last_wait_error",
+            "doze",
+            "enabled",
+            "dozes",
+            "alarms",
+            "alarm_error",
         ]);
         assert_eq!(keys(&json), expected);
     }

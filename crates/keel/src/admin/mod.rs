@@ -184,6 +184,7 @@
 //! | `lane` | object or null | the urgent lane, when the runtime has one (see [`Builder::urgent_lane`](crate::Builder::urgent_lane)): `priority` (string, how it got ahead of the workers, and why not at real-time priority if that was refused), `polls`, `throttled` (integers), `busy_s`, `charged_s`, `cpu_s` (numbers; `cpu_s` is the lane thread's CPU clock) |
 //! | `tokio` | object or null | the tokio side, when the runtime has one (see [`Builder::tokio_threads`](crate::Builder::tokio_threads)): `workers`, `threads`, `alive_tasks` (integers), `busy_s`, `cpu_s` (numbers) |
 //! | `io` | object | the IO driver (see [`Builder::io_backend`](crate::Builder::io_backend)): `driver` (`epoll` or `io_uring`), `requested` (`auto`, `epoll`, `uring`), `fallback` (string or null: why `auto` runs on epoll), `operations_in_flight` (reads and file syncs the ring holds), `rings` (io_uring instances, 0 on epoll), `ring_per_worker` (boolean: each worker has a ring of its own), `glances` (with a ring per worker, the rings a worker glances at after every poll; 0 on epoll and on shared rings), `wait_errors` (waits of the driver the kernel refused; a blocking one with nothing to reap is slept off for 1 ms), `last_wait_error` (string or null: the last of them) |
+//! | `doze` | object | parked workers' dozes (see [`DozeStats`](crate::stats::DozeStats)): `enabled` (boolean: parked workers may doze now), `dozes` (times a worker began to doze), `alarms` (times the alarm fired and woke at least one dozer), `alarm_error` (string or null: why workers may not doze where the runtime would have them doze, the kernel having refused the alarm's timer) |
 //!
 //! A class is charged the wall time of its polls less the time the kernel
 //! preempted their workers inside them: a poll that blocks pays for all
@@ -318,8 +319,9 @@ use crate::{Class, Handle, JoinHandle};
 use slots::Slots;
 
 pub use document::{
-    AdminFigures, BlockingFigures, ClassFigures, CountBytes, DeliveryFigures, IoFigures,
-    LaneFigures, QueueDelayFigures, StatsDocument, TokioFigures, WindowFigures, WorkerFigures,
+    AdminFigures, BlockingFigures, ClassFigures, CountBytes, DeliveryFigures, DozeFigures,
+    IoFigures, LaneFigures, QueueDelayFigures, StatsDocument, TokioFigures, WindowFigures,
+    WorkerFigures,
 };
 
 /// Default [`AdminOptions::max_connections`]: 16.

@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use super::document::{count, micros, ratio_pct, secs};
 use super::{
-    AdminFigures, BlockingFigures, ClassFigures, DeliveryFigures, IoFigures, LaneFigures, Shared,
-    StatsDocument, TokioFigures, WindowFigures, WorkerFigures,
+    AdminFigures, BlockingFigures, ClassFigures, DeliveryFigures, DozeFigures, IoFigures,
+    LaneFigures, Shared, StatsDocument, TokioFigures, WindowFigures, WorkerFigures,
 };
 use crate::stats::{Stats, WorkerStats};
 use crate::{Class, Handle};
@@ -235,6 +235,7 @@ pub(super) fn stats_document(shared: &Shared, stats: &Stats) -> StatsDocument {
         lane: stats.lane.as_ref().map(LaneFigures::from),
         tokio: stats.tokio.as_ref().map(TokioFigures::from),
         io: Some(IoFigures::from(&stats.io)),
+        doze: Some(DozeFigures::from(&stats.doze)),
     }
 }
 

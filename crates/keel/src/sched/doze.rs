@@ -45,9 +45,12 @@
 //! a parker token, which survives until the dozer parks (see `park`).
 //! The model in `loom_tests` checks it, the alarm firing at once.
 
+use std::sync::atomic::{AtomicU64 as Counter, Ordering::Relaxed};
+use std::sync::Mutex;
 use std::time::Duration;
 
 use crate::loom::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicUsize, Ordering::SeqCst};
+use crate::stats::DozeStats;
 
 /// How long after a blocker leaves its poll the dozers are woken (5 ms,
 /// the sleepers' own look interval: the bound on how long a long poll can
@@ -77,6 +80,13 @@ pub(crate) struct Doze {
     /// The kernel's timer behind the alarm; `None` where nobody dozes.
     #[cfg(not(any(loom, miri)))]
     alarm: Option<sys::Alarm>,
+    /// Times a worker began to doze (a statistic: not part of the
+    /// protocol, so not a modelled atomic).
+    dozes: Counter,
+    /// Times the alarm fired and woke at least one dozer.
+    alarms: Counter,
+    /// Why dozing is off where the runtime would have it on.
+    alarm_error: Mutex<Option<String>>,
 }
 
 impl Doze {
@@ -84,11 +94,15 @@ impl Doze {
     /// only with two or more of them, and where the kernel gives a timer.
     pub(crate) fn new(workers: usize) -> Doze {
         #[cfg(not(any(loom, miri)))]
-        let alarm = (workers >= 2).then(sys::Alarm::new).and_then(Result::ok);
+        let (alarm, alarm_error) = match (workers >= 2).then(sys::Alarm::new) {
+            Some(Ok(alarm)) => (Some(alarm), None),
+            Some(Err(error)) => (None, Some(refused("create", &error))),
+            None => (None, None),
+        };
         #[cfg(not(any(loom, miri)))]
         let enabled = alarm.is_some();
         #[cfg(any(loom, miri))]
-        let enabled = cfg!(loom) && workers >= 2;
+        let (enabled, alarm_error) = (cfg!(loom) && workers >= 2, None);
         Doze {
             departures: AtomicU64::new(0),
             count: AtomicUsize::new(0),
@@ -97,6 +111,23 @@ impl Doze {
             enabled: AtomicBool::new(enabled),
             #[cfg(not(any(loom, miri)))]
             alarm,
+            dozes: Counter::new(0),
+            alarms: Counter::new(0),
+            alarm_error: Mutex::new(alarm_error),
+        }
+    }
+
+    /// The figures of [`Stats::doze`](crate::stats::Stats::doze).
+    pub(crate) fn stats(&self) -> DozeStats {
+        DozeStats {
+            enabled: self.enabled.load(SeqCst),
+            dozes: self.dozes.load(Relaxed),
+            alarms: self.alarms.load(Relaxed),
+            alarm_error: self
+                .alarm_error
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone(),
         }
     }
 
@@ -138,6 +169,7 @@ impl Doze {
         // fences, then wakes the dozers it finds (see `disable`), so a
         // sleeper that registered too late for that scan sees it off here.
         if self.enabled.load(SeqCst) && self.departures.load(SeqCst) == seen && still_quiet() {
+            self.dozes.fetch_add(1, Relaxed);
             return true;
         }
         self.wake_up(worker);
@@ -157,8 +189,10 @@ impl Doze {
     /// If the kernel will not set the timer, nobody dozes from then on and
     /// the dozers are woken here, through `unpark`.
     pub(crate) fn departed(&self, unpark: impl FnMut(usize)) {
-        if self.must_arm() && !self.arm() {
-            self.disable(unpark);
+        if self.must_arm() {
+            if let Err(error) = self.arm() {
+                self.disable(refused("set", &error), unpark);
+            }
         }
     }
 
@@ -172,41 +206,47 @@ impl Doze {
         self.count.load(SeqCst) > 0 && !self.armed.swap(true, SeqCst)
     }
 
-    /// Sets the alarm [`ALARM_AFTER`] ahead; returns whether the kernel
-    /// set it (under loom, where no time passes, the model fires it
-    /// itself).
-    fn arm(&self) -> bool {
+    /// Sets the alarm [`ALARM_AFTER`] ahead; fails where the kernel
+    /// would not set it (under loom, where no time passes, the model fires
+    /// it itself).
+    fn arm(&self) -> std::io::Result<()> {
         #[cfg(not(any(loom, miri)))]
         if let Some(alarm) = &self.alarm {
-            return alarm.set(ALARM_AFTER).is_ok();
+            return alarm.set(ALARM_AFTER);
         }
-        true
+        Ok(())
     }
 
-    /// The alarm cannot be relied on: nobody dozes from now on, and those
-    /// who do are woken through `unpark`. The fence pairs with the one in
-    /// [`try_doze`](Self::try_doze): a sleeper either registered in time
-    /// for the scan below, or reads `enabled` off after its registration.
-    pub(crate) fn disable(&self, unpark: impl FnMut(usize)) {
+    /// The alarm cannot be relied on (`why`): nobody dozes from now on,
+    /// and those who do are woken through `unpark`. The fence pairs with
+    /// the one in [`try_doze`](Self::try_doze): a sleeper either
+    /// registered in time for the scan below, or reads `enabled` off after
+    /// its registration.
+    pub(crate) fn disable(&self, why: String, unpark: impl FnMut(usize)) {
         self.enabled.store(false, SeqCst);
         fence(SeqCst);
         self.wake_dozers(unpark);
+        tracing::warn!("parked workers no longer doze: {why}; they look every 5 ms instead");
+        *self.alarm_error.lock().unwrap_or_else(|e| e.into_inner()) = Some(why);
     }
 
     /// The alarm fired: calls `unpark` for every dozing worker, each
-    /// taken out of the dozers first.
+    /// taken out of the dozers first; returns how many it woke.
     #[cfg_attr(miri, allow(dead_code))]
-    pub(crate) fn wake_dozers(&self, mut unpark: impl FnMut(usize)) {
+    pub(crate) fn wake_dozers(&self, mut unpark: impl FnMut(usize)) -> usize {
         // A swap, not a store: a departure that found the alarm set (and
         // so left its dozers to this scan) wrote `armed` last, and this
         // read of its write orders the dozers it saw before the scan.
         self.armed.swap(false, SeqCst);
+        let mut woken = 0;
         for (worker, dozing) in self.dozing.iter().enumerate() {
             if dozing.load(SeqCst) && dozing.swap(false, SeqCst) {
                 self.count.fetch_sub(1, SeqCst);
                 unpark(worker);
+                woken += 1;
             }
         }
+        woken
     }
 
     /// The alarm thread's body: waits for the alarm and wakes the dozers
@@ -223,12 +263,14 @@ impl Doze {
             return;
         };
         loop {
-            if alarm.wait().is_err() {
+            if let Err(error) = alarm.wait() {
                 // Nobody is left to wait for the alarm.
-                self.disable(&mut unpark);
+                self.disable(refused("wait on", &error), &mut unpark);
                 return;
             }
-            self.wake_dozers(&mut unpark);
+            if self.wake_dozers(&mut unpark) > 0 {
+                self.alarms.fetch_add(1, Relaxed);
+            }
             if stopping() {
                 return;
             }
@@ -243,6 +285,13 @@ impl Doze {
             let _ = alarm.set(Duration::from_nanos(1));
         }
     }
+}
+
+/// What [`DozeStats::alarm_error`] says when the kernel refused to
+/// `what` (create, set, wait on) the alarm's timer.
+#[cfg_attr(any(loom, miri), allow(dead_code))]
+fn refused(what: &str, error: &std::io::Error) -> String {
+    format!("the kernel refused to {what} the alarm's timer (timerfd): {error}")
 }
 
 #[cfg(not(any(loom, miri)))]
@@ -451,9 +500,14 @@ mod tests {
         doze.departed(|worker| woken.push(worker));
         assert_eq!(woken, [1], "nobody else would wake the dozer");
         assert_eq!(doze.count.load(SeqCst), 0);
-        // Nobody dozes from now on.
+        // Nobody dozes from now on, and the stats say why.
         assert!(!doze.try_doze(0, doze.departures(), || true));
         assert!(!doze.dozing[0].load(SeqCst));
+        let stats = doze.stats();
+        assert!(!stats.enabled);
+        assert_eq!((stats.dozes, stats.alarms), (1, 0));
+        let error = stats.alarm_error.expect("the refusal is reported");
+        assert!(error.contains("refused to set"), "{error}");
     }
 
     #[test]
@@ -466,6 +520,10 @@ mod tests {
         doze.wait_for_alarm(|| false, |worker| woken.push(worker));
         assert_eq!(woken, [0]);
         assert!(!doze.try_doze(1, doze.departures(), || true));
+        let stats = doze.stats();
+        assert!(!stats.enabled && stats.alarms == 0);
+        let error = stats.alarm_error.expect("the failure is reported");
+        assert!(error.contains("refused to wait on"), "{error}");
     }
 
     #[test]
@@ -473,6 +531,9 @@ mod tests {
         let doze = Doze::new(1);
         assert!(!doze.has_alarm());
         assert!(!doze.try_doze(0, doze.departures(), || true));
+        // Off by design, not for an error.
+        let stats = doze.stats();
+        assert!(!stats.enabled && stats.alarm_error.is_none());
     }
 
     /// The kernel's timer wakes the dozer some time after the departure,
@@ -507,5 +568,9 @@ mod tests {
         stopping.store(true, SeqCst);
         doze.stop();
         thread.join().unwrap();
+        // The firing that stopped the thread woke nobody: not counted.
+        let stats = doze.stats();
+        assert_eq!((stats.dozes, stats.alarms), (1, 1));
+        assert!(stats.enabled && stats.alarm_error.is_none());
     }
 }

@@ -103,6 +103,7 @@ impl Shared {
             tokio: None,
             io: shared.reactor.stats(),
             sizing: shared.config.sizing.clone(),
+            doze: shared.doze.stats(),
         }
     }
 }

@@ -423,7 +423,7 @@ fn loom_a_failed_alarm_never_strands_a_dozer() {
         let disabler = {
             let (doze, parker) = (doze.clone(), parker.clone());
             thread::spawn(move || {
-                doze.disable(|worker| {
+                doze.disable("the model's alarm failed".into(), |worker| {
                     assert_eq!(worker, 1);
                     let _ = parker.unpark();
                 });

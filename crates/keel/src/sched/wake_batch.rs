@@ -90,7 +90,7 @@ pub(super) fn defer(shared: &Arc<Shared>) -> bool {
 
 /// How many runtimes the batch open on this thread will notify at its end
 /// (zero outside any batch).
-#[cfg(test)]
+#[cfg(all(test, not(loom)))]
 pub(crate) fn deferred_runtimes() -> usize {
     DEFERRED.with(|deferred| deferred.borrow().as_ref().map_or(0, Vec::len))
 }

@@ -17,6 +17,6 @@ mod snapshot;
 pub(crate) mod thread_cpu;
 
 pub use snapshot::{
-    BlockingStats, ClassStats, Deliveries, DeliveryStats, IoDriverStats, LaneStats, QueueDelay,
-    SizingStats, Stats, TokioStats, WorkerStats,
+    BlockingStats, ClassStats, Deliveries, DeliveryStats, DozeStats, IoDriverStats, LaneStats,
+    QueueDelay, SizingStats, Stats, TokioStats, WorkerStats,
 };

@@ -41,6 +41,32 @@ pub struct Stats {
     pub io: IoDriverStats,
     /// How the worker count and the spin were chosen.
     pub sizing: SizingStats,
+    /// How often parked workers dozed (slept without their periodic
+    /// looks) and were woken by the alarm.
+    pub doze: DozeStats,
+}
+
+/// Parked workers' dozes: an idle runtime's workers stop their 5 ms looks
+/// after 100 ms of quiet and sleep untimed, and the runtime's alarm wakes
+/// them 5 ms after a blocker leaves its poll (see `sched/doze.rs` and
+/// docs/DESIGN.md, "spin and park").
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct DozeStats {
+    /// Whether workers may doze now: the runtime has two workers or more
+    /// and an alarm (a `timerfd`) that has not failed. Where they may not,
+    /// parked workers keep looking every 5 ms, which costs an idle server
+    /// some 200 wake-ups a second per worker.
+    pub enabled: bool,
+    /// Times a worker began to doze.
+    pub dozes: u64,
+    /// Times the alarm fired and woke at least one dozer.
+    pub alarms: u64,
+    /// Why workers may not doze, where the runtime would have them doze:
+    /// the kernel refused the alarm's timer when the runtime was built, or
+    /// refused to set it or wait on it later (dozing then stops for good
+    /// and the dozers are woken at once). `None` otherwise.
+    pub alarm_error: Option<String>,
 }
 
 /// How a runtime chose its worker count and its spin (see
