@@ -49,6 +49,8 @@ use std::sync::atomic::{AtomicU64 as Counter, Ordering::Relaxed};
 use std::sync::Mutex;
 use std::time::Duration;
 
+// `std`'s lock helper (the error text is a statistic, not modelled).
+use crate::io::lock;
 use crate::loom::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicUsize, Ordering::SeqCst};
 use crate::stats::DozeStats;
 
@@ -123,11 +125,7 @@ impl Doze {
             enabled: self.enabled.load(SeqCst),
             dozes: self.dozes.load(Relaxed),
             alarms: self.alarms.load(Relaxed),
-            alarm_error: self
-                .alarm_error
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .clone(),
+            alarm_error: lock(&self.alarm_error).clone(),
         }
     }
 
@@ -227,7 +225,7 @@ impl Doze {
         fence(SeqCst);
         self.wake_dozers(unpark);
         tracing::warn!("parked workers no longer doze: {why}; they look every 5 ms instead");
-        *self.alarm_error.lock().unwrap_or_else(|e| e.into_inner()) = Some(why);
+        *lock(&self.alarm_error) = Some(why);
     }
 
     /// The alarm fired: calls `unpark` for every dozing worker, each
