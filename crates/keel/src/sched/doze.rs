@@ -49,7 +49,8 @@ use std::sync::atomic::{AtomicU64 as Counter, Ordering::Relaxed};
 use std::sync::Mutex;
 use std::time::Duration;
 
-// `std`'s lock helper (the error text is a statistic, not modelled).
+// Locks a `std` mutex, ignoring poison (the error text is a statistic,
+// which the loom models leave out).
 use crate::io::lock;
 use crate::loom::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicUsize, Ordering::SeqCst};
 use crate::stats::DozeStats;
