@@ -33,6 +33,11 @@
 //! no handler work, 27,000 deliveries a second cost such a node a tenth
 //! of a core, its API waited no longer under the storm than alone, and
 //! the API verdict ranked how fast each node woke from sleep instead.
+//! How busy that node runs moves with the host (69–88% between days), and
+//! where the storm does not harm its API the same ranking returns; so
+//! keel's batched modes are judged against their own wait with no storm,
+//! and against tokio's only in a round where the storm harmed tokio's API
+//! (docs/scenarios.md has the runs).
 
 use std::time::Duration;
 
@@ -511,31 +516,64 @@ fn verdicts(runs: &[RunFigures], runtimes: &[RuntimeKind]) -> Vec<Verdict> {
         );
     }
     // What the storm adds to an API call is judged on the wait beyond the
-    // call's own job; the ratio of normalised p99s, which the job's own
-    // spread between processes swamps, is shown beside it.
-    for (batched, judged, shown) in [
+    // call's own job, against the same node's wait with no storm: the
+    // storm must add nothing at p99. Against tokio's wait it is judged
+    // only in a round where the storm harmed tokio's API (its wait under
+    // the storm above its wait alone): where it harmed nobody, the ratio
+    // ranks how busy each node was (a busy node is never woken from
+    // sleep), not what the storm cost. The ratio of normalised p99s, which
+    // the job's own spread between processes swamps, is shown beside them.
+    let harm = |runtime: &str, mode: &str| {
+        ratio(
+            metric(runtime, mode, "api_beyond_job_p99_ms"),
+            metric(runtime, mode, "api_beyond_job_alone_p99_ms"),
+        )
+    };
+    let tokio_harm = harm("tokio", "read-1460");
+    let tokio_harmed = tokio_harm.is_some_and(|h| h > 1.0);
+    let why_not_against_tokio = match tokio_harm {
+        Some(h) if !tokio_harmed => format!(
+            "the storm did not harm tokio read-1460's API (p99 wait beyond the job {h:.2} of its wait alone): \
+             keel is held to its own wait alone"
+        ),
+        _ => missing(&both),
+    };
+    for (batched, against_alone, against_tokio, shown) in [
         (
             "fixed",
+            "api beyond-job p99 storm/alone keel fixed",
             "api beyond-job p99 keel fixed/tokio read-1460",
             "api_p99_ratio keel fixed/tokio read-1460",
         ),
         (
             "adaptive",
+            "api beyond-job p99 storm/alone keel adaptive",
             "api beyond-job p99 keel adaptive/tokio read-1460",
             "api_p99_ratio keel adaptive/tokio read-1460",
         ),
     ] {
         out.push(
             Verdict::new(
-                judged,
+                against_alone,
                 "keel",
-                ratio(
-                    metric("keel", batched, "api_beyond_job_p99_ms"),
-                    metric("tokio", "read-1460", "api_beyond_job_p99_ms"),
-                ),
+                harm("keel", batched),
                 Some(Goal::AtMost(1.0)),
             )
-            .missing_because(missing(&both)),
+            .missing_because(missing(&[keel])),
+        );
+        let against_tokio_value = ratio(
+            metric("keel", batched, "api_beyond_job_p99_ms"),
+            metric("tokio", "read-1460", "api_beyond_job_p99_ms"),
+        )
+        .filter(|_| tokio_harmed);
+        out.push(
+            Verdict::new(
+                against_tokio,
+                "keel",
+                against_tokio_value,
+                Some(Goal::AtMost(1.0)),
+            )
+            .missing_because(why_not_against_tokio.clone()),
         );
         out.push(
             Verdict::new(
@@ -659,4 +697,81 @@ fn check(records: &[PhaseRecord]) -> (Vec<String>, Vec<String>) {
         }
     }
     (problems, notes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A run of `runtime` in `mode` whose API waited `storm_ms` beyond its
+    /// job at p99 under the storm, and `alone_ms` with no storm.
+    fn run(runtime: RuntimeKind, mode: &str, storm_ms: f64, alone_ms: f64) -> RunFigures {
+        RunFigures {
+            runtime: runtime.to_string(),
+            mode: mode.into(),
+            metrics: Pairs(vec![
+                ("api_beyond_job_p99_ms", storm_ms),
+                ("api_beyond_job_alone_p99_ms", alone_ms),
+            ]),
+        }
+    }
+
+    fn find<'a>(verdicts: &'a [Verdict], name: &str) -> &'a Verdict {
+        verdicts.iter().find(|v| v.name == name).unwrap()
+    }
+
+    /// keel's batched modes are held to their own wait with no storm; the
+    /// ratio to tokio's wait is judged only where the storm harmed tokio's
+    /// API, and says why it has no value where it did not.
+    #[test]
+    fn api_judged_against_its_own_wait_alone_and_against_a_harmed_tokio() {
+        let (keel, tokio) = (RuntimeKind::Keel, RuntimeKind::Tokio);
+        let runs = |tokio_storm_ms: f64| {
+            vec![
+                run(keel, "fixed", 0.4, 0.5),
+                run(keel, "adaptive", 0.6, 0.5),
+                run(tokio, "read-1460", tokio_storm_ms, 0.5),
+            ]
+        };
+        let calm = verdicts(&runs(0.3), &[keel, tokio]);
+        let value = |verdicts: &[Verdict], name: &str| find(verdicts, name).value;
+        assert_eq!(
+            value(&calm, "api beyond-job p99 storm/alone keel fixed"),
+            Some(0.4 / 0.5)
+        );
+        assert_eq!(
+            value(&calm, "api beyond-job p99 storm/alone keel adaptive"),
+            Some(0.6 / 0.5)
+        );
+        for name in [
+            "api beyond-job p99 keel fixed/tokio read-1460",
+            "api beyond-job p99 keel adaptive/tokio read-1460",
+        ] {
+            let verdict = find(&calm, name);
+            assert_eq!(verdict.value, None, "{name}");
+            let why = verdict.missing.as_deref().unwrap();
+            assert!(
+                why.starts_with("the storm did not harm tokio read-1460's API (p99 wait beyond the job 0.60 of its wait alone)"),
+                "{why}"
+            );
+        }
+        let harmed = verdicts(&runs(2.0), &[keel, tokio]);
+        assert_eq!(
+            value(&harmed, "api beyond-job p99 keel fixed/tokio read-1460"),
+            Some(0.4 / 2.0)
+        );
+        assert_eq!(
+            value(&harmed, "api beyond-job p99 keel adaptive/tokio read-1460"),
+            Some(0.6 / 2.0)
+        );
+        // Without tokio's run, the verdict says tokio is missing.
+        let alone = verdicts(&runs(2.0)[..2], &[keel]);
+        let verdict = find(&alone, "api beyond-job p99 keel fixed/tokio read-1460");
+        assert_eq!(verdict.value, None);
+        assert!(verdict.missing.as_deref().unwrap().contains("tokio"));
+        assert_eq!(
+            value(&alone, "api beyond-job p99 storm/alone keel fixed"),
+            Some(0.4 / 0.5)
+        );
+    }
 }
