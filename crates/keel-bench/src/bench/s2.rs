@@ -734,36 +734,26 @@ mod tests {
             ]
         };
         let calm = verdicts(&runs(0.3), &[keel, tokio]);
+        let harmed = verdicts(&runs(2.0), &[keel, tokio]);
         let value = |verdicts: &[Verdict], name: &str| find(verdicts, name).value;
-        assert_eq!(
-            value(&calm, "api beyond-job p99 storm/alone keel fixed"),
-            Some(0.4 / 0.5)
-        );
-        assert_eq!(
-            value(&calm, "api beyond-job p99 storm/alone keel adaptive"),
-            Some(0.6 / 0.5)
-        );
-        for name in [
-            "api beyond-job p99 keel fixed/tokio read-1460",
-            "api beyond-job p99 keel adaptive/tokio read-1460",
-        ] {
-            let verdict = find(&calm, name);
-            assert_eq!(verdict.value, None, "{name}");
+        for (mode, storm_ms) in [("fixed", 0.4), ("adaptive", 0.6)] {
+            assert_eq!(
+                value(
+                    &calm,
+                    &format!("api beyond-job p99 storm/alone keel {mode}")
+                ),
+                Some(storm_ms / 0.5)
+            );
+            let against_tokio = format!("api beyond-job p99 keel {mode}/tokio read-1460");
+            let verdict = find(&calm, &against_tokio);
+            assert_eq!(verdict.value, None, "{against_tokio}");
             let why = verdict.missing.as_deref().unwrap();
             assert!(
                 why.starts_with("the storm did not harm tokio read-1460's API (p99 wait beyond the job 0.60 of its wait alone)"),
                 "{why}"
             );
+            assert_eq!(value(&harmed, &against_tokio), Some(storm_ms / 2.0));
         }
-        let harmed = verdicts(&runs(2.0), &[keel, tokio]);
-        assert_eq!(
-            value(&harmed, "api beyond-job p99 keel fixed/tokio read-1460"),
-            Some(0.4 / 2.0)
-        );
-        assert_eq!(
-            value(&harmed, "api beyond-job p99 keel adaptive/tokio read-1460"),
-            Some(0.6 / 2.0)
-        );
         // Without tokio's run, the verdict says tokio is missing.
         let alone = verdicts(&runs(2.0)[..2], &[keel]);
         let verdict = find(&alone, "api beyond-job p99 keel fixed/tokio read-1460");
