@@ -22,7 +22,9 @@
 //! `n / (sync + round trip + (n - 1) × turn)`, with the sync the disk's
 //! own latency for a write + `fdatasync` of the batch the log committed
 //! per sync in that phase (measured in the same directory right after
-//! it), the round trip the quicker of the node's idle and loaded ping p50
+//! it, each sync followed by the round trip and the turns, as the loop
+//! spaces them: see [`closed_loop_gap`] and `disk`), the round trip the
+//! quicker of the node's idle and loaded ping p50
 //! in the same round, and the turn the load thread's CPU time per record.
 //! With many clients, a sync carries only some of them and the others'
 //! turns overlap it, so that phase's ceiling leaves the turns out.
@@ -189,12 +191,20 @@ pub const GROUP_SHARE_MANY: f64 = 1.0;
 pub struct BatchSync {
     /// Records per batch.
     records: u32,
-    /// The write + `fdatasync` latency of that many records' bytes.
+    /// The time the probe left between a sync and the next write, µs
+    /// (see [`closed_loop_gap`]).
+    gap_us: f64,
+    /// The write + `fdatasync` latency of that many records' bytes, each
+    /// sync followed by the gap.
     latency: SyncLatency,
+    /// Where the gap is not nil, the same syncs back to back, timed just
+    /// before: what the ceiling would be built on without the gap.
+    back_to_back: Option<SyncLatency>,
 }
 
-/// Syncs the batch probe times after each loaded phase.
-const BATCH_SYNC_SAMPLES: usize = 200;
+/// Syncs the batch probe times after each loaded phase: enough for the
+/// mean of a spaced probe's long tail, in well under its budget.
+const BATCH_SYNC_SAMPLES: usize = 1000;
 
 /// The most time the batch probe takes after a phase.
 const BATCH_SYNC_BUDGET: Duration = Duration::from_secs(2);
@@ -282,6 +292,7 @@ pub fn run(config: &S5Config) -> Result<Outcome, Error> {
         &config.data_dir,
         usize::try_from(config.record).unwrap_or(usize::MAX),
         config.sync_samples,
+        Duration::ZERO,
         Duration::from_secs(10),
         &config.run.placement.server,
     )?;
@@ -711,14 +722,34 @@ fn measure(
             // A float to integer cast saturates; a batch is at least one.
             let records = (records_per_sync.round() as u32).max(1);
             let bytes = u64::from(records) * config.record;
-            let latency = disk::sync_latency(
-                dir,
-                usize::try_from(bytes).unwrap_or(usize::MAX),
-                BATCH_SYNC_SAMPLES,
-                BATCH_SYNC_BUDGET,
-                &config.run.placement.server,
-            )?;
-            Some(BatchSync { records, latency })
+            let gap = closed_loop_gap(
+                clients == config.clients && rate.is_none(),
+                ping_summary.p50_us,
+                log.as_ref(),
+                clients,
+            );
+            let bytes = usize::try_from(bytes).unwrap_or(usize::MAX);
+            let probe = |gap| {
+                disk::sync_latency(
+                    dir,
+                    bytes,
+                    BATCH_SYNC_SAMPLES,
+                    gap,
+                    BATCH_SYNC_BUDGET,
+                    &config.run.placement.server,
+                )
+            };
+            let back_to_back = if gap.is_zero() {
+                None
+            } else {
+                Some(probe(Duration::ZERO)?)
+            };
+            Some(BatchSync {
+                records,
+                gap_us: gap.as_secs_f64() * 1e6,
+                latency: probe(gap)?,
+                back_to_back,
+            })
         }
         _ => None,
     };
@@ -738,6 +769,40 @@ fn measure(
         window_s: measured.window_s,
         noise: measured.noise,
     })
+}
+
+/// How long the batch probe leaves the disk alone between a sync and the
+/// next write: what the phase's closed loop leaves it, the round trip
+/// (the loaded ping's p50, `round_trip_us`) and the other clients'
+/// turns on the load thread, where every client rides each sync
+/// (`one_batch`, an unpaced phase of the first client count); none
+/// otherwise (with many clients the next batch's records arrive during
+/// the sync, and a paced loop leaves its own gaps). Unknown figures leave
+/// no gap.
+fn closed_loop_gap(
+    one_batch: bool,
+    round_trip_us: f64,
+    log: Option<&LogLoadSummary>,
+    clients: u32,
+) -> Duration {
+    if !one_batch {
+        return Duration::ZERO;
+    }
+    let gap_us = round_trip_us + f64::from(clients.saturating_sub(1)) * client_turn_us(log);
+    if gap_us.is_finite() && gap_us > 0.0 {
+        Duration::from_secs_f64(gap_us.min(10_000.0) / 1e6)
+    } else {
+        Duration::ZERO
+    }
+}
+
+/// The load thread's CPU time per acknowledged record, µs: one client's
+/// turn (read an acknowledgement, send the next record). NaN where the
+/// load did not report its CPU.
+fn client_turn_us(log: Option<&LogLoadSummary>) -> f64 {
+    let client_cpu_s = log.and_then(|l| l.cpu_s).unwrap_or(f64::NAN);
+    let acked = log.map_or(f64::NAN, |l| l.acked as f64);
+    ratio(Some(client_cpu_s * 1e6), Some(acked)).unwrap_or(f64::NAN)
 }
 
 /// The arguments of `keel-bench serve s5` for `runtime` in `mode` on `dir`.
@@ -781,11 +846,8 @@ fn round_metrics(
     let batch_latency = loaded.batch_sync.as_ref().map_or(sync, |b| &b.latency);
     let batch_sync_us = batch_latency.p50_us;
     let batch_sync_mean_us = batch_latency.mean_us;
-    // The load thread's CPU time per acknowledged record: one client's
-    // turn (read an acknowledgement, send the next record).
     let client_cpu_s = log.and_then(|l| l.cpu_s).unwrap_or(f64::NAN);
-    let acked = log.map_or(f64::NAN, |l| l.acked as f64);
-    let client_turn_us = ratio(Some(client_cpu_s * 1e6), Some(acked)).unwrap_or(f64::NAN);
+    let client_turn_us = client_turn_us(log);
     // With many clients a batch holds only some of them, and the turns of
     // the others overlap the sync: the plain bound is reported there.
     let turn_in_cycle = if one_batch { client_turn_us } else { 0.0 };
@@ -823,6 +885,18 @@ fn round_metrics(
         ("raw_fdatasync_us", sync.p50_us),
         ("batch_fdatasync_us", batch_sync_us),
         ("batch_fdatasync_mean_us", batch_sync_mean_us),
+        (
+            "batch_fdatasync_gap_us",
+            loaded.batch_sync.as_ref().map_or(0.0, |b| b.gap_us),
+        ),
+        (
+            "batch_fdatasync_back_to_back_mean_us",
+            loaded
+                .batch_sync
+                .as_ref()
+                .and_then(|b| b.back_to_back.as_ref())
+                .map_or(f64::NAN, |l| l.mean_us),
+        ),
         (
             "batch_records",
             loaded
@@ -1167,6 +1241,8 @@ mod tests {
             log_batch_us: None,
             batch_sync: mode.map(|_| BatchSync {
                 records: 4,
+                gap_us: 0.0,
+                back_to_back: None,
                 latency: SyncLatency {
                     samples: 10,
                     p50_us: 170.0,
@@ -1198,6 +1274,28 @@ mod tests {
     /// Whether two figures agree to a part in a billion.
     fn close(a: f64, b: f64) -> bool {
         (a - b).abs() <= 1e-9 * b.abs()
+    }
+
+    /// The batch probe's gap is the round trip and the other clients'
+    /// turns where every client rides each sync, and nothing where the
+    /// loop does not wait on the sync alone or a figure is missing.
+    #[test]
+    fn the_probe_leaves_the_loops_gap_between_syncs() {
+        let load = record(1, RuntimeKind::Keel, Some(LogMode::Group), 8, 1000.0, 0.0)
+            .log
+            .unwrap();
+        // 10 µs of the clients' thread a record: 25 µs + 7 × 10 µs.
+        let gap = closed_loop_gap(true, 25.0, Some(&load), 8);
+        assert!(close(gap.as_secs_f64() * 1e6, 95.0), "{gap:?}");
+        assert_eq!(closed_loop_gap(false, 25.0, Some(&load), 8), Duration::ZERO);
+        assert_eq!(closed_loop_gap(true, 25.0, None, 8), Duration::ZERO);
+        assert_eq!(
+            closed_loop_gap(true, f64::NAN, Some(&load), 8),
+            Duration::ZERO
+        );
+        // One client has no turns to wait behind: the round trip alone.
+        let alone = closed_loop_gap(true, 25.0, Some(&load), 1);
+        assert!(close(alone.as_secs_f64() * 1e6, 25.0), "{alone:?}");
     }
 
     /// The closed-loop ceiling counts a sync and a round trip per record
