@@ -272,7 +272,8 @@ pub struct BenchArgs {
     pub record: u64,
     /// S5: let the CPUs halt when idle while S5 runs. By default S5 holds
     /// a 0 µs wake-up latency request on `/dev/cpu_dma_latency` (root
-    /// only; a note says when it cannot), as a latency-tuned host does, so
+    /// only, and only where a cpuidle driver reads it; a note says when
+    /// it cannot), as a latency-tuned host does, so
     /// that the ping measures the runtime and not the CPU's exit from
     /// halt, which falls on whichever node idles more.
     #[arg(long)]
