@@ -209,6 +209,11 @@ const BATCH_SYNC_SAMPLES: usize = 1000;
 /// The most time the batch probe takes after a phase.
 const BATCH_SYNC_BUDGET: Duration = Duration::from_secs(2);
 
+/// The longest gap the batch probe leaves between syncs, µs: a loop's
+/// round trip and turns come to about 100 µs, and a figure far beyond
+/// that (a stalled phase) would leave the probe few syncs in its budget.
+const MAX_PROBE_GAP_US: f64 = 10_000.0;
+
 /// The name of a loaded run: the mode, with the client count when it is
 /// not the first phase's (`group`, `group-64`), and `-paced` for the paced
 /// phase (`group-paced`).
@@ -790,7 +795,7 @@ fn closed_loop_gap(
     }
     let gap_us = round_trip_us + f64::from(clients.saturating_sub(1)) * client_turn_us(log);
     if gap_us.is_finite() && gap_us > 0.0 {
-        Duration::from_secs_f64(gap_us.min(10_000.0) / 1e6)
+        Duration::from_secs_f64(gap_us.min(MAX_PROBE_GAP_US) / 1e6)
     } else {
         Duration::ZERO
     }
