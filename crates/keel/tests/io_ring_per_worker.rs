@@ -421,6 +421,86 @@ fn a_stream_dropped_watched_or_not_closes_its_socket() {
     });
 }
 
+/// A stream watched on its worker's ring and dropped there is closed at
+/// that ring's next submission, with no system call at the drop. The
+/// worker then stays busy with short polls (it never parks), with its
+/// looks at IO kept to the default `io_interval`: the close still goes
+/// in at its next look, and the peer sees the end while the worker
+/// spins. Then the same with the worker held by one long poll (no
+/// boundary at all): the sleeping worker, serving the held one's ring,
+/// submits it.
+#[test]
+fn a_stream_closed_on_its_worker_closes_while_the_worker_stays_busy() {
+    for held in [false, true] {
+        let rt = per_worker(if held { 2 } else { 1 }, false);
+        let (mut peer, accepted) = pair();
+        let done = Arc::new(AtomicBool::new(false));
+        let busy = rt.spawn({
+            let done = done.clone();
+            async move {
+                let mut stream = TcpStream::from_std(accepted).unwrap();
+                let mut byte = [0; 1];
+                // Watched on this worker's ring: the read waits.
+                let read = keel::time::timeout(Duration::from_millis(2), stream.read(&mut byte));
+                assert!(read.await.is_err(), "nothing was sent yet");
+                drop(stream);
+                // Past the peer's read timeout: the close must not wait
+                // for this loop to end.
+                let deadline = std::time::Instant::now() + 2 * support::WATCHDOG;
+                while !done.load(Ordering::Relaxed) && std::time::Instant::now() < deadline {
+                    if !held {
+                        keel::yield_now().await;
+                    }
+                }
+            }
+        });
+        let mut rest = Vec::new();
+        let closed = peer.read_to_end(&mut rest);
+        done.store(true, Ordering::Relaxed);
+        rt.block_on(busy).unwrap();
+        closed.unwrap_or_else(|error| {
+            panic!("held: {held}: the socket stayed open while its worker ran ({error})")
+        });
+        assert!(rest.is_empty());
+    }
+}
+
+/// A stream closed on its worker just before the runtime shuts down,
+/// which leaves the worker no look to submit the close at (none is due
+/// after the poll, and the worker leaves its loop once the poll ends):
+/// the ring's drop submits it, and the peer sees the end.
+#[test]
+fn a_close_queued_at_shutdown_is_submitted_by_the_rings_drop() {
+    let rt = build_with_rings(
+        Runtime::builder()
+            .workers(1)
+            .io_interval(Duration::from_secs(3600))
+            .io_every(u32::MAX),
+    );
+    let (mut peer, accepted) = pair();
+    let (dropped_tx, dropped_rx) = mpsc::channel();
+    let (hold_tx, hold_rx) = mpsc::channel::<()>();
+    rt.spawn(async move {
+        let mut stream = TcpStream::from_std(accepted).unwrap();
+        let mut byte = [0; 1];
+        let read = keel::time::timeout(Duration::from_millis(2), stream.read(&mut byte));
+        assert!(read.await.is_err(), "nothing was sent yet");
+        drop(stream);
+        dropped_tx.send(()).unwrap();
+        // Held in this poll until the runtime is being dropped.
+        let _ = hold_rx.recv_timeout(Duration::from_millis(200));
+    });
+    dropped_rx.recv_timeout(support::WATCHDOG).unwrap();
+    // The runtime stops while the task still holds its worker: the worker
+    // leaves its loop at the end of that poll, with no look after it.
+    drop(rt);
+    drop(hold_tx);
+    let mut rest = Vec::new();
+    peer.read_to_end(&mut rest)
+        .expect("the socket closed with the runtime");
+    assert!(rest.is_empty());
+}
+
 /// A listener watched on its worker's ring (it waited for a connection)
 /// stops listening when dropped: its address binds again at once, though
 /// the cancelled poll's hold on the socket ends a moment later.

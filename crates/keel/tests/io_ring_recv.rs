@@ -171,7 +171,7 @@ fn a_read_dropped_before_or_after_submission_never_reaches_the_next_owner_of_its
     let rt = support::receiving_on_the_ring(2);
     let mut reused = 0;
     for round in 0..200u64 {
-        let (listener_a, peer_a) = pending_pair();
+        let (listener_a, mut peer_a) = pending_pair();
         let (accepted_a, _) = listener_a.accept().unwrap();
         let fd_a = accepted_a.as_raw_fd();
         // Connected before A goes, accepted after: B's descriptor is
@@ -193,6 +193,10 @@ fn a_read_dropped_before_or_after_submission_never_reaches_the_next_owner_of_its
             reader.abort();
             let _ = reader.await;
         });
+        // A stream dropped on its home worker is closed at that ring's next
+        // submission: once A's peer sees the end, A's number is free.
+        peer_a.set_read_timeout(Some(support::WATCHDOG)).unwrap();
+        assert_eq!(peer_a.read(&mut [0u8; 1]).unwrap(), 0, "A closed");
         let (accepted_b, _) = listener_b.accept().unwrap();
         reused += usize::from(accepted_b.as_raw_fd() == fd_a);
         peer_b.write_all(b"0123456789").unwrap();
@@ -219,24 +223,29 @@ fn a_read_dropped_before_or_after_submission_never_reaches_the_next_owner_of_its
     });
 }
 
-/// The sharpest case, made deterministic: a stream dropped with its
-/// receive queued but not yet submitted, and a new stream given the same
-/// descriptor number before the worker next submits. One worker, and all
-/// of it inside one poll, so nothing is submitted in between.
+/// The sharpest case: a stream dropped with its receive queued but not
+/// yet submitted, and a new stream accepted before the worker next
+/// submits. One worker, and all of it inside one poll, so nothing is
+/// submitted in between. B gets its own bytes, and A's peer sees the end.
+/// With a ring per worker, A was closed on its home worker: it keeps its
+/// number until the ring has cancelled its operations and closed it, so
+/// B never gets it in that poll. On rings the workers share
+/// (`KEEL_IO_RINGS`), A's cancellation is synchronous and its number free
+/// at once: rounds go on until B took it in 20 (tests running beside
+/// this one open descriptors too).
 #[test]
 fn a_queued_read_of_a_dropped_stream_is_never_submitted() {
     let rt = support::receiving_on_the_ring(1);
-    // Tests running beside this one open descriptors too, so B does not
-    // always get A's number: rounds go on until 20 did.
+    let per_worker = rt.stats().io.ring_per_worker;
     let mut reused = 0;
     let mut round = 0;
-    while reused < 20 {
+    while if per_worker { round < 200 } else { reused < 20 } {
         round += 1;
         assert!(
             round <= 2000,
             "B took A's descriptor in only {reused} rounds"
         );
-        let (listener_a, _peer_a) = pending_pair();
+        let (listener_a, mut peer_a) = pending_pair();
         let (accepted_a, _) = listener_a.accept().unwrap();
         let fd_a = accepted_a.as_raw_fd();
         let (listener_b, mut peer_b) = pending_pair();
@@ -254,6 +263,10 @@ fn a_queued_read_of_a_dropped_stream_is_never_submitted() {
             drop(a);
             let (accepted_b, _) = listener_b.accept().unwrap();
             let reused = accepted_b.as_raw_fd() == fd_a;
+            assert!(
+                !(per_worker && reused),
+                "A's number was free before its ring closed it"
+            );
             let mut b = TcpStream::from_std(accepted_b).unwrap();
             let mut got = [0u8; 10];
             keel::time::timeout(Duration::from_secs(5), b.read_exact(&mut got))
@@ -265,7 +278,68 @@ fn a_queued_read_of_a_dropped_stream_is_never_submitted() {
         let (got, was_reused) = got.unwrap();
         assert_eq!(&got, b"0123456789", "round {round}");
         reused += usize::from(was_reused);
+        peer_a.set_read_timeout(Some(support::WATCHDOG)).unwrap();
+        assert_eq!(peer_a.read(&mut [0u8; 1]).unwrap(), 0, "A closed");
     }
+}
+
+/// The same, with A dropped off the workers (in `block_on`'s own
+/// future) right after the one poll that queued its receive: the
+/// cancellation is then synchronous and A's number free at once, and a
+/// new stream that takes it gets only its own bytes.
+#[test]
+fn a_read_queued_on_a_worker_and_dropped_off_the_workers_never_reaches_the_next_owner() {
+    let rt = support::receiving_on_the_ring(1);
+    // Tests running beside this one open descriptors too, so B does not
+    // always get A's number: rounds go on until 20 did.
+    let mut reused = 0;
+    let mut round = 0;
+    while reused < 20 {
+        round += 1;
+        assert!(
+            round <= 2000,
+            "B took A's descriptor in only {reused} rounds"
+        );
+        let (listener_a, _peer_a) = pending_pair();
+        let (accepted_a, _) = listener_a.accept().unwrap();
+        let fd_a = accepted_a.as_raw_fd();
+        let (listener_b, mut peer_b) = pending_pair();
+        peer_b.write_all(b"0123456789").unwrap();
+        let (got, was_reused) = rt.block_on(async move {
+            let a = queue_a_read_on_a_worker(accepted_a).await;
+            drop(a);
+            let (accepted_b, _) = listener_b.accept().unwrap();
+            let reused = accepted_b.as_raw_fd() == fd_a;
+            let mut b = TcpStream::from_std(accepted_b).unwrap();
+            let mut got = [0u8; 10];
+            keel::time::timeout(Duration::from_secs(5), b.read_exact(&mut got))
+                .await
+                .expect("B's bytes go to B's read")
+                .unwrap();
+            (got, reused)
+        });
+        assert_eq!(&got, b"0123456789", "round {round}");
+        reused += usize::from(was_reused);
+    }
+}
+
+/// Registers `accepted` and queues one read of it from a task on the
+/// workers (one poll: its receive is queued there), then hands the
+/// stream back.
+async fn queue_a_read_on_a_worker(accepted: std::net::TcpStream) -> TcpStream {
+    keel::spawn(async move {
+        let mut a = TcpStream::from_std(accepted).unwrap();
+        let mut buf = [0u8; 16];
+        std::future::poll_fn(|cx| {
+            let queued = std::pin::Pin::new(&mut a).poll_read(cx, &mut buf);
+            assert!(queued.is_pending(), "nothing was sent to A");
+            std::task::Poll::Ready(())
+        })
+        .await;
+        a
+    })
+    .await
+    .unwrap()
 }
 
 /// A stream's receive is multishot: armed at its first read, it stays

@@ -39,6 +39,49 @@ fn bind_local() -> TcpListener {
 }
 
 rt_test! {
+    /// A stream is closed without being taken off epoll first (the close
+    /// of its file does that), and on a ring per worker by its worker's
+    /// next enter. A descriptor the process duplicated keeps the socket
+    /// open, and on epoll its registration: the old socket's events then
+    /// name a forgotten token. New streams, one likely on the dropped
+    /// number, are served all the while, and what the old peer sent stays
+    /// in the old socket for the duplicate to read.
+    fn a_duplicated_descriptor_outliving_its_stream_disturbs_no_other(rt) {
+        rt.block_on(async {
+            let std_listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            let mut old_peer =
+                std::net::TcpStream::connect(std_listener.local_addr().unwrap()).unwrap();
+            let (accepted, _) = std_listener.accept().unwrap();
+            // A second descriptor of the same socket, which outlives `old`.
+            let mut old_socket = accepted.try_clone().unwrap();
+            let mut old = TcpStream::from_std(accepted).unwrap();
+            // Waited on once, so a ring per worker watches it.
+            let mut byte = [0u8; 1];
+            assert!(timeout(Duration::from_millis(2), old.read(&mut byte)).await.is_err());
+            drop(old);
+            let listener = bind_local();
+            let addr = listener.local_addr().unwrap();
+            let server = keel::spawn(echo_server(listener));
+            for round in 0..20u8 {
+                old_peer.write_all(&[round]).unwrap();
+                let mut stream = TcpStream::connect(addr).await.unwrap();
+                stream.write_all(&[round; 3]).await.unwrap();
+                let mut echo = [0u8; 3];
+                timeout(Duration::from_secs(10), stream.read_exact(&mut echo))
+                    .await
+                    .expect("a new stream is served")
+                    .unwrap();
+                assert_eq!(echo, [round; 3]);
+            }
+            server.abort();
+            old_socket.set_nonblocking(false).unwrap();
+            old_socket.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+            let mut sent = [0u8; 20];
+            old_socket.read_exact(&mut sent).unwrap();
+            assert_eq!(sent.to_vec(), (0..20u8).collect::<Vec<_>>());
+        });
+    }
+
     fn echo_with_1000_concurrent_connections(rt) {
         rt.block_on(async {
             let listener = bind_local();

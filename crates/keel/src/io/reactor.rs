@@ -47,7 +47,7 @@
 //!
 //! Each registration holds an [`Arc<ScheduledIo>`] in a slab; the driver's
 //! token is the slab index plus a generation, so an event still in flight for a
-//! source that was deregistered (and whose slot was reused) is recognised
+//! source that was closed (and whose slot was reused) is recognised
 //! as stale and dropped instead of waking the wrong task.
 //!
 //! # A wait that fails
@@ -73,7 +73,7 @@
 //! write to the eventfd) never runs under the reactor's locks.
 
 use std::io;
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::{AsRawFd, IntoRawFd, RawFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, TryLockError};
 use std::task::Waker;
@@ -200,7 +200,7 @@ impl Reactor {
     }
 
     /// Registers `source` for `interest`; events set the returned
-    /// readiness. Undo with [`Reactor::deregister`] before closing it.
+    /// readiness. Undone by [`Reactor::close`], which closes it.
     /// `assume_ready`: see [`ScheduledIo::new`]; `worker`: the calling
     /// thread's index among the runtime's workers, if it is one (see
     /// [`Driver::register`]). With a ring per worker the source is watched
@@ -266,20 +266,23 @@ impl Reactor {
         armed
     }
 
-    /// Removes `source` from the driver and forgets its token; a waiting
-    /// task is woken (it will find the source gone).
+    /// Removes `source` from the driver, forgets its token and closes it
+    /// (see the driver contract, 2); a waiting task is woken (it will
+    /// find the source gone). `worker`: the calling thread's index among
+    /// the runtime's workers, if it is one.
     ///
     /// The token is forgotten first: a poll that meets the source's last
     /// events afterwards finds them stale, and does not watch the source
     /// again (see the driver contract, 5).
-    pub(crate) fn deregister(
+    pub(crate) fn close(
         &self,
-        source: &mut (impl Source + AsRawFd),
+        source: impl Source + IntoRawFd,
         token: Token,
         listening: bool,
+        worker: Option<usize>,
     ) -> io::Result<()> {
         let forgotten = self.forget(token);
-        let result = self.driver.deregister(source, token.0, listening);
+        let result = self.driver.close(source, token.0, listening, worker);
         if let Some(io) = forgotten {
             io.wake_all();
         }
@@ -507,8 +510,8 @@ impl Reactor {
     fn reap(&self, poller: &mut Poller, wake: &mut Vec<Waker>, for_its_poller: bool) -> usize {
         let mut count = 0;
         // Locked for the whole reap, not the wait: a driver that watches a
-        // source again does it before the reap returns, and no
-        // deregistration may run in between (see the driver contract, 5).
+        // source again does it before the reap returns, and no close may
+        // run in between (see the driver contract, 5).
         let entries = lock(&self.entries);
         let reaped = self
             .driver

@@ -2,7 +2,7 @@
 //! loop every IO operation runs.
 
 use std::io;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, IntoRawFd};
 use std::sync::Arc;
 use std::task::{ready, Context, Poll, Waker};
 
@@ -16,8 +16,9 @@ use crate::sched::Shared;
 use crate::task::coop;
 
 /// A source registered with a runtime's reactor for reading and writing.
-/// Deregisters and closes the source when dropped.
-pub(crate) struct IoSource<E: Source + AsRawFd> {
+/// Stops watching and closes the source when dropped (see
+/// [`Reactor::close`](super::reactor::Reactor::close)).
+pub(crate) struct IoSource<E: Source + AsRawFd + IntoRawFd> {
     /// `Some` until dropped.
     io: Option<E>,
     scheduled: Arc<ScheduledIo>,
@@ -26,13 +27,13 @@ pub(crate) struct IoSource<E: Source + AsRawFd> {
     shared: Arc<Shared>,
     /// Registered with the urgent lane's reactor, not the workers'.
     on_lane: bool,
-    /// A listening socket: a ring's deregistration shuts it for reading,
+    /// A listening socket: a ring's close shuts it for reading first,
     /// so that it stops listening at once (see the io_uring driver's
     /// `stop_listening`).
     listening: bool,
 }
 
-impl<E: Source + AsRawFd + std::fmt::Debug> std::fmt::Debug for IoSource<E> {
+impl<E: Source + AsRawFd + IntoRawFd + std::fmt::Debug> std::fmt::Debug for IoSource<E> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("IoSource")
             .field("io", &self.io)
@@ -57,7 +58,7 @@ pub(crate) fn current_runtime() -> io::Result<Arc<Shared>> {
         })
 }
 
-impl<E: Source + AsRawFd> IoSource<E> {
+impl<E: Source + AsRawFd + IntoRawFd> IoSource<E> {
     /// Registers `io` with `shared`'s reactor (its urgent lane's, when it
     /// has one and the calling task is urgent); see [`ScheduledIo::new`] for
     /// `assume_ready`.
@@ -70,7 +71,7 @@ impl<E: Source + AsRawFd> IoSource<E> {
     }
 
     /// [`new`](Self::new) for a listening socket, assumed ready: its
-    /// deregistration also stops it listening at once.
+    /// close also stops it listening at once.
     ///
     /// # Errors
     ///
@@ -346,18 +347,18 @@ fn runtime_gone() -> io::Error {
     io::Error::other("the keel runtime this socket belongs to has shut down")
 }
 
-impl<E: Source + AsRawFd> Drop for IoSource<E> {
+impl<E: Source + AsRawFd + IntoRawFd> Drop for IoSource<E> {
     fn drop(&mut self) {
-        if let Some(mut io) = self.io.take() {
-            // Deregistering a live fd fails only if the driver no longer
-            // knows it, which cannot happen while we own it, or if the
-            // ring cannot cancel its poll (a kernel out of memory): epoll
-            // forgets a closed descriptor anyway; a ring's poll would
-            // keep the socket open until the ring is dropped.
-            let _ = self.shared.reactor_of(self.on_lane).deregister(
-                &mut io,
+        if let Some(io) = self.io.take() {
+            // Closing fails only if the ring cannot cancel the source's
+            // poll (a kernel out of memory): the descriptor is closed
+            // anyway, and the poll keeps the socket open until the ring is
+            // dropped.
+            let _ = self.shared.reactor_of(self.on_lane).close(
+                io,
                 self.token,
                 self.listening,
+                self.shared.worker_index(),
             );
         }
     }

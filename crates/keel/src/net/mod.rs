@@ -9,9 +9,13 @@
 //!
 //! Errors are the `io::Error`s of the system calls, with their OS codes
 //! (`ConnectionRefused`, `ConnectionReset`, `AddrInUse`, ...). Dropping a
-//! socket deregisters it from the reactor and closes it at once, including
-//! while a task waits on it; a pending `accept`, `read` or `connect`
-//! future may simply be dropped.
+//! socket takes it off the reactor and closes it, including while a task
+//! waits on it; a pending `accept`, `read` or `connect` future may simply
+//! be dropped. The close is at once, except for a stream dropped on the
+//! worker whose io_uring watches it (a ring per worker): its close goes
+//! in with that worker's next look at IO, within `io_interval` of its own
+//! time or when it next sleeps, which saves two system calls a
+//! connection. A listener stops listening at once on every driver.
 //!
 //! [`TcpStream::connect`] takes keel's [`ToSocketAddrs`]: a literal
 //! address is used as it is, a host name is resolved on the blocking pool

@@ -50,10 +50,6 @@ impl Epoll {
         self.registry.register(source, Token(token), interest)
     }
 
-    pub(super) fn deregister(&self, source: &mut impl Source) -> io::Result<()> {
-        self.registry.deregister(source)
-    }
-
     pub(super) fn wake(&self) {
         // Fails only if the eventfd cannot be written, which the kernel
         // never does for a counter far from overflow; the blocker would
@@ -84,7 +80,7 @@ impl Poller {
             if event.token() == self.wake_token {
                 continue;
             }
-            // epoll keeps watching a source until it is deregistered: the
+            // epoll keeps watching a source until its file closes: the
             // owner is of no use here.
             let _ = on_event(
                 event.token().0,

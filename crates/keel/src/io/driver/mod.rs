@@ -13,8 +13,9 @@
 //!   with a ring per worker, a worker looks at every poll boundary where
 //!   its ring has news). TCP streams' reads
 //!   (`io::ring_recv`) and files' opens, reads and syncs, and the log's
-//!   linked writes (`io::ring_file`) complete on it; socket writes,
-//!   accepts and the rest still go by readiness.
+//!   linked writes (`io::ring_file`) complete on it, and a worker closes
+//!   its own ring's sources on it; socket writes, accepts and the rest
+//!   still go by readiness.
 //!
 //! [`IoBackend`] chooses between them; `Auto` sets a ring up and falls
 //! back to epoll with the reason, which [`Stats`](crate::stats::Stats)
@@ -26,25 +27,30 @@
 //!
 //! 1. **Registration.** [`Driver::register`] watches a descriptor for
 //!    readability and writability under a token (a `usize` the reactor
-//!    chooses) from then until [`Driver::deregister`]. It reports edges:
+//!    chooses) from then until [`Driver::close`]. It reports edges:
 //!    an event means the readiness may have changed since the last event
 //!    for that token, and at least one event follows every change (a
 //!    source that is ready when registered gets one). A driver with a
 //!    ring per worker watches it from its [`Driver::arm`] on, which the
 //!    reactor calls before a task first waits for the source; a source
 //!    ready when armed gets an event.
-//! 2. **Deregistration** is complete when it returns: no event for the
-//!    source is produced afterwards, and closing the descriptor closes the
-//!    socket (epoll holds no reference to the file; the ring's cancelled
-//!    poll drops its own within microseconds, and a listener stops
-//!    listening at once). Events already produced may still be reported;
-//!    the reactor recognises them by the token's generation.
+//! 2. **Closing.** [`Driver::close`] takes the descriptor, stops watching
+//!    it and closes it. Once the descriptor's number is free again, no
+//!    event for it is produced and no operation reaches it: epoll forgets
+//!    a descriptor when its file closes (no `EPOLL_CTL_DEL` is needed); a
+//!    ring cancels the descriptor's polls and operations before it closes
+//!    it, at once (a system call) or, on the ring of the worker that
+//!    closes it, at that ring's next submission, the cancellation linked
+//!    to the close, so the number stays taken until then. A listener
+//!    stops listening before the call returns. Events already produced
+//!    may still be reported; the reactor recognises them by the token's
+//!    generation.
 //! 3. **Polling** is a [`Driver::wait`] for events, at most a timeout,
 //!    then a [`Driver::reap`] of the events produced since the last reap.
 //!    Both are called by one thread at a time, the holder of the
 //!    [`Poller`] (one per driver, or with a ring per worker one per ring,
 //!    each reaping its own ring's events); registration, arming, waking
-//!    and deregistration may run on any thread at the same time,
+//!    and closing may run on any thread at the same time,
 //!    including during a wait (so the reactor holds none of its locks
 //!    across one).
 //! 4. **Waking** ([`Driver::wake`]) makes a poll that is blocked, or the
@@ -70,8 +76,8 @@
 //!    that serves the ring ([`Driver::serve_for`]); a worker's flush
 //!    submits its own ring's, and a receive queued on another worker's
 //!    ring wakes that ring's poller. Its completion is reaped like an
-//!    event, and wakes the tasks waiting on it. Deregistering a
-//!    descriptor cancels its operations too, including one still in the
+//!    event, and wakes the tasks waiting on it. Closing a descriptor
+//!    cancels its operations first, including one still in the
 //!    submission queue (see `io::ring_recv` for why that matters); a file
 //!    operation holds its file open, and its bytes, until its completion
 //!    instead (see `io::ring_file`).
@@ -83,7 +89,7 @@ mod uring;
 
 use std::fmt;
 use std::io;
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd, RawFd};
 use std::sync::Arc;
 use std::task::Waker;
 use std::time::Duration;
@@ -304,20 +310,34 @@ impl Driver {
         }
     }
 
-    /// Stops watching `source`, registered under `token` (contract, 2);
-    /// `listening` if it is a listening socket, which then stops listening
-    /// before this returns.
-    pub(crate) fn deregister(
+    /// Stops watching `source`, registered under `token`, and closes it
+    /// (contract, 2); `listening` if it is a listening socket, which then
+    /// stops listening before this returns. `worker`: the calling thread's
+    /// index among the runtime's workers, if it is one.
+    pub(crate) fn close(
         &self,
-        source: &mut (impl Source + AsRawFd),
+        source: impl Source + IntoRawFd,
         token: usize,
         listening: bool,
+        worker: Option<usize>,
     ) -> io::Result<()> {
         match self {
             // An epoll registration holds no reference to the socket: the
-            // caller's close is the last, and ends the listening at once.
-            Driver::Epoll(epoll) => epoll.deregister(source),
-            Driver::Uring(ring) => ring.deregister(source.as_raw_fd(), token, listening),
+            // close is the last, and takes the descriptor out of the
+            // interest list with the file (no `EPOLL_CTL_DEL`, a system
+            // call fewer a connection), ending a listener at once. A
+            // descriptor the process duplicated keeps the file, and its
+            // registration, open: its events then name a forgotten token.
+            Driver::Epoll(_) => {
+                drop(source);
+                Ok(())
+            }
+            Driver::Uring(rings) => {
+                // SAFETY: `into_raw_fd` hands over the descriptor, which
+                // nothing else owns from now on.
+                let fd = unsafe { OwnedFd::from_raw_fd(source.into_raw_fd()) };
+                rings.close(fd, token, listening, worker)
+            }
         }
     }
 

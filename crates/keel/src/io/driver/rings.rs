@@ -16,11 +16,11 @@
 //! # Which ring
 //!
 //! A descriptor's ring is its number modulo the rings (`ring_of`): its
-//! poll, its receives and the cancellation that deregisters it meet on one
-//! ring without a table to look up, which contract 6 needs (a
-//! deregistration cancels the descriptor's receives on the ring that
-//! holds them). A file's operations go to its descriptor's ring too, an
-//! open (which has no descriptor yet) to the rings in turn. The choice
+//! poll, its receives and the cancellation that closes it meet on one
+//! ring without a table to look up, which contract 6 needs (a close
+//! cancels the descriptor's receives on the ring that holds them). A
+//! file's operations go to its descriptor's ring too, an open (which has
+//! no descriptor yet) to the rings in turn. The choice
 //! spreads sources over the rings; it does not follow the worker that
 //! runs a source's task (the acceptor registers every stream of a server,
 //! and a task moves when another worker steals it), so a ring's lock is
@@ -62,7 +62,9 @@
 //! registered, but when a task first waits for it ([`Rings::arm`]), on
 //! the ring of the worker that runs that task, which becomes the source's
 //! *home* ([`Homes`]): its poll, its receives and the cancellation that
-//! deregisters it meet there (contract 6). The task it wakes is queued on
+//! closes it meet there (contract 6; closed by the home ring's own
+//! worker, the cancellation and the close go in with that worker's next
+//! enter: see [`Rings::close`]). The task it wakes is queued on
 //! the worker that reaps the event, so a connection stays with the worker
 //! that served it first, unless another steals the task. The rules that
 //! keep one thread posting what one thread reaps:
@@ -88,7 +90,7 @@
 //! or the timer tick), and the sleeper reaps them at its next check. The
 //! ring's waker, and the watches whose poll ended, stay for the ring's
 //! own worker to arm. A source that was never watched and has no receive
-//! has no home: its deregistration cancels nothing. Homes do not move: a
+//! has no home: its close cancels nothing. Homes do not move: a
 //! task stolen by another worker still has its events reaped, and its
 //! receives submitted, by its source's home worker, which wakes it where
 //! it runs.
@@ -275,17 +277,45 @@ impl Rings {
         self.rings[home].register(fd, token, interest, false)
     }
 
-    pub(super) fn deregister(&self, fd: RawFd, token: usize, listening: bool) -> io::Result<()> {
-        match &self.homes {
-            None => self.ring_of(fd).deregister(fd, token, listening),
-            Some(homes) => match homes.leave(fd, self.rings.len()) {
-                Some(home) => self.rings[home].deregister(fd, token, listening),
-                // Never watched and no operation queued: nothing to cancel,
-                // and no poll holds the socket, so closing the descriptor
-                // ends it (a listener stops listening at once).
-                None => Ok(()),
-            },
-        }
+    /// Stops watching `fd` and closes it (the driver contract, 2). With a
+    /// ring per worker, a stream closed by its home ring's own worker has
+    /// its cancellation and close linked in that ring's submission queue,
+    /// submitted with the worker's next look or wait: no system call now
+    /// (a synchronous cancel and a `close` a connection fewer), and the
+    /// descriptor's number stays taken until the kernel has cancelled
+    /// what ran on it. Elsewhere (a listener, which must stop listening
+    /// before this returns; another ring's stream; a thread off the
+    /// workers) the cancellation is synchronous and the close the caller's.
+    pub(super) fn close(
+        &self,
+        fd: OwnedFd,
+        token: usize,
+        listening: bool,
+        worker: Option<usize>,
+    ) -> io::Result<()> {
+        let raw = fd.as_raw_fd();
+        let home = match &self.homes {
+            None => Some(self.index_of(raw)),
+            Some(homes) => homes.leave(raw, self.rings.len()),
+        };
+        // Never watched and no operation queued: nothing to cancel, and no
+        // poll holds the socket, so closing the descriptor ends it (a
+        // listener stops listening at once).
+        let Some(home) = home else {
+            return Ok(());
+        };
+        let ring = &self.rings[home];
+        let fd = if self.per_worker() && !listening && self.ring_of_worker(worker) == Some(home) {
+            match ring.close_at_next_enter(fd, token) {
+                Ok(()) => return Ok(()),
+                Err(fd) => fd,
+            }
+        } else {
+            fd
+        };
+        let cancelled = ring.deregister(raw, token, listening);
+        drop(fd);
+        cancelled
     }
 
     /// Queues `operation` on its ring (see the module docs); `worker`:
@@ -303,7 +333,7 @@ impl Rings {
         // With a ring per worker, an operation's completion is posted by
         // the thread that submits it, so a ring's operations are submitted
         // by its own worker: a receive goes to its stream's home ring (where
-        // a deregistration cancels it), a file's operation to the calling
+        // a close cancels it), a file's operation to the calling
         // worker's.
         let mine = self.ring_of_worker(worker);
         let index = match &operation {
@@ -473,7 +503,7 @@ const HOME_CHUNKS: usize = 256;
 
 /// With a ring per worker, each source's home ring, by descriptor: set by
 /// the first poll arm or receive (the worker that asks first), cleared
-/// by the deregistration, which cancels there. A chunk of the table is
+/// by the close, which cancels there. A chunk of the table is
 /// allocated when a descriptor in it first gets a home. `0` means no
 /// home, `ring + 1` a home.
 #[derive(Debug)]

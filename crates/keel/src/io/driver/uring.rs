@@ -4,7 +4,8 @@
 //! `io::ring_recv`), and files' opens, reads,
 //! positional writes and syncs as `IORING_OP_OPENAT`s,
 //! `IORING_OP_READ`s, `IORING_OP_WRITE`s and `IORING_OP_FSYNC`s (see
-//! `io::ring_file`).
+//! `io::ring_file`), and a source closed by its ring's own worker as a
+//! cancellation linked to an `IORING_OP_CLOSE`.
 //!
 //! # Why a ring
 //!
@@ -17,7 +18,8 @@
 //! has news, not only every `io_interval`. Receives queued by the
 //! tasks of a loop turn go to the kernel in the turn's one enter, as do
 //! files' linked writes and syncs (the log's batches, with
-//! `wal::Options::writer_on_ring`). Sends and accepts are to follow.
+//! `wal::Options::writer_on_ring`), and the closes of the turn's
+//! finished connections. Sends and accepts are to follow.
 //!
 //! # Operations
 //!
@@ -30,23 +32,31 @@
 //! `io::ring_file`). Operations are queued in
 //! [`Uring::queue`] and pushed to the submission queue under the
 //! submission lock by the poller's wait or by [`Uring::flush`]; a
-//! deregistration submits what the queue holds before it cancels, so
-//! that the cancellation finds every operation on the descriptor. A file
-//! operation holds its file, so no deregistration concerns it.
+//! close cancels behind what the queue holds (submitting it first when
+//! the cancellation is synchronous), so that the cancellation finds
+//! every operation on the descriptor. A file operation holds its file,
+//! so no close concerns it.
 //!
 //! # How it keeps the driver contract
 //!
 //! - **Edges** (contract 1): a multishot poll is edge triggered unless
 //!   `IORING_POLL_ADD_LEVEL` is asked for, and an arm finds a source that
 //!   is already ready at once.
-//! - **Deregistration** (2): a poll holds a reference to its file, so the
-//!   socket would outlive its descriptor; deregistration cancels every
-//!   poll on the descriptor synchronously (`IORING_REGISTER_SYNC_CANCEL`,
-//!   Linux 6.0) before it returns, and the reactor forgets the token
-//!   first, so that the poll that reaps the cancellation does not arm it
-//!   again. The cancelled poll's reference is dropped by the worker that
-//!   armed it, microseconds later; a listener is shut for reading first,
-//!   so that it stops listening at once (see `stop_listening`).
+//! - **Closing** (2): a poll holds a reference to its file, so the
+//!   socket would outlive its descriptor; every poll and operation on the
+//!   descriptor is cancelled before the descriptor is closed, and the
+//!   reactor forgets the token first, so that the poll that reaps the
+//!   cancellation does not arm it again. On the ring of the worker that
+//!   closes it, the cancellation (`IORING_OP_ASYNC_CANCEL` by descriptor)
+//!   and an `IORING_OP_CLOSE` go into the submission queue, hard-linked,
+//!   for that worker's next look or wait ([`Uring::close_at_next_enter`]):
+//!   the number stays taken until both ran, so no operation reaches its
+//!   next owner. Elsewhere the cancellation is synchronous
+//!   (`IORING_REGISTER_SYNC_CANCEL`, Linux 6.0) and the caller closes
+//!   after it. The cancelled poll's reference is dropped by the worker
+//!   that armed it, microseconds later; a listener is always cancelled
+//!   synchronously and shut for reading first, so that it stops
+//!   listening before the close returns (see `stop_listening`).
 //! - **One poller** (3): the completion queue is read only by the holder
 //!   of the [`Poller`], of which there is one; the submission queue is
 //!   written under [`Uring::submissions`] by whoever registers.
@@ -56,8 +66,8 @@
 //!   `EINTR`. So only the runtime's workers arm polls; a source registered
 //!   on any other thread (`block_on`'s, a thread that entered the
 //!   runtime) waits in [`Uring::unarmed`] for the poller's next wait,
-//!   which the registration wakes. A deregistration finds it there, never
-//!   armed, or finds it armed and cancels it.
+//!   which the registration wakes. A close finds it there, never armed,
+//!   or finds it armed and cancels it.
 //! - **Waking** (4): an eventfd write wakes the eventfd's poll, whose
 //!   completion ends the wait; the counter is never read (a multishot poll
 //!   reports every write, whatever the count), and at one write per wake
@@ -67,8 +77,8 @@
 //!   the thread that armed it exited, since the completion would run on
 //!   that thread, or when it could not post a completion; the poller arms
 //!   it again, with
-//!   the reactor's registry locked so that a deregistration cannot slip
-//!   in between, and reports the source ready both ways.
+//!   the reactor's registry locked so that a close cannot slip in
+//!   between, and reports the source ready both ways.
 //!
 //! # Completions without interrupts
 //!
@@ -88,14 +98,14 @@
 //! # What it costs
 //!
 //! A worker that armed a socket's poll and then parked is interrupted to
-//! post its events (task work). Registration and deregistration are one
-//! system call each, as `epoll_ctl` is; a registration off the workers
-//! costs a wake of the poller instead, and its first event waits for the
-//! poller's next wait.
+//! post its events (task work). A registration on a worker and a close
+//! by the home ring's worker cost no system call (they go in with the
+//! worker's next enter); elsewhere a registration costs a wake of the
+//! poller, whose next wait arms it, and a close a synchronous cancel.
 
 use std::io;
 use std::mem::ManuallyDrop;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::task::Waker;
@@ -182,8 +192,9 @@ pub(crate) struct Uring {
     queued: Mutex<Vec<Operation>>,
     /// `queued` is not empty: one load for a look that finds nothing.
     has_queued: AtomicBool,
-    /// The submission queue holds polls pushed for the next enter (see
-    /// [`Uring::watch_at_next_enter`]); set after the push, under the
+    /// The submission queue holds polls or closes pushed for the next
+    /// enter (see [`Uring::watch_at_next_enter`] and
+    /// [`Uring::close_at_next_enter`]); set after the push, under the
     /// submission lock, and cleared before the enter that submits them.
     unsubmitted: AtomicBool,
     /// Operations submitted and not yet reaped.
@@ -439,9 +450,9 @@ impl Uring {
     }
 
     /// Arms the polls of the registrations made on other threads; the
-    /// list stays locked until they are submitted, so that a
-    /// deregistration either finds its source still unarmed or finds its
-    /// poll submitted, to cancel.
+    /// list stays locked until they are submitted, so that a close
+    /// either finds its source still unarmed or finds its poll submitted,
+    /// or ahead of its cancellation in the queue, to cancel.
     pub(super) fn arm_registered_elsewhere(&self) -> io::Result<()> {
         self.arm_left_to_the_poller(false)
     }
@@ -480,15 +491,13 @@ impl Uring {
         Ok(())
     }
 
+    /// Cancels every poll and operation on `fd` at once (a synchronous
+    /// cancel), then stops a listener listening; the caller closes `fd`
+    /// after.
     pub(super) fn deregister(&self, fd: RawFd, token: usize, listening: bool) -> io::Result<()> {
-        {
-            let mut unarmed = lock(&self.unarmed);
-            if let Some(at) = unarmed.iter().position(|u| u.token == token as u64) {
-                // Never armed; a receive on the descriptor may still be
-                // in flight, so the cancellation below still runs.
-                unarmed.swap_remove(at);
-            }
-        }
+        // Never armed; a receive on the descriptor may still be in
+        // flight, so the cancellation below still runs.
+        self.forget_unarmed(token);
         // A receive for the descriptor may sit in the submission queue,
         // pushed by a poller that has not entered the kernel yet: submit
         // it now, so that the cancellation finds it (see
@@ -517,6 +526,58 @@ impl Uring {
             stop_listening(fd);
         }
         cancelled
+    }
+
+    /// Takes `token` off the sources waiting for their poll to be armed.
+    fn forget_unarmed(&self, token: usize) {
+        let mut unarmed = lock(&self.unarmed);
+        if let Some(at) = unarmed.iter().position(|u| u.token == token as u64) {
+            unarmed.swap_remove(at);
+        }
+    }
+
+    /// Closes `fd` at the ring's next submission, its polls and operations
+    /// cancelled first, with no system call now: a cancellation of
+    /// everything on the descriptor, hard-linked to an `IORING_OP_CLOSE`,
+    /// pushed behind whatever the submission queue holds (a receive pushed
+    /// for it is issued, then cancelled). Both run in the kernel in that
+    /// order, the cancellation naming the descriptor while it is still
+    /// this socket's, so nothing reaches the number's next owner; until
+    /// then the number stays taken. Only the ring's own worker calls this:
+    /// it enters the ring at its next look or wait, or a sleeping worker
+    /// serving the ring does (see `rings`). Neither entry posts a
+    /// completion unless it fails (a cancellation that found nothing),
+    /// and such a completion is ignored. `Err` hands `fd` back when the
+    /// queue was full and could not be submitted to make room.
+    pub(super) fn close_at_next_enter(&self, fd: OwnedFd, token: usize) -> Result<(), OwnedFd> {
+        self.forget_unarmed(token);
+        let raw = fd.as_raw_fd();
+        let chain = [
+            opcode::AsyncCancel2::new(CancelBuilder::fd(Fd(raw)).all())
+                .build()
+                .flags(squeue::Flags::IO_HARDLINK | squeue::Flags::SKIP_SUCCESS)
+                .user_data(CANCELLATION),
+            opcode::Close::new(Fd(raw))
+                .build()
+                .flags(squeue::Flags::SKIP_SUCCESS)
+                .user_data(CANCELLATION),
+        ];
+        let _submitting = lock(&self.submissions);
+        loop {
+            // SAFETY: under the submission lock, the only submission queue
+            // view; a cancellation and a close point at no memory.
+            if unsafe { self.ring.submission_shared().push_multiple(&chain) }.is_ok() {
+                break;
+            }
+            // Full: submitted, it is empty, and two entries fit.
+            if self.submit_queue().is_err() {
+                return Err(fd);
+            }
+        }
+        // The kernel owns the descriptor now: its close is queued.
+        let _ = fd.into_raw_fd();
+        self.unsubmitted.store(true, Ordering::Release);
+        Ok(())
     }
 
     /// Queues an operation for the next submission. A thread that will
@@ -815,8 +876,8 @@ impl Uring {
             if let (true, Owner::Live(fd)) = (ended, on_event(token, event, wake)) {
                 // Still registered: the registry stays locked by the
                 // caller's callback until this poll returns, so no
-                // deregistration runs before the poll is armed again (or
-                // left to the poller, where a deregistration finds it).
+                // close runs before the poll is armed again (or left to
+                // the poller, where a close finds it).
                 self.watch_again(
                     fd,
                     token as u64,
@@ -937,6 +998,11 @@ impl Drop for Uring {
     /// runtime's end only, rather than memory the kernel might write or a
     /// descriptor it might still use.
     fn drop(&mut self) {
+        if self.unsubmitted.load(Ordering::Acquire) {
+            // Closes queued by `close_at_next_enter` (and polls) that no
+            // enter took yet: submitted, so the descriptors are closed.
+            let _ = self.ring.submitter().submit();
+        }
         if self.in_flight() == 0 {
             return;
         }

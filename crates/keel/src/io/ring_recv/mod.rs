@@ -52,11 +52,13 @@
 //! - **A receive never reaches the kernel after its stream closed its
 //!   descriptor.** A queued receive becomes an entry in the submission
 //!   queue only under the ring's submission lock, and only if the slot is
-//!   not [closed](RecvSlot::close); a stream closes its slot before it
-//!   deregisters, and deregistration takes that lock, submits what the
-//!   queue still holds, and cancels every operation on the descriptor,
-//!   multishot receives included, before it returns (see
-//!   `driver::uring`): the number cannot be reused under a receive.
+//!   not [closed](RecvSlot::close); a stream closes its slot before its
+//!   descriptor is closed, and the close cancels every operation on the
+//!   descriptor, multishot receives included, after whatever the queue
+//!   holds and before the number is free: synchronously, having
+//!   submitted the queue, or on its home ring's worker linked to an
+//!   `IORING_OP_CLOSE` behind the queued entries (see `driver::uring`).
+//!   The number cannot be reused under a receive.
 //! - **Bytes keep their order.** A slot has at most one receive queued,
 //!   in flight or armed, and a multishot receive's completions come in
 //!   order; filled buffers are read first to last, and an end of stream

@@ -45,8 +45,8 @@ pub struct TcpStream {
 }
 
 impl Drop for TcpStream {
-    /// Closes the receive slot before `io`'s drop deregisters and closes
-    /// the descriptor (see `io::ring_recv`).
+    /// Closes the receive slot before `io`'s drop closes the descriptor
+    /// (see `io::ring_recv`).
     fn drop(&mut self) {
         if let Some(slot) = &self.ring {
             slot.close();
