@@ -52,6 +52,18 @@ fn build_with_rings(builder: &mut keel::Builder) -> Runtime {
         })
 }
 
+/// One worker with a ring, whose looks at IO by interval and by count are
+/// put off for an hour: it enters its ring only to sleep, or when a
+/// glance finds news there.
+fn one_worker_that_never_looks() -> Runtime {
+    build_with_rings(
+        Runtime::builder()
+            .workers(1)
+            .io_interval(Duration::from_secs(3600))
+            .io_every(u32::MAX),
+    )
+}
+
 /// A loopback connection: the peer's end, and the accepted end.
 fn pair() -> (std::net::TcpStream, std::net::TcpStream) {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -345,12 +357,7 @@ fn a_poll_pushed_by_a_worker_held_at_once_is_submitted_for_it() {
 /// tells it that a look would find them.
 #[test]
 fn a_busy_worker_sees_its_rings_events_at_the_next_poll_boundary() {
-    let rt = build_with_rings(
-        Runtime::builder()
-            .workers(1)
-            .io_interval(Duration::from_secs(3600))
-            .io_every(u32::MAX),
-    );
+    let rt = one_worker_that_never_looks();
     let (mut peer, accepted) = pair();
     let (spinning_tx, spinning_rx) = mpsc::channel();
     let (read_tx, read_rx) = mpsc::channel();
@@ -471,12 +478,7 @@ fn a_stream_closed_on_its_worker_closes_while_the_worker_stays_busy() {
 /// the ring's drop submits it, and the peer sees the end.
 #[test]
 fn a_close_queued_at_shutdown_is_submitted_by_the_rings_drop() {
-    let rt = build_with_rings(
-        Runtime::builder()
-            .workers(1)
-            .io_interval(Duration::from_secs(3600))
-            .io_every(u32::MAX),
-    );
+    let rt = one_worker_that_never_looks();
     let (mut peer, accepted) = pair();
     let (dropped_tx, dropped_rx) = mpsc::channel();
     let (hold_tx, hold_rx) = mpsc::channel::<()>();

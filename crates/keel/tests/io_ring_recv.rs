@@ -252,14 +252,7 @@ fn a_queued_read_of_a_dropped_stream_is_never_submitted() {
         peer_b.write_all(b"0123456789").unwrap();
         let got = rt.block_on(rt.handle().spawn(async move {
             let mut a = TcpStream::from_std(accepted_a).unwrap();
-            let mut buf = [0u8; 16];
-            // One poll: the receive is queued, and the read is dropped.
-            std::future::poll_fn(|cx| {
-                let queued = std::pin::Pin::new(&mut a).poll_read(cx, &mut buf);
-                assert!(queued.is_pending(), "nothing was sent to A");
-                std::task::Poll::Ready(())
-            })
-            .await;
+            queue_one_read(&mut a).await;
             drop(a);
             let (accepted_b, _) = listener_b.accept().unwrap();
             let reused = accepted_b.as_raw_fd() == fd_a;
@@ -267,12 +260,7 @@ fn a_queued_read_of_a_dropped_stream_is_never_submitted() {
                 !(per_worker && reused),
                 "A's number was free before its ring closed it"
             );
-            let mut b = TcpStream::from_std(accepted_b).unwrap();
-            let mut got = [0u8; 10];
-            keel::time::timeout(Duration::from_secs(5), b.read_exact(&mut got))
-                .await
-                .expect("B's bytes go to B's read")
-                .unwrap();
+            let got = read_ten(accepted_b).await;
             (got, reused)
         }));
         let (got, was_reused) = got.unwrap();
@@ -310,12 +298,7 @@ fn a_read_queued_on_a_worker_and_dropped_off_the_workers_never_reaches_the_next_
             drop(a);
             let (accepted_b, _) = listener_b.accept().unwrap();
             let reused = accepted_b.as_raw_fd() == fd_a;
-            let mut b = TcpStream::from_std(accepted_b).unwrap();
-            let mut got = [0u8; 10];
-            keel::time::timeout(Duration::from_secs(5), b.read_exact(&mut got))
-                .await
-                .expect("B's bytes go to B's read")
-                .unwrap();
+            let got = read_ten(accepted_b).await;
             (got, reused)
         });
         assert_eq!(&got, b"0123456789", "round {round}");
@@ -329,17 +312,34 @@ fn a_read_queued_on_a_worker_and_dropped_off_the_workers_never_reaches_the_next_
 async fn queue_a_read_on_a_worker(accepted: std::net::TcpStream) -> TcpStream {
     keel::spawn(async move {
         let mut a = TcpStream::from_std(accepted).unwrap();
-        let mut buf = [0u8; 16];
-        std::future::poll_fn(|cx| {
-            let queued = std::pin::Pin::new(&mut a).poll_read(cx, &mut buf);
-            assert!(queued.is_pending(), "nothing was sent to A");
-            std::task::Poll::Ready(())
-        })
-        .await;
+        queue_one_read(&mut a).await;
         a
     })
     .await
     .unwrap()
+}
+
+/// Polls a read of `stream` once, to which nothing was sent: its receive
+/// is queued, and the read dropped.
+async fn queue_one_read(stream: &mut TcpStream) {
+    let mut buf = [0u8; 16];
+    std::future::poll_fn(|cx| {
+        let queued = std::pin::Pin::new(&mut *stream).poll_read(cx, &mut buf);
+        assert!(queued.is_pending(), "nothing was sent to A");
+        std::task::Poll::Ready(())
+    })
+    .await;
+}
+
+/// The ten bytes B's peer sent, read through a keel stream.
+async fn read_ten(accepted: std::net::TcpStream) -> [u8; 10] {
+    let mut stream = TcpStream::from_std(accepted).unwrap();
+    let mut got = [0u8; 10];
+    keel::time::timeout(Duration::from_secs(5), stream.read_exact(&mut got))
+        .await
+        .expect("B's bytes go to B's read")
+        .unwrap();
+    got
 }
 
 /// A stream's receive is multishot: armed at its first read, it stays
