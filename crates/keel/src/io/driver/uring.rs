@@ -379,7 +379,7 @@ impl Uring {
     ) -> io::Result<()> {
         let entry = poll_entry(fd, token as u64, interest);
         let _submitting = lock(&self.submissions);
-        self.push_entry(&entry)?;
+        self.push_unowned(std::slice::from_ref(&entry))?;
         self.unsubmitted.store(true, Ordering::Release);
         Ok(())
     }
@@ -388,24 +388,18 @@ impl Uring {
     /// memory), and submits it at once.
     fn submit(&self, entry: &squeue::Entry) -> io::Result<()> {
         let _submitting = lock(&self.submissions);
-        self.push_entry(entry)?;
+        self.push_unowned(std::slice::from_ref(entry))?;
         // The view is dropped: the tail is published before entering.
         self.submit_queue()
     }
 
-    /// Pushes `entry`, a poll or a cancellation, to the submission queue,
-    /// first submitting what a full queue holds to make room. The caller
-    /// holds [`Uring::submissions`].
-    fn push_entry(&self, entry: &squeue::Entry) -> io::Result<()> {
-        loop {
-            // SAFETY: the caller holds the submission lock, which makes
-            // this the only submission queue view (every other is made
-            // under it too). Polls and cancellations point at no memory.
-            if unsafe { self.ring.submission_shared().push(entry) }.is_ok() {
-                return Ok(());
-            }
-            self.submit_queue()?;
-        }
+    /// Pushes `entries`, polls, cancellations or closes (entries that
+    /// point at no memory), to the submission queue (see
+    /// [`push_together`](Self::push_together)). The caller holds
+    /// [`Uring::submissions`].
+    fn push_unowned(&self, entries: &[squeue::Entry]) -> io::Result<()> {
+        // SAFETY: such entries point at no memory.
+        unsafe { self.push_together(entries) }
     }
 
     /// Watches `fd`: at once if the calling thread may arm polls
@@ -563,16 +557,8 @@ impl Uring {
                 .user_data(CANCELLATION),
         ];
         let _submitting = lock(&self.submissions);
-        loop {
-            // SAFETY: under the submission lock, the only submission queue
-            // view; a cancellation and a close point at no memory.
-            if unsafe { self.ring.submission_shared().push_multiple(&chain) }.is_ok() {
-                break;
-            }
-            // Full: submitted, it is empty, and two entries fit.
-            if self.submit_queue().is_err() {
-                return Err(fd);
-            }
+        if self.push_unowned(&chain).is_err() {
+            return Err(fd);
         }
         // The kernel owns the descriptor now: its close is queued.
         let _ = fd.into_raw_fd();
@@ -706,22 +692,35 @@ impl Uring {
         }
     }
 
+    /// Pushes an operation's `entries` (see
+    /// [`push_together`](Self::push_together)) and counts them in flight;
+    /// the caller holds `submissions`.
+    ///
+    /// # Safety
+    ///
+    /// As [`push_together`](Self::push_together).
+    unsafe fn push_entries(&self, entries: &[squeue::Entry]) -> io::Result<()> {
+        // SAFETY: the caller's promise.
+        unsafe { self.push_together(entries) }?;
+        self.in_flight
+            .fetch_add(entries.len() as u64, Ordering::Relaxed);
+        Ok(())
+    }
+
     /// Pushes `entries` to the submission queue, all together and in
-    /// order, submitting what it holds first when they do not fit, and
-    /// counts them in flight; the caller holds `submissions`.
+    /// order, submitting what it holds first when they do not fit; the
+    /// caller holds `submissions`.
     ///
     /// # Safety
     ///
     /// Whatever the entries point to stays valid, and untouched by Rust
     /// code where the kernel writes it, until their completions are reaped.
-    unsafe fn push_entries(&self, entries: &[squeue::Entry]) -> io::Result<()> {
+    unsafe fn push_together(&self, entries: &[squeue::Entry]) -> io::Result<()> {
         loop {
             // SAFETY: the caller holds the submission lock: this is the
-            // only submission queue view; the entries' memory is the
-            // caller's promise.
+            // only submission queue view (every other is made under it
+            // too); the entries' memory is the caller's promise.
             if unsafe { self.ring.submission_shared().push_multiple(entries) }.is_ok() {
-                self.in_flight
-                    .fetch_add(entries.len() as u64, Ordering::Relaxed);
                 return Ok(());
             }
             // The queue is full; once submitted it is empty, and a chain
